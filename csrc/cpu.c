@@ -1,0 +1,117 @@
+// cpu.c — run-time CPU feature detection and the SIMD level that kernel dispatch uses, the
+// monotonic clock, and OpenMP facts. One build runs on any CPU of its architecture: kernels are
+// compiled for several levels (function target attributes) and picked here at run time.
+// Tested by csrc/tests/test_core.c (levels can be forced down, never up) and tests/test_info.py.
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "internal.h"
+
+static int detected = -1;
+static int active = -1;
+static char features[256];
+
+static void add_feature(const char *f) {
+    size_t n = strlen(features);
+    snprintf(features + n, sizeof features - n, "%s%s", n ? " " : "", f);
+}
+
+static void detect(void) {
+    if (detected >= 0) return;
+    int lvl = LLMB_SIMD_SCALAR;
+    features[0] = '\0';
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2"), fma = __builtin_cpu_supports("fma");
+    int f16c = 0;
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+    f16c = __builtin_cpu_supports("f16c");
+#else
+    f16c = avx2; // every AVX2 CPU shipped has F16C
+#endif
+    int a512f = __builtin_cpu_supports("avx512f"), a512bw = __builtin_cpu_supports("avx512bw");
+    int a512vl = __builtin_cpu_supports("avx512vl");
+    int vnni = __builtin_cpu_supports("avx512vnni");
+    if (__builtin_cpu_supports("sse4.2")) add_feature("sse4.2");
+    if (__builtin_cpu_supports("avx")) add_feature("avx");
+    if (avx2) add_feature("avx2");
+    if (fma) add_feature("fma");
+    if (f16c) add_feature("f16c");
+    if (a512f) add_feature("avx512f");
+    if (a512bw) add_feature("avx512bw");
+    if (a512vl) add_feature("avx512vl");
+    if (vnni) add_feature("avx512vnni");
+    if (avx2 && fma && f16c) lvl = LLMB_SIMD_AVX2;
+    if (lvl == LLMB_SIMD_AVX2 && a512f && a512bw && a512vl) lvl = LLMB_SIMD_AVX512;
+#elif defined(__aarch64__)
+    add_feature("neon");
+    lvl = LLMB_SIMD_NEON; // Advanced SIMD is mandatory on AArch64
+#if defined(__linux__) && defined(HWCAP_ASIMDDP)
+    unsigned long hw = getauxval(AT_HWCAP);
+    if (hw & HWCAP_ASIMDDP) add_feature("dotprod");
+    if (hw & HWCAP_ASIMDHP) add_feature("fp16");
+#endif
+#endif
+    detected = lvl;
+    active = lvl;
+}
+
+llmb_simd_level llmb_simd_detected(void) { detect(); return (llmb_simd_level)detected; }
+llmb_simd_level llmb_simd_active(void) { detect(); return (llmb_simd_level)active; }
+
+llmb_status llmb_simd_set(llmb_simd_level lvl) {
+    detect();
+    if ((int)lvl < 0 || (int)lvl > LLMB_SIMD_AVX512)
+        return llmb_fail(LLMB_E_ARG, "unknown SIMD level %d", (int)lvl);
+    if (lvl != LLMB_SIMD_SCALAR && lvl != (llmb_simd_level)detected) {
+        // Only the scalar path or a lower level of the same family is allowed.
+        int same_family = (lvl == LLMB_SIMD_AVX2 && detected == LLMB_SIMD_AVX512);
+        if (!same_family)
+            return llmb_fail(LLMB_E_ARG, "SIMD level %s is not available on this CPU (best: %s)",
+                             llmb_simd_name(lvl), llmb_simd_name((llmb_simd_level)detected));
+    }
+    active = lvl;
+    return LLMB_OK;
+}
+
+const char *llmb_simd_name(llmb_simd_level lvl) {
+    switch (lvl) {
+    case LLMB_SIMD_SCALAR: return "scalar";
+    case LLMB_SIMD_NEON: return "neon";
+    case LLMB_SIMD_AVX2: return "avx2";
+    case LLMB_SIMD_AVX512: return "avx512";
+    }
+    return "unknown";
+}
+
+const char *llmb_cpu_features(void) { detect(); return features; }
+
+int llmb_openmp_enabled(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int llmb_max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+uint64_t llmb_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

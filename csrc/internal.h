@@ -1,0 +1,20 @@
+// internal.h — helpers shared by the core's translation units (never exported).
+#ifndef LLMB_INTERNAL_H
+#define LLMB_INTERNAL_H
+
+#include "llmb.h"
+
+#if defined(__GNUC__)
+#define LLMB_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define LLMB_PRINTF(a, b)
+#endif
+
+// Record a message for llmb_last_error() and return `s`, so callers write
+//   return llmb_fail(LLMB_E_FORMAT, "...", ...);
+llmb_status llmb_fail(llmb_status s, const char *fmt, ...) LLMB_PRINTF(2, 3);
+// Same, also recording errno for llmb_last_errno().
+llmb_status llmb_fail_errno(int err, const char *fmt, ...) LLMB_PRINTF(2, 3);
+void llmb_clear_error(void);
+
+#endif

@@ -1,0 +1,35 @@
+"""llmbench: benchmark toolkit for large language models — how fast and how well, with its own
+C/CUDA engine and the same measurement code for external OpenAI-compatible servers.
+
+Importing llmbench never loads CUDA libraries; the CUDA backend is loaded when a device is asked for.
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+from . import _core
+from ._core import (
+    BackendUnavailableError,
+    DeviceError,
+    DeviceOutOfMemoryError,
+    GGUFError,
+    LLMBenchError,
+    UnsupportedError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailableError",
+    "DeviceError",
+    "DeviceOutOfMemoryError",
+    "GGUFError",
+    "LLMBenchError",
+    "UnsupportedError",
+    "__version__",
+]
+
+if _os.environ.get("LLMBENCH_SIMD"):
+    # Force a lower SIMD level (e.g. "scalar") for comparisons; a level the CPU lacks is an error.
+    _core.simd_set(_os.environ["LLMBENCH_SIMD"].strip().lower())

@@ -1,0 +1,1 @@
+"""Backends: where the arithmetic runs (cpu in the core; cuda loaded on demand)."""

@@ -1,0 +1,69 @@
+"""`llmbench info`: what this build and this machine are — recorded with every result."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from . import __version__, _core
+from .backends import cuda
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    for key in ("model name", "Model", "Hardware", "CPU part"):
+        for line in text.splitlines():
+            if line.split(":")[0].strip() == key:
+                return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def memory_bytes() -> dict[str, int]:
+    """Total and available memory from /proc/meminfo (bytes)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                k, v = line.split(":", 1)
+                if k in ("MemTotal", "MemAvailable"):
+                    out[k] = int(v.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return {"total": out.get("MemTotal", 0), "available": out.get("MemAvailable", 0)}
+
+
+def cuda_info() -> dict[str, Any]:
+    ok, why = cuda.available()
+    info: dict[str, Any] = {"available": ok, "library": cuda.library_path()}
+    if not ok:
+        info["reason"] = why
+    try:
+        info.update(cuda.versions())
+    except _core.LLMBenchError:
+        pass
+    if ok:
+        info["devices"] = [d.__dict__ for d in cuda.devices()]
+    return info
+
+
+def collect() -> dict[str, Any]:
+    """Everything `llmbench info` shows, as a JSON-serializable dict."""
+    b = _core.build_info()
+    s = _core.simd_info()
+    return {
+        "llmbench": __version__,
+        "commit": b["commit"] or "unknown",
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "build": {"compiler": b["compiler"], "cflags": b["cflags"], "openmp": b["openmp"], "arch": b["arch"]},
+        "simd": {"active": s["active"], "detected": s["detected"], "cpu_features": s["cpu_features"]},
+        "threads": _core.max_threads(),
+        "cpu": {"model": cpu_model(), "logical_cpus": os.cpu_count()},
+        "memory": memory_bytes(),
+        "backends": {"cpu": {"available": True}, "cuda": cuda_info()},
+    }
