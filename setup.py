@@ -147,9 +147,9 @@ class BuildExt(build_ext):
 
 core = Extension(
     "llmbench._core",
-    sources=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").glob("*.c")) + ["llmbench/_core.c"],
+    sources=sorted(str(p.relative_to(ROOT)) for p in [*(ROOT / "csrc").glob("*.c"), *(ROOT / "llmbench").glob("*.c")]),
     include_dirs=[numpy.get_include(), "csrc"],
-    depends=[str(p.relative_to(ROOT)) for p in list((ROOT / "csrc").glob("*.h")) + list((ROOT / "kernels").glob("*.h"))],
+    depends=[str(p.relative_to(ROOT)) for d in ("csrc", "kernels", "llmbench") for p in (ROOT / d).glob("*.h")],
 )
 
 setup(ext_modules=[core], cmdclass={"build_ext": BuildExt})

@@ -58,6 +58,13 @@ LLMB_API int llmb_openmp_enabled(void);
 LLMB_API int llmb_max_threads(void);
 LLMB_API uint64_t llmb_now_ns(void);                 // CLOCK_MONOTONIC in nanoseconds
 
+// ---- random numbers ----
+
+// Fill out[0..n) with N(mean, std^2) values of the stream `seed`, starting at element `start` of
+// that stream: element i depends only on (seed, start + i), so results are identical for any
+// thread count and a large tensor can be generated in pieces.
+LLMB_API void llmb_fill_normal(float *out, size_t n, uint64_t seed, uint64_t start, float std, float mean);
+
 // ---- ggml tensor types (traits table) ----
 
 #define LLMB_TYPE_COUNT 42   // one past the largest ggml type id we know

@@ -2,12 +2,8 @@
 // Python.h. Status codes from the core become exceptions of a small hierarchy; the GIL is released
 // around every call that may take time; arrays handed to Python are read-only views that keep
 // their owner (the mapped GGUF file) alive. Tested by every test in tests/.
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/arrayobject.h>
-
-#include "../csrc/llmb.h"
+#define LLMB_CORE_MAIN
+#include "_pycore.h"
 
 #ifndef LLMB_BUILD_CFLAGS
 #define LLMB_BUILD_CFLAGS "unknown"
@@ -23,11 +19,11 @@ static PyObject *LLMBenchError, *GGUFError, *BackendUnavailableError, *DeviceErr
     *UnsupportedError;
 
 // Raise the exception that matches `s`, with the core's message. Returns NULL for `return raise(s);`.
-static PyObject *raise_status(llmb_status s, const char *filename) {
+PyObject *llmb_py_raise(llmb_status s, const char *filename) {
     const char *msg = llmb_last_error();
     switch (s) {
     case LLMB_OK:
-        PyErr_SetString(PyExc_SystemError, "llmbench: raise_status(LLMB_OK)");
+        PyErr_SetString(PyExc_SystemError, "llmbench: llmb_py_raise(LLMB_OK)");
         break;
     case LLMB_E_IO: {
         int e = llmb_last_errno();
@@ -83,7 +79,7 @@ static int Reader_init(ReaderObject *self, PyObject *args, PyObject *kwds) {
         s = llmb_gguf_open_memory(self->view.buf, (size_t)self->view.len, &self->g);
         Py_END_ALLOW_THREADS
         if (s) {
-            raise_status(s, NULL);
+            llmb_py_raise(s, NULL);
             return -1;
         }
         return 0;
@@ -94,7 +90,7 @@ static int Reader_init(ReaderObject *self, PyObject *args, PyObject *kwds) {
     Py_BEGIN_ALLOW_THREADS
     s = llmb_gguf_open(path, &self->g);
     Py_END_ALLOW_THREADS
-    if (s) raise_status(s, path);
+    if (s) llmb_py_raise(s, path);
     Py_DECREF(bytes);
     return s ? -1 : 0;
 }
@@ -325,7 +321,7 @@ static PyObject *simd_set(PyObject *m, PyObject *arg) {
     for (int l = LLMB_SIMD_SCALAR; l <= LLMB_SIMD_AVX512; l++) {
         if (strcmp(name, llmb_simd_name((llmb_simd_level)l)) == 0) {
             llmb_status s = llmb_simd_set((llmb_simd_level)l);
-            if (s) return raise_status(s, NULL);
+            if (s) return llmb_py_raise(s, NULL);
             Py_RETURN_NONE;
         }
     }
@@ -351,6 +347,25 @@ static PyObject *type_traits(PyObject *m, PyObject *noargs) {
     return list;
 }
 
+// ---- random numbers ----
+
+// fill_normal(out: float32 C-contiguous array, seed, std, mean=0): deterministic N(mean, std^2)
+// values, the same for any thread count (counter-based stream, see csrc/random.c).
+static PyObject *fill_normal(PyObject *m, PyObject *args) {
+    PyArrayObject *out;
+    unsigned long long seed;
+    double std, mean = 0.0;
+    if (!PyArg_ParseTuple(args, "O!Kd|d", &PyArray_Type, &out, &seed, &std, &mean)) return NULL;
+    if (PyArray_TYPE(out) != NPY_FLOAT32 || !PyArray_IS_C_CONTIGUOUS(out) || !PyArray_ISWRITEABLE(out))
+        return PyErr_Format(PyExc_ValueError, "fill_normal: expected a writeable C-contiguous float32 array");
+    float *p = PyArray_DATA(out);
+    size_t n = (size_t)PyArray_SIZE(out);
+    Py_BEGIN_ALLOW_THREADS
+    llmb_fill_normal(p, n, seed, 0, (float)std, (float)mean);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 // ---- CUDA backend ----
 
 static PyObject *cuda_load(PyObject *m, PyObject *args) {
@@ -360,27 +375,27 @@ static PyObject *cuda_load(PyObject *m, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = llmb_cuda_load(path);
     Py_END_ALLOW_THREADS
-    if (s) return raise_status(s, NULL);
+    if (s) return llmb_py_raise(s, NULL);
     Py_RETURN_NONE;
 }
 
 static PyObject *cuda_versions(PyObject *m, PyObject *noargs) {
     int rt = 0, drv = 0;
     llmb_status s = llmb_cuda_versions(&rt, &drv);
-    if (s) return raise_status(s, NULL);
+    if (s) return llmb_py_raise(s, NULL);
     return Py_BuildValue("(ii)", rt, drv);
 }
 
 static PyObject *cuda_devices(PyObject *m, PyObject *noargs) {
     int n = 0;
     llmb_status s = llmb_cuda_device_count(&n);
-    if (s) return raise_status(s, NULL);
+    if (s) return llmb_py_raise(s, NULL);
     PyObject *list = PyList_New(0);
     for (int i = 0; list && i < n; i++) {
         llmb_cuda_device d;
         if ((s = llmb_cuda_device_info(i, &d))) {
             Py_DECREF(list);
-            return raise_status(s, NULL);
+            return llmb_py_raise(s, NULL);
         }
         PyObject *item = Py_BuildValue("{s:i,s:s,s:K,s:K,s:(ii),s:i}", "index", i, "name", d.name, "total_memory",
                                        (unsigned long long)d.total_mem, "free_memory", (unsigned long long)d.free_mem,
@@ -405,7 +420,7 @@ static PyObject *cuda_malloc(PyObject *m, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = llmb_cuda_malloc(dev, (size_t)n, &p);
     Py_END_ALLOW_THREADS
-    if (s) return raise_status(s, NULL);
+    if (s) return llmb_py_raise(s, NULL);
     return PyLong_FromVoidPtr(p);
 }
 
@@ -416,7 +431,7 @@ static PyObject *cuda_free(PyObject *m, PyObject *args) {
     void *p = PyLong_AsVoidPtr(ptr);
     if (PyErr_Occurred()) return NULL;
     llmb_status s = llmb_cuda_free(dev, p);
-    if (s) return raise_status(s, NULL);
+    if (s) return llmb_py_raise(s, NULL);
     Py_RETURN_NONE;
 }
 
@@ -435,7 +450,7 @@ static PyObject *cuda_upload(PyObject *m, PyObject *args) {
     }
     PyBuffer_Release(&b);
     if (PyErr_Occurred()) return NULL;
-    if (s) return raise_status(s, NULL);
+    if (s) return llmb_py_raise(s, NULL);
     Py_RETURN_NONE;
 }
 
@@ -457,7 +472,7 @@ static PyObject *cuda_download(PyObject *m, PyObject *args) {
     Py_END_ALLOW_THREADS
     if (s) {
         Py_DECREF(a);
-        return raise_status(s, NULL);
+        return llmb_py_raise(s, NULL);
     }
     return a;
 }
@@ -474,7 +489,7 @@ static PyObject *cuda_time_copy(PyObject *m, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     s = llmb_cuda_time_copy(dev, d, sp, (size_t)n, reps, &ms);
     Py_END_ALLOW_THREADS
-    if (s) return raise_status(s, NULL);
+    if (s) return llmb_py_raise(s, NULL);
     return PyFloat_FromDouble(ms);
 }
 
@@ -485,6 +500,7 @@ static PyMethodDef methods[] = {
     {"max_threads", max_threads, METH_NOARGS, "OpenMP threads the core will use."},
     {"now_ns", now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (the core's clock)."},
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},
+    {"fill_normal", fill_normal, METH_VARARGS, "fill_normal(out_f32, seed, std, mean=0)"},
     {"cuda_load", cuda_load, METH_VARARGS, "Load the CUDA backend library (path or $LLMBENCH_CUDA_LIB)."},
     {"cuda_versions", cuda_versions, METH_NOARGS, "(runtime, driver) CUDA versions, 0 = none."},
     {"cuda_devices", cuda_devices, METH_NOARGS, "List CUDA devices."},
@@ -541,6 +557,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (!(UnsupportedError = new_exc(m, "UnsupportedError", Py_BuildValue("(OO)", LLMBenchError, PyExc_ValueError),
                                      "Valid input that llmbench cannot handle (type, architecture).")))
         goto fail;
+    if (llmb_py_init_quant(m) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);
