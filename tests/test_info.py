@@ -1,0 +1,101 @@
+"""`llmbench info`, the build's flags and exported symbols, and that importing llmbench never loads CUDA."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import llmbench
+from llmbench import _core
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_info_json():
+    r = run("-m", "llmbench", "info", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["llmbench"] == llmbench.__version__
+    assert info["simd"]["active"] in ("scalar", "neon", "avx2", "avx512")
+    assert info["threads"] >= 1
+    assert info["memory"]["total"] > 0
+    assert info["cpu"]["model"]
+    assert info["backends"]["cpu"]["available"] is True
+    cuda = info["backends"]["cuda"]
+    assert isinstance(cuda["available"], bool)
+    if not cuda["available"]:
+        assert cuda["reason"]
+
+
+def test_info_table():
+    r = run("-m", "llmbench", "info")
+    assert r.returncode == 0, r.stderr
+    for word in ("version", "SIMD", "OpenMP", "CPU", "memory", "backend cuda"):
+        assert word in r.stdout
+
+
+def test_help_has_examples():
+    r = run("-m", "llmbench", "info", "--help")
+    assert r.returncode == 0 and "example:" in r.stdout
+    r = run("-m", "llmbench")
+    assert r.returncode == 2 and "info" in r.stdout
+    r = run("-m", "llmbench", "no-such-command")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_build_flags():
+    b = _core.build_info()
+    flags = b["cflags"].split()
+    assert "-O3" in flags and "-std=c11" in flags and "-fvisibility=hidden" in flags
+    assert not any(f in flags for f in ("-ffast-math", "-Ofast", "-funsafe-math-optimizations"))
+    assert b["openmp"] == ("-fopenmp" in flags)
+
+
+def test_only_prefixed_symbols_are_exported():
+    nm = subprocess.run(["nm", "-D", "--defined-only", _core.__file__], capture_output=True, text=True)
+    if nm.returncode != 0:
+        pytest.skip(f"nm unavailable: {nm.stderr.strip()}")
+    names = [line.split()[-1] for line in nm.stdout.splitlines() if line.split()[1:2] in (["T"], ["D"], ["B"])]
+    stray = [n for n in names if not n.startswith(("llmb_", "PyInit_"))]
+    assert not stray, f"symbols without the llmb_ prefix leak from the extension: {stray[:10]}"
+
+
+def test_simd_levels_can_be_forced_down_only():
+    info = _core.simd_info()
+    try:
+        _core.simd_set("scalar")
+        assert _core.simd_info()["active"] == "scalar"
+        with pytest.raises(ValueError, match="unknown SIMD level"):
+            _core.simd_set("sse9")
+        other = "neon" if info["detected"] != "neon" else "avx2"
+        with pytest.raises(ValueError, match="not available"):
+            _core.simd_set(other)
+    finally:
+        _core.simd_set(info["active"])
+    r = run("-c", "import llmbench._core as c, llmbench; print(c.simd_info()['active'])",
+            env={**__import__("os").environ, "LLMBENCH_SIMD": "scalar"})
+    assert r.returncode == 0 and r.stdout.strip() == "scalar", r.stderr
+
+
+def test_monotonic_clock():
+    a = _core.now_ns()
+    b = _core.now_ns()
+    assert 0 < a <= b
+
+
+def test_import_never_loads_cuda(stories_path):
+    code = (
+        "import llmbench, llmbench.gguf, llmbench.info\n"
+        f"f = llmbench.gguf.GGUFFile({str(stories_path)!r}); f.metadata; f.raw('output.weight')\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "bad = [l for l in maps.splitlines() if 'libcuda' in l or 'libllmbench_cuda' in l or 'libcudart' in l]\n"
+        "print('LOADED' if bad else 'CLEAN')\n"
+    )
+    r = run("-c", code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "CLEAN"
