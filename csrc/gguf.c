@@ -56,7 +56,7 @@ static llmb_status rd_uint(cursor *c, int n, uint64_t *out, const char *field) {
 }
 
 static llmb_status rd_u32(cursor *c, uint32_t *out, const char *field) {
-    uint64_t v;
+    uint64_t v = 0;
     llmb_status s = rd_uint(c, 4, &v, field);
     *out = (uint32_t)v;
     return s;

@@ -349,19 +349,21 @@ static PyObject *type_traits(PyObject *m, PyObject *noargs) {
 
 // ---- random numbers ----
 
-// fill_normal(out: float32 C-contiguous array, seed, std, mean=0): deterministic N(mean, std^2)
-// values, the same for any thread count (counter-based stream, see csrc/random.c).
+// fill_normal(out: float32 C-contiguous array, seed, std, mean=0, start=0): deterministic
+// N(mean, std^2) values, elements start.. of stream `seed`, the same for any thread count
+// (counter-based stream, see csrc/random.c).
 static PyObject *fill_normal(PyObject *m, PyObject *args) {
     PyArrayObject *out;
     unsigned long long seed;
+    unsigned long long start = 0;
     double std, mean = 0.0;
-    if (!PyArg_ParseTuple(args, "O!Kd|d", &PyArray_Type, &out, &seed, &std, &mean)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!Kd|dK", &PyArray_Type, &out, &seed, &std, &mean, &start)) return NULL;
     if (PyArray_TYPE(out) != NPY_FLOAT32 || !PyArray_IS_C_CONTIGUOUS(out) || !PyArray_ISWRITEABLE(out))
         return PyErr_Format(PyExc_ValueError, "fill_normal: expected a writeable C-contiguous float32 array");
     float *p = PyArray_DATA(out);
     size_t n = (size_t)PyArray_SIZE(out);
     Py_BEGIN_ALLOW_THREADS
-    llmb_fill_normal(p, n, seed, 0, (float)std, (float)mean);
+    llmb_fill_normal(p, n, seed, start, (float)std, (float)mean);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -500,7 +502,7 @@ static PyMethodDef methods[] = {
     {"max_threads", max_threads, METH_NOARGS, "OpenMP threads the core will use."},
     {"now_ns", now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (the core's clock)."},
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},
-    {"fill_normal", fill_normal, METH_VARARGS, "fill_normal(out_f32, seed, std, mean=0)"},
+    {"fill_normal", fill_normal, METH_VARARGS, "fill_normal(out_f32, seed, std, mean=0, start=0)"},
     {"cuda_load", cuda_load, METH_VARARGS, "Load the CUDA backend library (path or $LLMBENCH_CUDA_LIB)."},
     {"cuda_versions", cuda_versions, METH_NOARGS, "(runtime, driver) CUDA versions, 0 = none."},
     {"cuda_devices", cuda_devices, METH_NOARGS, "List CUDA devices."},
@@ -512,8 +514,13 @@ static PyMethodDef methods[] = {
      "cuda_time_copy(dev, dst, src, nbytes, reps) -> ms (CUDA events)"},
     {NULL}};
 
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "llmbench._core",
-                                       "C core of llmbench (GGUF reader, kernels, engine).", -1, methods};
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "llmbench._core",
+    .m_doc = "C core of llmbench (GGUF reader, kernels, engine).",
+    .m_size = -1,
+    .m_methods = methods,
+};
 
 static PyObject *new_exc(PyObject *mod, const char *name, PyObject *bases, const char *doc) {
     char full[128];
