@@ -22,6 +22,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title="llmbench info", show_header=False, box=None)
     t.add_column(style="bold cyan")
@@ -48,7 +49,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("backend cuda", cuda_line),
     ]
     for k, v in rows:
-        t.add_row(k, v)
+        t.add_row(k, Text(v))  # Text: values are not rich markup (they contain brackets)
     Console().print(t)
     return 0
 

@@ -10,6 +10,7 @@ import pytest
 
 import llmbench
 from llmbench import _core
+from llmbench.backends import cuda
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -37,6 +38,8 @@ def test_info_table():
     assert r.returncode == 0, r.stderr
     for word in ("version", "SIMD", "OpenMP", "CPU", "memory", "backend cuda"):
         assert word in r.stdout
+    if cuda.library_path():  # the runtime version is reported even without a device
+        assert "runtime" in r.stdout
 
 
 def test_help_has_examples():
