@@ -30,6 +30,8 @@ __all__ = [
     "__version__",
 ]
 
+from .dummy import dummy_model  # noqa: E402  (needs the names above)
+
 if _os.environ.get("LLMBENCH_SIMD"):
     # Force a lower SIMD level (e.g. "scalar") for comparisons; a level the CPU lacks is an error.
     _core.simd_set(_os.environ["LLMBENCH_SIMD"].strip().lower())

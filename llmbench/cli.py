@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from . import LLMBenchError
@@ -54,6 +55,126 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- quantize and dummy: build GGUF files ----
+
+def _convert_progress(total: int, run):  # noqa: ANN001 - run(on_progress) -> ModelResult
+    """Run ``run(on_progress)`` under a rich progress bar counting weights."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    columns = (TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+               TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=True) as bar:
+        task = bar.add_task("starting", total=total)
+        return run(lambda name, n: bar.update(task, advance=n, description=name))
+
+
+def _print_model_result(result, show_source: bool) -> None:  # noqa: ANN001 - quantize.ModelResult
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=result.path, title_justify="left", box=None, pad_edge=False)
+    for col in ("tensor", "shape", "type", "MiB"):
+        t.add_column(col, justify="right" if col == "MiB" else "left")
+    for r in result.tensors:
+        typ = f"{r.src_type} -> {r.type}" if show_source and r.src_type != r.type else r.type
+        t.add_row(r.name, "x".join(map(str, r.shape)), typ, f"{r.nbytes / 2**20:.2f}")
+    c = Console()
+    c.print(t, markup=False, highlight=False)
+    c.print(f"{result.mix}: {result.n_elements / 1e6:.1f}M weights, {result.nbytes / 2**20:.1f} MiB of tensors, "
+            f"{result.bits_per_weight:.2f} bits per weight; {result.file_size / 2**20:.1f} MiB written in "
+            f"{result.seconds:.1f} s ({result.file_size / 1e9 / max(result.seconds, 1e-9):.2f} GB/s)",
+            markup=False, highlight=False)
+
+
+def _fail(command: str, e: BaseException) -> int:
+    print(f"llmbench {command}: error: {e}", file=sys.stderr)
+    return 1
+
+
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from .gguf import GGUFFile
+    from .quantize import quantize_file
+
+    try:
+        with GGUFFile(args.input) as f:
+            total = sum(t.n_elements for t in f.tensors.values())
+        result = _convert_progress(total, lambda cb: quantize_file(args.input, args.output, args.type,
+                                                                   threads=args.threads, force=args.force,
+                                                                   on_progress=cb))
+    except (ValueError, OSError) as e:   # includes GGUFError, an existing destination, a full disk
+        return _fail("quantize", e)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_model_result(result, show_source=True)
+    return 0
+
+
+def cmd_dummy(args: argparse.Namespace) -> int:
+    from .dummy import PRESETS, build, cache_dir
+
+    if args.list:
+        for p in PRESETS.values():
+            print(f"{p.name:14} {p.arch:6} {p.n_params / 1e6:8.1f}M  dim {p.n_embd}, {p.n_layer} layers, "
+                  f"{p.n_head}/{p.n_head_kv} heads, ffn {p.n_ff}, vocab {p.n_vocab}  ({p.source})")
+        return 0
+    try:
+        preset = PRESETS.get(args.preset)
+        if preset is None:
+            raise ValueError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)} (--list)")
+        from .dummy import FORMAT_VERSION
+        out = args.output or str(cache_dir() / f"{args.preset}-{args.type.upper()}-seed{args.seed}-v{FORMAT_VERSION}.gguf")
+        if os.path.exists(out) and not args.force:
+            raise FileExistsError(f"{out} exists; pass --force to rebuild it")
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        result = _convert_progress(preset.n_params, lambda cb: build(args.preset, args.type, out, seed=args.seed,
+                                                                     threads=args.threads, on_progress=cb))
+    except (ValueError, OSError) as e:
+        return _fail("dummy", e)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_model_result(result, show_source=False)
+    return 0
+
+
+def _add_model_commands(sub: argparse._SubParsersAction) -> None:
+    from .quantize import MIXES
+
+    types = ", ".join(MIXES)
+    raw = argparse.RawDescriptionHelpFormatter
+    q = sub.add_parser("quantize", help="convert a GGUF model to F16, Q8_0, Q4_K_M, ...",
+                       description="Convert a GGUF model to a llama.cpp quantization mix, choosing each "
+                                   "tensor's type as llama.cpp's llama-quantize does. Metadata is kept.",
+                       epilog="example: llmbench quantize model-f16.gguf model-q4km.gguf --type Q4_K_M",
+                       formatter_class=raw)
+    q.add_argument("input", help="source GGUF file (F32, F16, BF16 or a type llmbench can dequantize)")
+    q.add_argument("output", help="destination GGUF file")
+    q.add_argument("--type", required=True, type=str.upper, metavar="TYPE", help=f"one of {types}")
+    q.add_argument("--threads", type=int, default=0, help="threads for the kernels (0: all)")
+    q.add_argument("--force", action="store_true", help="replace an existing destination")
+    q.add_argument("--json", action="store_true", help="print the per-tensor result as JSON")
+    q.set_defaults(func=cmd_quantize)
+
+    d = sub.add_parser("dummy", help="build a model of a real shape with seeded random weights",
+                       description="Build a dummy GGUF model: a preset's architecture, metadata and "
+                                   "vocabulary size with seeded N(0, 0.02) weights, quantized. Without -o "
+                                   "it goes to the cache that llmbench.dummy_model() uses.",
+                       epilog="examples:\n  llmbench dummy --list\n"
+                              "  llmbench dummy --preset llama-1b --type Q4_K_M -o llama-1b-q4km.gguf",
+                       formatter_class=raw)
+    d.add_argument("--preset", default="tiny", help="model shape (default tiny; --list shows all)")
+    d.add_argument("--type", default="Q4_K_M", type=str.upper, metavar="TYPE", help=f"one of {types}")
+    d.add_argument("-o", "--output", help="destination GGUF file (default: the dummy model cache)")
+    d.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    d.add_argument("--threads", type=int, default=0, help="threads for the kernels (0: all)")
+    d.add_argument("--force", action="store_true", help="replace an existing destination")
+    d.add_argument("--json", action="store_true", help="print the per-tensor result as JSON")
+    d.add_argument("--list", action="store_true", help="list the presets and exit")
+    d.set_defaults(func=cmd_dummy)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmbench", description="Benchmark large language models: speed and quality.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -64,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     info.set_defaults(func=cmd_info)
+    _add_model_commands(sub)
     return p
 
 

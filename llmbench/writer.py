@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import secrets
 import struct
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -387,3 +389,29 @@ def write_gguf(path: str | os.PathLike[str], metadata: Mapping[str, Any], tensor
     with GGUFWriter(path, metadata, specs, types=types) as w:
         for data in datas:
             w.write(data)
+
+
+def write_pipelined(path: str | os.PathLike[str], metadata: Mapping[str, Any], tensors: Sequence[TensorSpec],
+                    jobs: Iterable[tuple[Callable[[], Any], Callable[[], None]]], *,
+                    types: Mapping[str, str] | None = None, workers: int = 1, ahead: int = 3) -> None:
+    """Write a GGUF file whose tensor bytes come from ``jobs``: (produce, done) pairs in file order.
+    ``produce()`` returns the next piece of tensor data; it runs on ``workers`` threads up to
+    ``ahead`` pieces in advance (the C kernels release the GIL, so generation, quantization and
+    disk writes overlap), and ``done()`` is called on this thread once its piece is on disk."""
+    pending: deque[tuple[Future[Any], Callable[[], None]]] = deque()
+    with GGUFWriter(path, metadata, tensors, types=types) as w, \
+            ThreadPoolExecutor(workers, thread_name_prefix="llmbench-write") as pool:
+        try:
+            for produce, done in jobs:
+                pending.append((pool.submit(produce), done))
+                while len(pending) > ahead or (pending and pending[0][0].done()):
+                    fut, fin = pending.popleft()
+                    w.write(fut.result())
+                    fin()
+            while pending:
+                fut, fin = pending.popleft()
+                w.write(fut.result())
+                fin()
+        finally:
+            for fut, _ in pending:
+                fut.cancel()

@@ -1,0 +1,269 @@
+"""`llmbench quantize`: convert a GGUF model to a llama.cpp quantization mix (F16, Q8_0, Q4_K_M, ...).
+
+Which tensor gets which type follows llama.cpp (src/llama-quant.cpp, llama_tensor_get_type) for the
+mixes offered here: only 2-D+ tensors named "*weight" are converted (norms, 1-D tensors and the
+like are copied as they are); the output projection (or the token embedding when it doubles as the
+output) gets Q6_K; attn_v and ffn_down get more bits in the layers llama.cpp picks; a tensor whose
+rows are not a whole number of blocks falls back to a 32-block type, then to F16. One deviation:
+where llama.cpp stops with "Unsupported tensor size" (a Q4_0 or Q8_0 tensor whose rows of, say, 172
+elements are not whole 32-element blocks), llmbench uses F16 for that tensor, as llama.cpp does for
+the K types.
+Tensors are converted in row chunks and streamed to disk (llmbench.writer), so memory stays at a
+few chunks whatever the model size. Tested by tests/test_quantize_cmd.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import UnsupportedError
+from .gguf import GGUFFile, TensorInfo
+from .writer import TYPE_TRAITS, TensorSpec, write_pipelined
+
+GGML_QNT_VERSION = 2          # general.quantization_version, as llama.cpp writes it
+CHUNK_ELEMENTS = 1 << 22      # elements converted per step (16 MiB of float32)
+
+
+@dataclass(frozen=True)
+class Mix:
+    """A quantization mix: its llama.cpp LLAMA_FTYPE value and the type most tensors get."""
+
+    name: str
+    ftype: int
+    default: str
+
+
+MIXES = {m.name: m for m in (
+    Mix("F32", 0, "F32"), Mix("F16", 1, "F16"), Mix("BF16", 32, "BF16"), Mix("Q8_0", 7, "Q8_0"),
+    Mix("Q4_0", 2, "Q4_0"), Mix("Q4_K_S", 14, "Q4_K"), Mix("Q4_K_M", 15, "Q4_K"), Mix("Q5_K_M", 17, "Q5_K"),
+    Mix("Q6_K", 18, "Q6_K"),
+)}
+
+# llama.cpp's fallback when a row is not a whole number of 256-element super-blocks.
+K_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+
+# Substrings of weight names llama.cpp never quantizes (gates, small recurrent/positional tensors).
+_KEEP = ("_norm.weight", "ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj", "ssm_conv1d.weight",
+         "shortconv.conv.weight", "time_mix_", "attn_rel_b.weight")
+_KEEP_EXACT = ("position_embd.weight", "token_types.weight")
+
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+def _mix(name: str) -> Mix:
+    try:
+        return MIXES[name.upper()]
+    except KeyError:
+        raise ValueError(f"unknown quantization type {name!r}; choose one of {', '.join(MIXES)}") from None
+
+
+def _block(type_name: str) -> int:
+    return TYPE_TRAITS[type_name][1]
+
+
+def is_block_type(type_name: str) -> bool:
+    """True for block-quantized types (Q4_0, Q4_K, ...), False for F32/F16/BF16 and integers."""
+    return _block(type_name) > 1
+
+
+def use_more_bits(i_layer: int, n_layer: int) -> bool:
+    """llama.cpp's choice of layers that get more bits: the first and last eighth, and every third
+    layer in between."""
+    return i_layer < n_layer // 8 or i_layer >= 7 * n_layer // 8 or (i_layer - n_layer // 8) % 3 == 2
+
+
+def should_quantize(name: str, n_dims: int) -> bool:
+    """Whether llama.cpp converts this tensor at all (else it is copied unchanged)."""
+    return (name.endswith("weight") and n_dims >= 2 and not any(k in name for k in _KEEP)
+            and name not in _KEEP_EXACT)
+
+
+def tensor_type(mix: str, name: str, row: int, n_layer: int, has_output: bool) -> str:
+    """The type llama.cpp's `llama-quantize` gives a quantizable tensor ``name`` whose rows have
+    ``row`` elements, in a model of ``n_layer`` blocks (``has_output``: the file has output.weight,
+    i.e. the token embedding is not tied to the output)."""
+    m = _mix(mix)
+    t = m.default
+    if not is_block_type(t):
+        return t
+    layer = _LAYER.match(name)
+    i = int(layer.group(1)) if layer else -1
+    if name == "output.weight" or (not has_output and name == "token_embd.weight"):
+        if row % _block(t):
+            t = "Q8_0"
+        elif t != "Q8_0":
+            t = "Q6_K"
+    elif "attn_v.weight" in name:
+        if m.name in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, n_layer):
+            t = "Q6_K"
+        elif m.name == "Q4_K_S" and i < 4:
+            t = "Q5_K"
+    elif "ffn_down" in name:
+        if m.name in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, n_layer):
+            t = "Q6_K"
+        elif m.name == "Q4_K_S" and i < n_layer // 8:
+            t = "Q5_K"
+    elif "attn_qkv.weight" in name:
+        t = {"Q4_K_M": "Q5_K", "Q5_K_M": "Q6_K"}.get(m.name, t)
+    if row % _block(t):
+        t = K_FALLBACK.get(t, "F16")
+        if row % _block(t):
+            t = "F16"
+    return t
+
+
+# ---- converting rows ----
+
+def _quant() -> Any:
+    try:
+        from . import quant
+    except ImportError as e:
+        raise UnsupportedError(f"converting tensors needs llmbench.quant ({e}); rebuild the extension: "
+                               "python setup.py build_ext --inplace") from None
+    return quant
+
+
+def decode_rows(raw: np.ndarray, type_name: str, n: int, threads: int = 0) -> np.ndarray:
+    """float32 rows (rows, n) from the raw bytes (rows, row_bytes) of a ``type_name`` tensor."""
+    if type_name == "F32":
+        return raw.view(np.float32).reshape(raw.shape[0], n)
+    return _quant().dequantize(np.ascontiguousarray(raw), type_name, (raw.shape[0], n), nthreads=threads)
+
+
+def encode_rows(x: np.ndarray, type_name: str, threads: int = 0) -> np.ndarray:
+    """The raw bytes (rows, row_bytes) of float32 rows ``x`` in ``type_name``."""
+    if type_name == "F32":
+        return x.view(np.uint8)
+    return _quant().quantize(x, type_name, nthreads=threads)
+
+
+def convertible_types() -> set[str]:
+    """Types llmbench reads and writes: those of llmbench.quant."""
+    return set(_quant().SUPPORTED_TYPES)
+
+
+# ---- results ----
+
+@dataclass(frozen=True)
+class TensorResult:
+    name: str
+    shape: tuple[int, ...]
+    src_type: str
+    type: str
+    src_bytes: int
+    nbytes: int
+
+
+@dataclass
+class ModelResult:
+    """What a quantize or dummy build wrote: per-tensor types and sizes, time taken."""
+
+    path: str
+    mix: str
+    tensors: list[TensorResult] = field(default_factory=list)
+    seconds: float = 0.0
+    file_size: int = 0
+
+    @property
+    def n_elements(self) -> int:
+        return sum(int(np.prod(t.shape)) for t in self.tensors)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def bits_per_weight(self) -> float:
+        """Bits of tensor data per element over all tensors (as llama.cpp reports a model's BPW)."""
+        return 8.0 * self.nbytes / max(1, self.n_elements)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "mix": self.mix, "seconds": self.seconds, "file_size": self.file_size,
+                "n_elements": self.n_elements, "nbytes": self.nbytes, "bits_per_weight": self.bits_per_weight,
+                "tensors": [t.__dict__ | {"shape": list(t.shape)} for t in self.tensors]}
+
+
+# ---- the plan and the run ----
+
+@dataclass(frozen=True)
+class _Step:
+    src: TensorInfo
+    dst: TensorSpec
+
+
+def plan(src: GGUFFile, mix: str) -> list[_Step]:
+    """Each source tensor with its destination type under ``mix``; checks every conversion is possible."""
+    m = _mix(mix)
+    arch = src.metadata.get("general.architecture", "")
+    n_layer = int(src.metadata.get(f"{arch}.block_count", 0))
+    if n_layer <= 0:
+        n_layer = 1 + max((int(g.group(1)) for n in src.tensors if (g := _LAYER.match(n))), default=-1)
+    has_output = "output.weight" in src.tensors
+    readable = convertible_types()
+    steps = []
+    for t in src.tensors.values():
+        dst = t.type
+        if should_quantize(t.name, len(t.shape)):
+            dst = tensor_type(m.name, t.name, t.shape[-1], n_layer, has_output)
+        if dst != t.type and t.type not in readable:
+            raise UnsupportedError(f"tensor {t.name!r} is {t.type}, which llmbench cannot convert "
+                                   f"(it reads {', '.join(sorted(readable))}); convert it with llama.cpp's "
+                                   f"llama-quantize instead, or start from an F16/F32 file")
+        steps.append(_Step(t, TensorSpec(t.name, t.shape, dst)))
+    return steps
+
+
+def _chunks(src: GGUFFile, step: _Step, threads: int) -> Iterator[tuple[Callable[[], Any], int]]:
+    t, d = step.src, step.dst
+    raw = src.raw(t.name)
+    row = t.shape[-1]
+    rows = t.n_elements // row
+    src_row = t.nbytes // rows
+    raw = raw.reshape(rows, src_row)
+    per = max(1, CHUNK_ELEMENTS // row)
+    for r0 in range(0, rows, per):
+        part = raw[r0:r0 + per]
+        if d.type == t.type:
+            yield (lambda p=part: p), part.shape[0] * row
+        else:
+            yield (lambda p=part: encode_rows(decode_rows(p, t.type, row, threads), d.type, threads)), part.shape[0] * row
+
+
+def quantize_file(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[str], mix: str, *,
+                  threads: int = 0, force: bool = False,
+                  on_progress: Callable[[str, int], None] | None = None) -> ModelResult:
+    """Write ``dst_path``: the model at ``src_path`` converted to ``mix``. Metadata is kept (same keys
+    and types) except general.file_type and general.quantization_version, set as llama.cpp does.
+    ``on_progress(tensor_name, elements_done)`` is called after each written chunk."""
+    m = _mix(mix)
+    if os.path.exists(dst_path) and not force:
+        raise FileExistsError(f"{dst_path} exists; pass --force (force=True) to replace it")
+    if os.path.abspath(src_path) == os.path.abspath(dst_path):
+        raise ValueError("source and destination are the same file; write to a new path")
+    t0 = time.perf_counter()
+    with GGUFFile(src_path) as src:
+        steps = plan(src, m.name)
+        metadata = dict(src.metadata)
+        types = dict(src.metadata_types)
+        metadata["general.file_type"], types["general.file_type"] = m.ftype, "uint32"
+        metadata["general.quantization_version"] = GGML_QNT_VERSION
+        types["general.quantization_version"] = "uint32"
+
+        def jobs() -> Iterator[tuple[Callable[[], Any], Callable[[], None]]]:
+            for s in steps:
+                for job, n in _chunks(src, s, threads):
+                    yield job, (lambda name=s.src.name, n=n: on_progress(name, n) if on_progress else None)
+
+        write_pipelined(dst_path, metadata, [s.dst for s in steps], jobs(), types=types)
+    result = ModelResult(os.fspath(dst_path), m.name, seconds=time.perf_counter() - t0,
+                         file_size=os.path.getsize(dst_path))
+    result.tensors = [TensorResult(s.src.name, s.src.shape, s.src.type, s.dst.type, s.src.nbytes, s.dst.nbytes)
+                      for s in steps]
+    return result
