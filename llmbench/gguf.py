@@ -124,3 +124,12 @@ class GGUFFile:
         state = "closed" if self.closed else "open"
         return (f"<GGUFFile {self.path or '<buffer>'} v{self.version} arch={arch} "
                 f"tensors={len(self.tensors)} {state}>")
+
+    def dequantize(self, name: str) -> np.ndarray:
+        """Tensor ``name`` decoded to a new float32 array of its NumPy-order shape (see
+        :mod:`llmbench.quant` for the types handled)."""
+        from .quant import dequantize
+
+        raw = self.raw(name)   # a helpful KeyError for an unknown name
+        info = self.tensors[name]
+        return dequantize(raw, info.type_id, info.shape)

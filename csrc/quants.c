@@ -1,0 +1,701 @@
+// quants.c — scalar reference kernels for ggml's tensor formats: dequantization of F32, F16, BF16,
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K and quantization to each of them, following
+// ggml-quants.c's reference algorithms (quantize_row_*_ref: no importance matrix) operation for
+// operation so results are bit-identical; the per-SIMD-level kernel tables; and the whole-tensor
+// entry points, split over OpenMP threads. SIMD kernels live in quants_simd.c.
+// Tested by csrc/tests/test_quants.c and tests/test_quant.py (bit-exact against the gguf package's
+// NumPy code, byte-identical quantization where it has one, round-trip error tables, real files).
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "internal.h"
+#include "quants.h"
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+// ggml's GROUP_MAX_EPS: a group whose largest magnitude is below this quantizes to zeros
+#define GROUP_MAX_EPS 1e-15f
+
+// Round to the nearest integer, ties to even, for |v| <= 2^22 (ggml's nearest_int: adding 1.5*2^23
+// leaves the integer in the low mantissa bits). Larger or non-finite v give a meaningless value,
+// never undefined behaviour; callers clamp the result.
+static inline int nearest_int(float v) {
+    float t = v + 12582912.f;
+    int32_t i;
+    memcpy(&i, &t, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+// ---- F32, F16, BF16 ----
+
+static void dequant_f32(const void *x, float *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
+static void quant_f32(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof(float)); }
+
+static void dequant_f16_ref(const void *vx, float *y, int64_t n) {
+    const llmb_half *x = vx;
+    for (int64_t i = 0; i < n; i++) y[i] = llmb_fp16_to_fp32(x[i]);
+}
+
+static void quant_f16_ref(const float *x, void *vy, int64_t n) {
+    llmb_half *y = vy;
+    for (int64_t i = 0; i < n; i++) y[i] = llmb_fp32_to_fp16(x[i]);
+}
+
+static void dequant_bf16_ref(const void *vx, float *y, int64_t n) {
+    const uint16_t *x = vx;
+    for (int64_t i = 0; i < n; i++) y[i] = llmb_bf16_to_fp32(x[i]);
+}
+
+static void quant_bf16_ref(const float *x, void *vy, int64_t n) {
+    uint16_t *y = vy;
+    for (int64_t i = 0; i < n; i++) y[i] = llmb_fp32_to_bf16(x[i]);
+}
+
+// ---- Q4_0: x = d*(q - 8), d = -max/8 where max is the element of largest magnitude ----
+
+static void dequant_q4_0_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_0 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            y[j] = ((x[i].qs[j] & 0x0F) - 8) * d;
+            y[j + LLMB_QK / 2] = ((x[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+// the element of largest magnitude (the first one on ties), keeping its sign
+static float signed_absmax(const float *x, int n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < n; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+static void quant_q4_0_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q4_0 *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
+        const float d = signed_absmax(x, LLMB_QK) / -8;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = llmb_fp32_to_fp16(d);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            const uint8_t q0 = MIN(15, (int8_t)(x[j] * id + 8.5f));
+            const uint8_t q1 = MIN(15, (int8_t)(x[j + LLMB_QK / 2] * id + 8.5f));
+            y[i].qs[j] = q0 | (q1 << 4);
+        }
+    }
+}
+
+// ---- Q4_1: x = d*q + m, q in 0..15 spanning [min, max] ----
+
+static void dequant_q4_1_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_1 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const float d = llmb_fp16_to_fp32(x[i].d), m = llmb_fp16_to_fp32(x[i].m);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            y[j] = (x[i].qs[j] & 0x0F) * d + m;
+            y[j + LLMB_QK / 2] = (x[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+static void minmax(const float *x, int n, float *min, float *max) {
+    *min = FLT_MAX;
+    *max = -FLT_MAX;
+    for (int j = 0; j < n; j++) {
+        if (x[j] < *min) *min = x[j];
+        if (x[j] > *max) *max = x[j];
+    }
+}
+
+static void quant_q4_1_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q4_1 *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
+        float min, max;
+        minmax(x, LLMB_QK, &min, &max);
+        const float d = (max - min) / 15;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = llmb_fp32_to_fp16(d);
+        y[i].m = llmb_fp32_to_fp16(min);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            const uint8_t q0 = MIN(15, (int8_t)((x[j] - min) * id + 0.5f));
+            const uint8_t q1 = MIN(15, (int8_t)((x[j + LLMB_QK / 2] - min) * id + 0.5f));
+            y[i].qs[j] = q0 | (q1 << 4);
+        }
+    }
+}
+
+// ---- Q5_0 and Q5_1: Q4_0 and Q4_1 with a fifth bit per element in qh ----
+
+static void dequant_q5_0_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q5_0 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            const int q0 = ((x[i].qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
+            const int q1 = ((x[i].qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+            y[j] = q0 * d;
+            y[j + LLMB_QK / 2] = q1 * d;
+        }
+    }
+}
+
+static void dequant_q5_1_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q5_1 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const float d = llmb_fp16_to_fp32(x[i].d), m = llmb_fp16_to_fp32(x[i].m);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            const int q0 = (x[i].qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10);
+            const int q1 = (x[i].qs[j] >> 4) | ((qh >> (j + 12)) & 0x10);
+            y[j] = q0 * d + m;
+            y[j + LLMB_QK / 2] = q1 * d + m;
+        }
+    }
+}
+
+// pack 32 five-bit values: low nibbles as in Q4_0, fifth bits into qh
+static void pack_q5(const uint8_t q[LLMB_QK], uint8_t qs[LLMB_QK / 2], uint8_t qh_out[4]) {
+    uint32_t qh = 0;
+    for (int j = 0; j < LLMB_QK / 2; j++) {
+        qs[j] = (q[j] & 0x0F) | ((q[j + LLMB_QK / 2] & 0x0F) << 4);
+        qh |= ((q[j] & 0x10u) >> 4) << j;
+        qh |= ((q[j + LLMB_QK / 2] & 0x10u) >> 4) << (j + LLMB_QK / 2);
+    }
+    memcpy(qh_out, &qh, 4);
+}
+
+static void quant_q5_0_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q5_0 *y = vy;
+    uint8_t q[LLMB_QK];
+    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
+        const float d = signed_absmax(x, LLMB_QK) / -16;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = llmb_fp32_to_fp16(d);
+        for (int j = 0; j < LLMB_QK; j++) q[j] = MIN(31, (int8_t)(x[j] * id + 16.5f));
+        pack_q5(q, y[i].qs, y[i].qh);
+    }
+}
+
+static void quant_q5_1_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q5_1 *y = vy;
+    uint8_t q[LLMB_QK];
+    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
+        float min, max;
+        minmax(x, LLMB_QK, &min, &max);
+        const float d = (max - min) / 31;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = llmb_fp32_to_fp16(d);
+        y[i].m = llmb_fp32_to_fp16(min);
+        for (int j = 0; j < LLMB_QK; j++) q[j] = (uint8_t)((x[j] - min) * id + 0.5f);
+        pack_q5(q, y[i].qs, y[i].qh);
+    }
+}
+
+// ---- Q8_0: x = d*q, d = amax/127, q = round(x/d) (halves away from zero) ----
+
+static void dequant_q8_0_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q8_0 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        for (int j = 0; j < LLMB_QK; j++) y[j] = x[i].qs[j] * d;
+    }
+}
+
+static void quant_q8_0_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < LLMB_QK; j++) amax = MAX(amax, fabsf(x[j]));
+        const float d = amax / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = llmb_fp32_to_fp16(d);
+        for (int j = 0; j < LLMB_QK; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
+    }
+}
+
+// ---- K-quant helpers (ggml's make_qkx2_quants and make_qx_quants) ----
+
+// Fit x[i] ~ scale*L[i] - the_min with L in 0..nmax, minimizing the weighted absolute (use_mad) or
+// squared error: start from the min/max grid, then try nstep+1 grids (nmax + rmin + rdelta*is
+// steps over the range), solving the least-squares scale and min for each. Returns the scale.
+static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                              uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad) {
+    float min = x[0], max = x[0];
+    float sum_w = weights[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        float w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_error = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * (x[i] - min));
+        L[i] = MAX(0, MIN(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        diff = use_mad ? fabsf(diff) : diff * diff;
+        best_error += weights[i] * diff;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = nearest_int(iscale * (x[i] - min));
+            l = MAX(0, MIN(nmax, l));
+            Laux[i] = l;
+            float w = weights[i];
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float cur_error = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                diff = use_mad ? fabsf(diff) : diff * diff;
+                cur_error += weights[i] * diff;
+            }
+            if (cur_error < best_error) {
+                for (int i = 0; i < n; i++) L[i] = Laux[i];
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+// Symmetric fit x[i] ~ scale*(L[i] - nmax), L in 0..2*nmax-1, weights x^2 (ggml's rmse_type 1):
+// try 19 grids around nmax/max and keep the least-squares scale with the best weighted error.
+static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * x[i]);
+        l = MAX(-nmax, MIN(nmax - 1, l));
+        L[i] = l + nmax;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = nearest_int(iscale * x[i]);
+            l = MAX(-nmax, MIN(nmax - 1, l));
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) {
+                int l = nearest_int(iscale * x[i]);
+                L[i] = nmax + MAX(-nmax, MIN(nmax - 1, l));
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+// Shared by Q4_K and Q5_K (nmax 15 or 31): per sub-block of 32, fit scale and min with weights
+// av_x + |x|; quantize the 8 scales and 8 mins to 6 bits against the super-block d and dmin; then
+// requantize every element with the scale and min it will really be decoded with.
+static void quantize_k_superblock(const float *x, int nmax, float rmin, int nstep, llmb_half *d_out,
+                                  llmb_half *dmin_out, uint8_t scales_out[LLMB_K_SCALE_SIZE], uint8_t L[LLMB_QK_K]) {
+    uint8_t Laux[32];
+    float weights[32], mins[LLMB_QK_K / 32], scales[LLMB_QK_K / 32];
+    float max_scale = 0, max_min = 0;   // scales and mins are never negative
+    for (int j = 0; j < LLMB_QK_K / 32; j++) {
+        const float *xs = x + 32 * j;
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
+        scales[j] = make_qkx2_quants(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < LLMB_QK_K / 32; j++) {
+        uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
+        uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+        ls = MIN(63, ls);
+        lm = MIN(63, lm);
+        if (j < 4) {
+            scales_out[j] = ls;
+            scales_out[j + 4] = lm;
+        } else {
+            scales_out[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
+            scales_out[j - 4] |= ((ls >> 4) << 6);
+            scales_out[j - 0] |= ((lm >> 4) << 6);
+        }
+    }
+    *d_out = llmb_fp32_to_fp16(max_scale / 63.f);
+    *dmin_out = llmb_fp32_to_fp16(max_min / 63.f);
+    for (int j = 0; j < LLMB_QK_K / 32; j++) {
+        uint8_t sc, m;
+        llmb_get_scale_min_k4(j, scales_out, &sc, &m);
+        const float d = llmb_fp16_to_fp32(*d_out) * sc;
+        if (!d) continue;
+        const float dm = llmb_fp16_to_fp32(*dmin_out) * m;
+        for (int ii = 0; ii < 32; ii++) {
+            int l = nearest_int((x[32 * j + ii] + dm) / d);
+            L[32 * j + ii] = MAX(0, MIN(nmax, l));
+        }
+    }
+}
+
+// ---- Q4_K: super-blocks of 256, 8 sub-blocks with 6-bit scale and min ----
+
+static void dequant_q4_K_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_K *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const uint8_t *q = x[i].qs;
+        const float d = llmb_fp16_to_fp32(x[i].d), min = llmb_fp16_to_fp32(x[i].dmin);
+        for (int is = 0; is < 8; is += 2, q += 32) {
+            uint8_t sc, m;
+            llmb_get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            llmb_get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+static void quant_q4_K_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q4_K *y = vy;
+    uint8_t L[LLMB_QK_K];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        quantize_k_superblock(x, 15, -1.f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
+        uint8_t *q = y[i].qs;
+        for (int j = 0; j < LLMB_QK_K; j += 64, q += 32)
+            for (int l = 0; l < 32; l++) q[l] = L[j + l] | (L[j + l + 32] << 4);
+    }
+}
+
+// ---- Q5_K: Q4_K with a fifth bit per element ----
+
+static void dequant_q5_K_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q5_K *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const uint8_t *ql = x[i].qs, *qh = x[i].qh;
+        const float d = llmb_fp16_to_fp32(x[i].d), min = llmb_fp16_to_fp32(x[i].dmin);
+        uint8_t u1 = 1, u2 = 2;
+        for (int is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
+            uint8_t sc, m;
+            llmb_get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            llmb_get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+        }
+    }
+}
+
+static void quant_q5_K_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q5_K *y = vy;
+    uint8_t L[LLMB_QK_K];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        quantize_k_superblock(x, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
+        uint8_t *qh = y[i].qh, *ql = y[i].qs;
+        memset(qh, 0, LLMB_QK_K / 8);
+        uint8_t m1 = 1, m2 = 2;
+        for (int j = 0; j < LLMB_QK_K; j += 64, ql += 32, m1 <<= 2, m2 <<= 2) {
+            for (int l = 0; l < 32; l++) {
+                int l1 = L[j + l], l2 = L[j + l + 32];
+                if (l1 > 15) {
+                    l1 -= 16;
+                    qh[l] |= m1;
+                }
+                if (l2 > 15) {
+                    l2 -= 16;
+                    qh[l] |= m2;
+                }
+                ql[l] = l1 | (l2 << 4);
+            }
+        }
+    }
+}
+
+// ---- Q6_K: super-blocks of 256, 16 sub-blocks with an 8-bit signed scale, 6-bit quants ----
+
+static void dequant_q6_K_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q6_K *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        for (int j = 0; j < LLMB_QK_K; j += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                const int q1 = ((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l + 0] = d * sc[is + 0] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+        }
+    }
+}
+
+static void quant_q6_K_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q6_K *y = vy;
+    int8_t L[LLMB_QK_K];
+    float scales[LLMB_QK_K / 16];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        float max_scale = 0, max_abs_scale = 0;
+        for (int ib = 0; ib < LLMB_QK_K / 16; ib++) {
+            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+            if (fabsf(scales[ib]) > max_abs_scale) {
+                max_abs_scale = fabsf(scales[ib]);
+                max_scale = scales[ib];
+            }
+        }
+        if (max_abs_scale < GROUP_MAX_EPS) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float iscale = -128.f / max_scale;
+        y[i].d = llmb_fp32_to_fp16(1 / iscale);
+        for (int ib = 0; ib < LLMB_QK_K / 16; ib++) y[i].scales[ib] = (int8_t)MIN(127, nearest_int(iscale * scales[ib]));
+        for (int j = 0; j < LLMB_QK_K / 16; j++) {
+            float d = llmb_fp16_to_fp32(y[i].d) * y[i].scales[j];
+            if (!d) continue;
+            for (int ii = 0; ii < 16; ii++) {
+                int l = nearest_int(x[16 * j + ii] / d);
+                L[16 * j + ii] = MAX(-32, MIN(31, l)) + 32;
+            }
+        }
+        uint8_t *ql = y[i].ql, *qh = y[i].qh;
+        for (int j = 0; j < LLMB_QK_K; j += 128, ql += 64, qh += 32) {
+            for (int l = 0; l < 32; l++) {
+                const uint8_t q1 = L[j + l + 0] & 0xF, q2 = L[j + l + 32] & 0xF;
+                const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+                ql[l + 0] = q1 | (q3 << 4);
+                ql[l + 32] = q2 | (q4 << 4);
+                qh[l] = (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                        ((L[j + l + 96] >> 4) << 6);
+            }
+        }
+    }
+}
+
+// ---- Q8_K: x = d*q, q in -127..127 from the element of largest magnitude, with group sums ----
+
+static void dequant_q8_K_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q8_K *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, y += LLMB_QK_K)
+        for (int j = 0; j < LLMB_QK_K; j++) y[j] = x[i].d * x[i].qs[j];
+}
+
+static void quant_q8_K_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q8_K *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        float max = 0, amax = 0;
+        for (int j = 0; j < LLMB_QK_K; j++) {
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        if (!amax) {   // all zeros (ggml leaves bsums unset here; they are zero)
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < LLMB_QK_K; j++) y[i].qs[j] = (int8_t)MIN(127, nearest_int(iscale * x[j]));
+        for (int j = 0; j < LLMB_QK_K / 16; j++) {
+            int sum = 0;
+            for (int ii = 0; ii < 16; ii++) sum += y[i].qs[j * 16 + ii];
+            y[i].bsums[j] = (int16_t)sum;
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+// ---- kernel tables, one per SIMD level ----
+
+#define REF(to, from) {to, from, to, from}
+static const llmb_quant_traits ref_table[LLMB_TYPE_COUNT] = {
+    [LLMB_TYPE_F32] = REF(dequant_f32, quant_f32),
+    [LLMB_TYPE_F16] = REF(dequant_f16_ref, quant_f16_ref),
+    [LLMB_TYPE_Q4_0] = REF(dequant_q4_0_ref, quant_q4_0_ref),
+    [LLMB_TYPE_Q4_1] = REF(dequant_q4_1_ref, quant_q4_1_ref),
+    [LLMB_TYPE_Q5_0] = REF(dequant_q5_0_ref, quant_q5_0_ref),
+    [LLMB_TYPE_Q5_1] = REF(dequant_q5_1_ref, quant_q5_1_ref),
+    [LLMB_TYPE_Q8_0] = REF(dequant_q8_0_ref, quant_q8_0_ref),
+    [LLMB_TYPE_Q4_K] = REF(dequant_q4_K_ref, quant_q4_K_ref),
+    [LLMB_TYPE_Q5_K] = REF(dequant_q5_K_ref, quant_q5_K_ref),
+    [LLMB_TYPE_Q6_K] = REF(dequant_q6_K_ref, quant_q6_K_ref),
+    [LLMB_TYPE_Q8_K] = REF(dequant_q8_K_ref, quant_q8_K_ref),
+    [LLMB_TYPE_BF16] = REF(dequant_bf16_ref, quant_bf16_ref),
+};
+#undef REF
+
+static llmb_quant_traits tables[LLMB_SIMD_AVX512 + 1][LLMB_TYPE_COUNT];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+    for (int lvl = 0; lvl <= LLMB_SIMD_AVX512; lvl++) {
+        memcpy(tables[lvl], ref_table, sizeof ref_table);
+        // an AVX-512 CPU runs the AVX2 kernels too: install them first, then the wider ones
+        if (lvl == LLMB_SIMD_AVX512) llmb_quant_simd_install(LLMB_SIMD_AVX2, tables[lvl]);
+        llmb_quant_simd_install((llmb_simd_level)lvl, tables[lvl]);
+    }
+}
+
+const llmb_quant_traits *llmb_quant_traits_get(int type_id) {
+    if (type_id < 0 || type_id >= LLMB_TYPE_COUNT || !ref_table[type_id].to_float_ref) return NULL;
+    pthread_once(&tables_once, build_tables);
+    return &tables[llmb_simd_active()][type_id];
+}
+
+// ---- whole tensors ----
+
+#define CHUNK_ELEMS 16384          // elements per task handed to a thread
+#define PARALLEL_MIN_ELEMS 262144  // smaller tensors are converted by the calling thread
+
+static void supported_names(int quantize, char *buf, size_t size) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int t = 0; t < LLMB_TYPE_COUNT && len < size; t++) {
+        if (!ref_table[t].to_float_ref || (quantize && !ref_table[t].from_float_ref)) continue;
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? ", " : "", llmb_type_traits_get(t)->name);
+    }
+}
+
+static llmb_status check_args(const char *what, int quantize, int type, const void *src, const void *dst,
+                              int64_t nrows, int64_t ncols, int nthreads, const llmb_type_traits **tt) {
+    char names[256];
+    *tt = llmb_type_traits_get(type);
+    if (!*tt) return llmb_fail(LLMB_E_ARG, "%s: unknown ggml type id %d", what, type);
+    if (!llmb_quant_traits_get(type) || (quantize && !llmb_quant_traits_get(type)->from_float)) {
+        supported_names(quantize, names, sizeof names);
+        return llmb_fail(LLMB_E_UNSUPPORTED, "%s: type %s is not supported (supported: %s)", what, (*tt)->name, names);
+    }
+    if (nrows < 0 || ncols < 0)
+        return llmb_fail(LLMB_E_ARG, "%s: negative shape (%lld rows, %lld columns)", what, (long long)nrows,
+                         (long long)ncols);
+    if (ncols % (*tt)->blck_size)
+        return llmb_fail(LLMB_E_ARG, "%s: row length %lld is not a multiple of the %s block size %lld", what,
+                         (long long)ncols, (*tt)->name, (long long)(*tt)->blck_size);
+    if (ncols && nrows > INT64_MAX / 8 / ncols)
+        return llmb_fail(LLMB_E_ARG, "%s: %lld x %lld elements overflow", what, (long long)nrows, (long long)ncols);
+    if (nthreads < 0) return llmb_fail(LLMB_E_ARG, "%s: nthreads must be >= 0 (0: default), got %d", what, nthreads);
+    if (nrows && ncols && (!src || !dst)) return llmb_fail(LLMB_E_ARG, "%s: NULL buffer", what);
+    if (((uintptr_t)src | (uintptr_t)dst) & 3) return llmb_fail(LLMB_E_ARG, "%s: buffers must be 4-byte aligned", what);
+    return LLMB_OK;
+}
+
+static int all_finite(const float *x, int64_t n) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
+static inline int thread_count(int nthreads) { return nthreads > 0 ? nthreads : llmb_max_threads(); }
+
+llmb_status llmb_dequantize(int type, const void *src, float *dst, int64_t nrows, int64_t ncols, int nthreads) {
+    const llmb_type_traits *tt;
+    llmb_status s = check_args("dequantize", 0, type, src, dst, nrows, ncols, nthreads, &tt);
+    if (s) return s;
+    const llmb_to_float_fn to_float = llmb_quant_traits_get(type)->to_float;
+    const int64_t bs = tt->blck_size, ts = tt->type_size;
+    const int64_t nb = nrows * (ncols / bs), per_chunk = CHUNK_ELEMS / bs;
+    const int64_t nchunks = (nb + per_chunk - 1) / per_chunk;
+#pragma omp parallel for schedule(static) num_threads(thread_count(nthreads)) if (nb * bs >= PARALLEL_MIN_ELEMS)
+    for (int64_t c = 0; c < nchunks; c++) {
+        const int64_t b0 = c * per_chunk, nblk = MIN(per_chunk, nb - b0);
+        to_float((const uint8_t *)src + b0 * ts, dst + b0 * bs, nblk * bs);
+    }
+    return LLMB_OK;
+}
+
+llmb_status llmb_quantize(int type, const float *src, void *dst, int64_t nrows, int64_t ncols, int nthreads) {
+    const llmb_type_traits *tt;
+    llmb_status s = check_args("quantize", 1, type, src, dst, nrows, ncols, nthreads, &tt);
+    if (s) return s;
+    const llmb_from_float_fn from_float = llmb_quant_traits_get(type)->from_float;
+    const int64_t bs = tt->blck_size, ts = tt->type_size;
+    const int64_t nb = nrows * (ncols / bs), per_chunk = CHUNK_ELEMS / bs;
+    const int64_t nchunks = (nb + per_chunk - 1) / per_chunk;
+    const int check_finite = bs > 1;   // block formats have no NaN or Inf (llama.cpp refuses them too)
+    int nonfinite = 0;
+#pragma omp parallel for schedule(static) num_threads(thread_count(nthreads)) if (nb * bs >= PARALLEL_MIN_ELEMS)
+    for (int64_t c = 0; c < nchunks; c++) {
+        const int64_t b0 = c * per_chunk, nblk = MIN(per_chunk, nb - b0);
+        const float *x = src + b0 * bs;
+        if (check_finite && !all_finite(x, nblk * bs)) {
+#pragma omp atomic write
+            nonfinite = 1;
+            continue;
+        }
+        from_float(x, (uint8_t *)dst + b0 * ts, nblk * bs);
+    }
+    if (nonfinite) return llmb_fail(LLMB_E_ARG, "quantize: input has NaN or Inf, which %s cannot represent", tt->name);
+    return LLMB_OK;
+}

@@ -1,0 +1,204 @@
+// quants.h — ggml's quantized block layouts (declared once, for the C core and the CUDA kernels),
+// exact fp16/bf16 conversions, and the per-type table of row kernels (to_float, from_float) that
+// drives dequantization and quantization. Block size and bytes per block live in the type traits
+// (csrc/types.c, llmb_type_traits_get); this table adds only the kernels.
+// Tested by csrc/tests/test_quants.c (every SIMD kernel against its scalar reference) and
+// tests/test_quant.py (bit-exact against the gguf package and real GGUF files).
+#ifndef LLMB_QUANTS_H
+#define LLMB_QUANTS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "llmb.h"
+
+#ifdef __cplusplus
+#define LLMB_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+extern "C" {
+#else
+#define LLMB_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+// ---- block layouts (identical to ggml-common.h) ----
+
+// ggml type ids of the formats handled here (the full list is csrc/types.c)
+enum {
+    LLMB_TYPE_F32 = 0, LLMB_TYPE_F16 = 1, LLMB_TYPE_Q4_0 = 2, LLMB_TYPE_Q4_1 = 3, LLMB_TYPE_Q5_0 = 6,
+    LLMB_TYPE_Q5_1 = 7, LLMB_TYPE_Q8_0 = 8, LLMB_TYPE_Q4_K = 12, LLMB_TYPE_Q5_K = 13, LLMB_TYPE_Q6_K = 14,
+    LLMB_TYPE_Q8_K = 15, LLMB_TYPE_BF16 = 30,
+};
+
+typedef uint16_t llmb_half;   // IEEE binary16 bits (ggml_half)
+
+#define LLMB_QK 32            // elements per block of the legacy formats (Q4_0 .. Q8_0)
+#define LLMB_QK_K 256         // elements per super-block of the K formats
+#define LLMB_K_SCALE_SIZE 12  // bytes of packed 6-bit scales and mins in Q4_K and Q5_K
+
+typedef struct {
+    llmb_half d;                 // scale
+    uint8_t qs[LLMB_QK / 2];     // 4-bit quants: element j in the low nibble of qs[j], j+16 in the high
+} llmb_block_q4_0;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q4_0) == 18, "wrong q4_0 block size");
+
+typedef struct {
+    llmb_half d, m;              // scale and min
+    uint8_t qs[LLMB_QK / 2];
+} llmb_block_q4_1;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q4_1) == 20, "wrong q4_1 block size");
+
+typedef struct {
+    llmb_half d;
+    uint8_t qh[4];               // fifth bit of element j in bit j (little-endian uint32)
+    uint8_t qs[LLMB_QK / 2];     // low 4 bits, as in Q4_0
+} llmb_block_q5_0;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q5_0) == 22, "wrong q5_0 block size");
+
+typedef struct {
+    llmb_half d, m;
+    uint8_t qh[4];
+    uint8_t qs[LLMB_QK / 2];
+} llmb_block_q5_1;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q5_1) == 24, "wrong q5_1 block size");
+
+typedef struct {
+    llmb_half d;
+    int8_t qs[LLMB_QK];
+} llmb_block_q8_0;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q8_0) == 34, "wrong q8_0 block size");
+
+// 8 sub-blocks of 32: x = d*sc[j]*q - dmin*m[j], sc and m 6-bit packed in `scales`
+typedef struct {
+    llmb_half d, dmin;
+    uint8_t scales[LLMB_K_SCALE_SIZE];
+    uint8_t qs[LLMB_QK_K / 2];   // per 64 elements: 32 bytes, low nibbles then high nibbles
+} llmb_block_q4_K;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q4_K) == 144, "wrong q4_K block size");
+
+typedef struct {
+    llmb_half d, dmin;
+    uint8_t scales[LLMB_K_SCALE_SIZE];
+    uint8_t qh[LLMB_QK_K / 8];   // fifth bits: sub-block j uses bit j of qh[l]
+    uint8_t qs[LLMB_QK_K / 2];
+} llmb_block_q5_K;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q5_K) == 176, "wrong q5_K block size");
+
+// 16 sub-blocks of 16: x = d*scales[j]*(q - 32), q 6-bit
+typedef struct {
+    uint8_t ql[LLMB_QK_K / 2];   // low 4 bits
+    uint8_t qh[LLMB_QK_K / 4];   // high 2 bits
+    int8_t scales[LLMB_QK_K / 16];
+    llmb_half d;
+} llmb_block_q6_K;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q6_K) == 210, "wrong q6_K block size");
+
+// activations for integer dot products: x = d*q, bsums[j] = sum of q over elements 16j..16j+15
+typedef struct {
+    float d;
+    int8_t qs[LLMB_QK_K];
+    int16_t bsums[LLMB_QK_K / 16];
+} llmb_block_q8_K;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q8_K) == 292, "wrong q8_K block size");
+
+// the 6-bit scale and min of sub-block j (0..7) from Q4_K/Q5_K's 12 packed bytes
+static inline void llmb_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+    }
+}
+
+// ---- exact conversions ----
+
+// binary16 -> float32, exact. NaN payloads are kept (a signalling NaN stays signalling), as NumPy does.
+static inline float llmb_fp16_to_fp32(llmb_half h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, em = h & 0x7fffu, bits;
+    float f;
+    if (em >= 0x7c00) {                      // Inf, NaN
+        bits = sign | 0x7f800000u | ((em & 0x3ffu) << 13);
+    } else if (em >= 0x0400) {               // normal: rebias the exponent from 15 to 127
+        bits = sign | ((em << 13) + ((127u - 15u) << 23));
+    } else {                                 // zero, subnormal: em * 2^-24 is exact in float32
+        f = (float)em * 0x1p-24f;
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+// float32 -> binary16, round to nearest even; overflow gives Inf. A NaN keeps its top 10 payload
+// bits (made nonzero), exactly like NumPy's astype(np.float16).
+static inline llmb_half llmb_fp32_to_fp16(float x) {
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    uint32_t sign = (f >> 16) & 0x8000u, a = f & 0x7fffffffu;
+    if (a > 0x7f800000u) {                   // NaN
+        uint32_t m = (a >> 13) & 0x3ffu;
+        return (llmb_half)(sign | 0x7c00u | (m ? m : 1u));
+    }
+    if (a >= 0x477ff000u) return (llmb_half)(sign | 0x7c00u);   // >= 65520 rounds to Inf
+    if (a >= 0x38800000u) {                  // normal half (>= 2^-14)
+        uint32_t r = a - ((127u - 15u) << 23);
+        return (llmb_half)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+    }
+    if (a <= 0x33000000u) return (llmb_half)sign;              // <= 2^-25 rounds to zero
+    // subnormal half: units of 2^-24; the value is m * 2^(e-150), so shift m right by 126-e
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e, q = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    q += (rem > half) || (rem == half && (q & 1u));
+    return (llmb_half)(sign | q);
+}
+
+// float32 -> bfloat16, round to nearest even; NaN is made quiet (ggml_compute_fp32_to_bf16).
+static inline uint16_t llmb_fp32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float llmb_bf16_to_fp32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// ---- the kernel table ----
+
+// Row kernels: n elements (a multiple of the type's block size), blocks packed back to back.
+// Quantizing to a block format needs finite input (llmb_quantize checks); F16/BF16 take anything.
+typedef void (*llmb_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*llmb_from_float_fn)(const float *src, void *dst, int64_t n);
+
+typedef struct {
+    llmb_to_float_fn to_float;          // fastest kernel for the active SIMD level
+    llmb_from_float_fn from_float;      // NULL if the type cannot be quantized to
+    llmb_to_float_fn to_float_ref;      // scalar reference (the definition)
+    llmb_from_float_fn from_float_ref;
+} llmb_quant_traits;
+
+// Kernels for `type_id` at the SIMD level active now (llmb_simd_active); NULL for a type that
+// cannot be dequantized.
+LLMB_API const llmb_quant_traits *llmb_quant_traits_get(int type_id);
+
+// Whole tensors of nrows x ncols elements (ncols a multiple of the block size; rows packed back to
+// back), split over `nthreads` OpenMP threads (0: the OpenMP default) when large enough.
+// LLMB_E_UNSUPPORTED for a type we cannot convert, LLMB_E_ARG for bad sizes or misaligned buffers
+// (src and dst must be 4-byte aligned).
+LLMB_API llmb_status llmb_dequantize(int type, const void *src, float *dst, int64_t nrows, int64_t ncols,
+                                     int nthreads);
+LLMB_API llmb_status llmb_quantize(int type, const float *src, void *dst, int64_t nrows, int64_t ncols,
+                                   int nthreads);
+
+// Internal (quants_simd.c): overwrite the entries of `table` (indexed by type id) that have a
+// kernel for SIMD level `lvl`; levels this build or architecture lacks leave it unchanged.
+void llmb_quant_simd_install(llmb_simd_level lvl, llmb_quant_traits *table);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMB_QUANTS_H

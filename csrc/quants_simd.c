@@ -1,0 +1,462 @@
+// quants_simd.c — SIMD versions of the row kernels in quants.c: AVX2 (+F16C) and AVX-512 on
+// x86-64, NEON on AArch64. Each is compiled for its level with a function target attribute (no
+// per-file -m flags, so one build runs on any CPU) and installed into the kernel table of that
+// level by llmb_quant_simd_install; quants.c picks the table of the active level at run time.
+// Every kernel gives bit-identical results to its scalar reference in quants.c: the same float
+// operations in the same order (a multiply then a subtract, never a fused multiply-add: the
+// targets below do not enable FMA), NaN inputs of the fp16 conversions handed to the scalar code.
+// Tested by csrc/tests/test_quants.c (each kernel against its reference on random data at every
+// level this CPU has) and tests/test_quant.py (LLMBENCH_SIMD=scalar gives identical results).
+#include "quants.h"
+
+// ================================ x86-64 ================================
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// ---- AVX2 helpers ----
+
+// the low 8 signed bytes of v as floats
+AVX2 static inline __m256 i8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+// the low 8 unsigned bytes of v as floats
+AVX2 static inline __m256 u8x8_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+AVX2 static inline float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AVX2 static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// roundf (halves away from zero), exactly: truncate, then step away from zero if the dropped
+// fraction (computed exactly) is at least one half
+AVX2 static inline __m256 round_away_ps(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
+}
+
+// ---- AVX2 kernels ----
+
+AVX2 static void dequant_f16_avx2(const void *vx, float *y, int64_t n) {
+    const llmb_half *x = vx;
+    const __m128i abs_mask = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(x + i));
+        if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, abs_mask), inf))) {   // a NaN: keep its payload
+            for (int k = 0; k < 8; k++) y[i + k] = llmb_fp16_to_fp32(x[i + k]);
+            continue;
+        }
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+    }
+    for (; i < n; i++) y[i] = llmb_fp16_to_fp32(x[i]);
+}
+
+AVX2 static void quant_f16_avx2(const float *x, void *vy, int64_t n) {
+    llmb_half *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {   // a NaN: keep its payload like NumPy
+            for (int k = 0; k < 8; k++) y[i + k] = llmb_fp32_to_fp16(x[i + k]);
+            continue;
+        }
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; i++) y[i] = llmb_fp32_to_fp16(x[i]);
+}
+
+AVX2 static void dequant_q8_0_avx2(const void *vx, float *y, int64_t n) {
+    const llmb_block_q8_0 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const __m256 d = _mm256_set1_ps(llmb_fp16_to_fp32(x[i].d));
+        for (int j = 0; j < LLMB_QK; j += 8)
+            _mm256_storeu_ps(y + j, _mm256_mul_ps(i8x8_ps(_mm_loadl_epi64((const __m128i *)(x[i].qs + j))), d));
+    }
+}
+
+AVX2 static void quant_q8_0_avx2(const float *x, void *vy, int64_t n) {
+    llmb_block_q8_0 *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
+        __m256 v[4], amax = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+        }
+        const float d = hmax_ps(amax) / 127;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d = llmb_fp32_to_fp16(d);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+        // pack 4x8 int32 to 32 int8; the in-lane packs leave 4-byte groups in order 0,2,4,6,1,3,5,7
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)y[i].qs, p);
+    }
+}
+
+AVX2 static void dequant_q4_0_avx2(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_0 *x = vx;
+    const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const __m256 d = _mm256_set1_ps(llmb_fp16_to_fp32(x[i].d));
+        const __m128i q = _mm_loadu_si128((const __m128i *)x[i].qs);
+        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), eight);
+        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight);
+        _mm256_storeu_ps(y + 0, _mm256_mul_ps(i8x8_ps(lo), d));
+        _mm256_storeu_ps(y + 8, _mm256_mul_ps(i8x8_ps(_mm_srli_si128(lo, 8)), d));
+        _mm256_storeu_ps(y + 16, _mm256_mul_ps(i8x8_ps(hi), d));
+        _mm256_storeu_ps(y + 24, _mm256_mul_ps(i8x8_ps(_mm_srli_si128(hi, 8)), d));
+    }
+}
+
+// y[0..15] = d*q - m for 16 unsigned bytes q
+AVX2 static inline void affine16_avx2(float *y, __m128i q, __m256 d, __m256 m) {
+    _mm256_storeu_ps(y + 0, _mm256_sub_ps(_mm256_mul_ps(d, u8x8_ps(q)), m));
+    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(d, u8x8_ps(_mm_srli_si128(q, 8))), m));
+}
+
+AVX2 static void dequant_q4_K_avx2(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_K *x = vx;
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d), min = llmb_fp16_to_fp32(x[i].dmin);
+        const uint8_t *q = x[i].qs;
+        for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
+            uint8_t sc, m;
+            llmb_get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(min * m);
+            llmb_get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(min * m);
+            for (int h = 0; h < 32; h += 16) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(q + h));
+                affine16_avx2(y + h, _mm_and_si128(v, m4), d1, m1);
+                affine16_avx2(y + 32 + h, _mm_and_si128(_mm_srli_epi16(v, 4), m4), d2, m2);
+            }
+        }
+    }
+}
+
+// the 128 six-bit values (minus 32) of half a Q6_K super-block, in output order (plain AVX2, so
+// the AVX-512 kernel can inline it too)
+__attribute__((target("avx2"))) static inline void unpack_q6_K_avx2(const uint8_t *ql, const uint8_t *qh, int8_t q[128]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l32 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+#define HI2(s) _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, s), m2), 4)
+    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), HI2(0));
+    const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l32, m4), HI2(2));
+    const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), HI2(4));
+    const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l32, 4), m4), HI2(6));
+#undef HI2
+    _mm256_storeu_si256((__m256i *)(q + 0), _mm256_sub_epi8(q1, off));
+    _mm256_storeu_si256((__m256i *)(q + 32), _mm256_sub_epi8(q2, off));
+    _mm256_storeu_si256((__m256i *)(q + 64), _mm256_sub_epi8(q3, off));
+    _mm256_storeu_si256((__m256i *)(q + 96), _mm256_sub_epi8(q4, off));
+}
+
+AVX2 static void dequant_q6_K_avx2(const void *vx, float *y, int64_t n) {
+    const llmb_block_q6_K *x = vx;
+    int8_t q[128];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        for (int half = 0; half < 2; half++, y += 128) {
+            unpack_q6_K_avx2(x[i].ql + 64 * half, x[i].qh + 32 * half, q);
+            const int8_t *sc = x[i].scales + 8 * half;
+            for (int o = 0; o < 128; o += 8) {
+                const __m256 ds = _mm256_set1_ps(d * sc[o / 16]);
+                _mm256_storeu_ps(y + o, _mm256_mul_ps(ds, i8x8_ps(_mm_loadl_epi64((const __m128i *)(q + o)))));
+            }
+        }
+    }
+}
+
+AVX2 static void quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
+    llmb_block_q8_K *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i max_q = _mm256_set1_epi32(127);
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        __m256 vmax = _mm256_setzero_ps();
+        for (int j = 0; j < LLMB_QK_K; j += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        const float amax = hmax_ps(vmax);
+        if (!amax) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        int jmax = 0;   // the first element of largest magnitude, as the reference picks it
+        while (__builtin_fabsf(x[jmax]) != amax) jmax++;
+        const float iscale = -127.f / x[jmax];
+        const __m256 vs = _mm256_set1_ps(iscale);
+        for (int g = 0; g < LLMB_QK_K / 16; g++) {
+            const __m256i a = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 16 * g))), max_q);
+            const __m256i b = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 16 * g + 8))), max_q);
+            const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * g),
+                             _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+            y[i].bsums[g] = (int16_t)hsum_epi32(_mm256_add_epi32(a, b));
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
+// ---- AVX-512 kernels (16 lanes: one Q6_K sub-block, half a Q8_0 block) ----
+
+AVX512 static inline __m512 i8x16_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
+AVX512 static inline __m512 u8x16_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
+
+AVX512 static void dequant_f16_avx512(const void *vx, float *y, int64_t n) {
+    const llmb_half *x = vx;
+    const __m256i abs_mask = _mm256_set1_epi16(0x7fff), inf = _mm256_set1_epi16(0x7c00);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(x + i));
+        if (_mm256_cmpgt_epi16_mask(_mm256_and_si256(h, abs_mask), inf)) {   // a NaN: keep its payload
+            for (int k = 0; k < 16; k++) y[i + k] = llmb_fp16_to_fp32(x[i + k]);
+            continue;
+        }
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(h));
+    }
+    for (; i < n; i++) y[i] = llmb_fp16_to_fp32(x[i]);
+}
+
+AVX512 static void quant_f16_avx512(const float *x, void *vy, int64_t n) {
+    llmb_half *y = vy;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) {   // a NaN: keep its payload like NumPy
+            for (int k = 0; k < 16; k++) y[i + k] = llmb_fp32_to_fp16(x[i + k]);
+            continue;
+        }
+        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < n; i++) y[i] = llmb_fp32_to_fp16(x[i]);
+}
+
+AVX512 static void dequant_q8_0_avx512(const void *vx, float *y, int64_t n) {
+    const llmb_block_q8_0 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const __m512 d = _mm512_set1_ps(llmb_fp16_to_fp32(x[i].d));
+        _mm512_storeu_ps(y + 0, _mm512_mul_ps(i8x16_ps(_mm_loadu_si128((const __m128i *)x[i].qs)), d));
+        _mm512_storeu_ps(y + 16, _mm512_mul_ps(i8x16_ps(_mm_loadu_si128((const __m128i *)(x[i].qs + 16))), d));
+    }
+}
+
+AVX512 static void dequant_q4_0_avx512(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_0 *x = vx;
+    const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const __m512 d = _mm512_set1_ps(llmb_fp16_to_fp32(x[i].d));
+        const __m128i q = _mm_loadu_si128((const __m128i *)x[i].qs);
+        _mm512_storeu_ps(y + 0, _mm512_mul_ps(i8x16_ps(_mm_sub_epi8(_mm_and_si128(q, m4), eight)), d));
+        _mm512_storeu_ps(y + 16, _mm512_mul_ps(i8x16_ps(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight)), d));
+    }
+}
+
+AVX512 static void dequant_q4_K_avx512(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_K *x = vx;
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d), min = llmb_fp16_to_fp32(x[i].dmin);
+        const uint8_t *q = x[i].qs;
+        for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
+            uint8_t sc, m;
+            llmb_get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            const __m512 d1 = _mm512_set1_ps(d * sc), m1 = _mm512_set1_ps(min * m);
+            llmb_get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            const __m512 d2 = _mm512_set1_ps(d * sc), m2 = _mm512_set1_ps(min * m);
+            for (int h = 0; h < 32; h += 16) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(q + h));
+                _mm512_storeu_ps(y + h, _mm512_sub_ps(_mm512_mul_ps(d1, u8x16_ps(_mm_and_si128(v, m4))), m1));
+                _mm512_storeu_ps(y + 32 + h,
+                                 _mm512_sub_ps(_mm512_mul_ps(d2, u8x16_ps(_mm_and_si128(_mm_srli_epi16(v, 4), m4))), m2));
+            }
+        }
+    }
+}
+
+AVX512 static void dequant_q6_K_avx512(const void *vx, float *y, int64_t n) {
+    const llmb_block_q6_K *x = vx;
+    int8_t q[128];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        for (int half = 0; half < 2; half++, y += 128) {
+            unpack_q6_K_avx2(x[i].ql + 64 * half, x[i].qh + 32 * half, q);
+            const int8_t *sc = x[i].scales + 8 * half;
+            for (int o = 0; o < 128; o += 16)
+                _mm512_storeu_ps(y + o, _mm512_mul_ps(_mm512_set1_ps(d * sc[o / 16]),
+                                                      i8x16_ps(_mm_loadu_si128((const __m128i *)(q + o)))));
+        }
+    }
+}
+#endif // x86-64
+
+// ================================ AArch64 ================================
+#if defined(__aarch64__)
+#include <arm_neon.h>
+
+// y[0..15] = 16 signed bytes times d
+static inline void scale16_neon(float *y, int8x16_t q, float32x4_t d) {
+    const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_s8(vget_high_s8(q));
+    vst1q_f32(y + 0, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
+    vst1q_f32(y + 4, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(lo))), d));
+    vst1q_f32(y + 8, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
+    vst1q_f32(y + 12, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(hi))), d));
+}
+
+// y[0..15] = d*q - m for 16 unsigned bytes q
+static inline void affine16_neon(float *y, uint8x16_t q, float32x4_t d, float32x4_t m) {
+    const uint16x8_t lo = vmovl_u8(vget_low_u8(q)), hi = vmovl_u8(vget_high_u8(q));
+    vst1q_f32(y + 0, vsubq_f32(vmulq_f32(d, vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo)))), m));
+    vst1q_f32(y + 4, vsubq_f32(vmulq_f32(d, vcvtq_f32_u32(vmovl_u16(vget_high_u16(lo)))), m));
+    vst1q_f32(y + 8, vsubq_f32(vmulq_f32(d, vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi)))), m));
+    vst1q_f32(y + 12, vsubq_f32(vmulq_f32(d, vcvtq_f32_u32(vmovl_u16(vget_high_u16(hi)))), m));
+}
+
+static void dequant_f16_neon(const void *vx, float *y, int64_t n) {
+    const llmb_half *x = vx;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const uint16x8_t h = vld1q_u16(x + i);
+        if (vmaxvq_u16(vcgtq_u16(vandq_u16(h, vdupq_n_u16(0x7fff)), vdupq_n_u16(0x7c00)))) {   // a NaN
+            for (int k = 0; k < 8; k++) y[i + k] = llmb_fp16_to_fp32(x[i + k]);
+            continue;
+        }
+        vst1q_f32(y + i, vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))));
+        vst1q_f32(y + i + 4, vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h))));
+    }
+    for (; i < n; i++) y[i] = llmb_fp16_to_fp32(x[i]);
+}
+
+static void quant_f16_neon(const float *x, void *vy, int64_t n) {
+    llmb_half *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float32x4_t a = vld1q_f32(x + i), b = vld1q_f32(x + i + 4);
+        if (vminvq_u32(vandq_u32(vceqq_f32(a, a), vceqq_f32(b, b))) == 0) {   // a NaN
+            for (int k = 0; k < 8; k++) y[i + k] = llmb_fp32_to_fp16(x[i + k]);
+            continue;
+        }
+        vst1q_u16(y + i, vreinterpretq_u16_f16(vcombine_f16(vcvt_f16_f32(a), vcvt_f16_f32(b))));
+    }
+    for (; i < n; i++) y[i] = llmb_fp32_to_fp16(x[i]);
+}
+
+static void dequant_q8_0_neon(const void *vx, float *y, int64_t n) {
+    const llmb_block_q8_0 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const float32x4_t d = vdupq_n_f32(llmb_fp16_to_fp32(x[i].d));
+        scale16_neon(y, vld1q_s8(x[i].qs), d);
+        scale16_neon(y + 16, vld1q_s8(x[i].qs + 16), d);
+    }
+}
+
+static void dequant_q4_0_neon(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_0 *x = vx;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    const int8x16_t eight = vdupq_n_s8(8);
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const float32x4_t d = vdupq_n_f32(llmb_fp16_to_fp32(x[i].d));
+        const uint8x16_t q = vld1q_u8(x[i].qs);
+        scale16_neon(y, vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, m4)), eight), d);
+        scale16_neon(y + 16, vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), eight), d);
+    }
+}
+
+static void dequant_q4_K_neon(const void *vx, float *y, int64_t n) {
+    const llmb_block_q4_K *x = vx;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F);
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d), min = llmb_fp16_to_fp32(x[i].dmin);
+        const uint8_t *q = x[i].qs;
+        for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
+            uint8_t sc, m;
+            llmb_get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            const float32x4_t d1 = vdupq_n_f32(d * sc), m1 = vdupq_n_f32(min * m);
+            llmb_get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            const float32x4_t d2 = vdupq_n_f32(d * sc), m2 = vdupq_n_f32(min * m);
+            for (int h = 0; h < 32; h += 16) {
+                const uint8x16_t v = vld1q_u8(q + h);
+                affine16_neon(y + h, vandq_u8(v, m4), d1, m1);
+                affine16_neon(y + 32 + h, vshrq_n_u8(v, 4), d2, m2);
+            }
+        }
+    }
+}
+
+static void dequant_q6_K_neon(const void *vx, float *y, int64_t n) {
+    const llmb_block_q6_K *x = vx;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m2 = vdupq_n_u8(3);
+    const int8x16_t off = vdupq_n_s8(32);
+    int8_t q[128];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        for (int half = 0; half < 2; half++, y += 128) {
+            const uint8_t *ql = x[i].ql + 64 * half, *qh = x[i].qh + 32 * half;
+            for (int l = 0; l < 32; l += 16) {   // the same unpacking as the reference, 16 bytes at a time
+                const uint8x16_t l0 = vld1q_u8(ql + l), l32 = vld1q_u8(ql + 32 + l), h = vld1q_u8(qh + l);
+                const uint8x16_t q1 = vorrq_u8(vandq_u8(l0, m4), vshlq_n_u8(vandq_u8(h, m2), 4));
+                const uint8x16_t q2 = vorrq_u8(vandq_u8(l32, m4), vshlq_n_u8(vandq_u8(vshrq_n_u8(h, 2), m2), 4));
+                const uint8x16_t q3 = vorrq_u8(vshrq_n_u8(l0, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(h, 4), m2), 4));
+                const uint8x16_t q4 = vorrq_u8(vshrq_n_u8(l32, 4), vshlq_n_u8(vshrq_n_u8(h, 6), 4));
+                vst1q_s8(q + l + 0, vsubq_s8(vreinterpretq_s8_u8(q1), off));
+                vst1q_s8(q + l + 32, vsubq_s8(vreinterpretq_s8_u8(q2), off));
+                vst1q_s8(q + l + 64, vsubq_s8(vreinterpretq_s8_u8(q3), off));
+                vst1q_s8(q + l + 96, vsubq_s8(vreinterpretq_s8_u8(q4), off));
+            }
+            const int8_t *sc = x[i].scales + 8 * half;
+            for (int o = 0; o < 128; o += 16) scale16_neon(y + o, vld1q_s8(q + o), vdupq_n_f32(d * sc[o / 16]));
+        }
+    }
+}
+#endif // AArch64
+
+void llmb_quant_simd_install(llmb_simd_level lvl, llmb_quant_traits *t) {
+    switch (lvl) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case LLMB_SIMD_AVX2:
+        t[LLMB_TYPE_F16].to_float = dequant_f16_avx2;
+        t[LLMB_TYPE_F16].from_float = quant_f16_avx2;
+        t[LLMB_TYPE_Q8_0].to_float = dequant_q8_0_avx2;
+        t[LLMB_TYPE_Q8_0].from_float = quant_q8_0_avx2;
+        t[LLMB_TYPE_Q4_0].to_float = dequant_q4_0_avx2;
+        t[LLMB_TYPE_Q4_K].to_float = dequant_q4_K_avx2;
+        t[LLMB_TYPE_Q6_K].to_float = dequant_q6_K_avx2;
+        t[LLMB_TYPE_Q8_K].from_float = quant_q8_K_avx2;
+        break;
+    case LLMB_SIMD_AVX512:   // quantizers: the AVX2 ones (installed first by quants.c)
+        t[LLMB_TYPE_F16].to_float = dequant_f16_avx512;
+        t[LLMB_TYPE_F16].from_float = quant_f16_avx512;
+        t[LLMB_TYPE_Q8_0].to_float = dequant_q8_0_avx512;
+        t[LLMB_TYPE_Q4_0].to_float = dequant_q4_0_avx512;
+        t[LLMB_TYPE_Q4_K].to_float = dequant_q4_K_avx512;
+        t[LLMB_TYPE_Q6_K].to_float = dequant_q6_K_avx512;
+        break;
+#endif
+#if defined(__aarch64__)
+    case LLMB_SIMD_NEON:
+        t[LLMB_TYPE_F16].to_float = dequant_f16_neon;
+        t[LLMB_TYPE_F16].from_float = quant_f16_neon;
+        t[LLMB_TYPE_Q8_0].to_float = dequant_q8_0_neon;
+        t[LLMB_TYPE_Q4_0].to_float = dequant_q4_0_neon;
+        t[LLMB_TYPE_Q4_K].to_float = dequant_q4_K_neon;
+        t[LLMB_TYPE_Q6_K].to_float = dequant_q6_K_neon;
+        break;
+#endif
+    default:
+        break;
+    }
+}
