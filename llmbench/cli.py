@@ -6,8 +6,13 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from . import LLMBenchError
+
+if TYPE_CHECKING:
+    from .quantize import ModelResult
 
 
 def _gib(n: int) -> str:
@@ -57,10 +62,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 # ---- quantize and dummy: build GGUF files ----
 
-def _convert_progress(total: int, run):  # noqa: ANN001 - run(on_progress) -> ModelResult
+def _convert_progress(total: int, run: Callable[[Callable[[str, int], None]], ModelResult]) -> ModelResult:
     """Run ``run(on_progress)`` under a rich progress bar counting weights."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     columns = (TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
                TimeElapsedColumn(), TimeRemainingColumn())
@@ -69,7 +73,7 @@ def _convert_progress(total: int, run):  # noqa: ANN001 - run(on_progress) -> Mo
         return run(lambda name, n: bar.update(task, advance=n, description=name))
 
 
-def _print_model_result(result, show_source: bool) -> None:  # noqa: ANN001 - quantize.ModelResult
+def _print_model_result(result: ModelResult, show_source: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -112,7 +116,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def cmd_dummy(args: argparse.Namespace) -> int:
-    from .dummy import PRESETS, build, cache_dir
+    from .dummy import PRESETS, build, cached_path, get_preset
 
     if args.list:
         for p in PRESETS.values():
@@ -120,11 +124,8 @@ def cmd_dummy(args: argparse.Namespace) -> int:
                   f"{p.n_head}/{p.n_head_kv} heads, ffn {p.n_ff}, vocab {p.n_vocab}  ({p.source})")
         return 0
     try:
-        preset = PRESETS.get(args.preset)
-        if preset is None:
-            raise ValueError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)} (--list)")
-        from .dummy import FORMAT_VERSION
-        out = args.output or str(cache_dir() / f"{args.preset}-{args.type.upper()}-seed{args.seed}-v{FORMAT_VERSION}.gguf")
+        preset = get_preset(args.preset)
+        out = args.output or str(cached_path(args.preset, args.type, args.seed))
         if os.path.exists(out) and not args.force:
             raise FileExistsError(f"{out} exists; pass --force to rebuild it")
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

@@ -23,14 +23,23 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import _core
-from .quantize import CHUNK_ELEMENTS, GGML_QNT_VERSION, MIXES, ModelResult, TensorResult, encode_rows, \
-    should_quantize, tensor_type
+from .quantize import (
+    CHUNK_ELEMENTS,
+    GGML_QNT_VERSION,
+    MIXES,
+    ModelResult,
+    TensorResult,
+    encode_rows,
+    should_quantize,
+    tensor_type,
+)
 from .vocab import build_vocab, tokenizer_style
 from .writer import TensorSpec, write_pipelined
 
@@ -125,11 +134,18 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
 )}
 
 
+def _mix_name(mix: str) -> str:
+    if mix.upper() not in MIXES:
+        raise ValueError(f"unknown type {mix!r}; choose one of {', '.join(MIXES)}")
+    return mix.upper()
+
+
 def get_preset(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)} "
+                         "(llmbench dummy --list)") from None
 
 
 def rope_freq_factors(rope: Llama3Rope, head_dim: int, theta: float) -> np.ndarray:
@@ -146,7 +162,8 @@ def rope_freq_factors(rope: Llama3Rope, head_dim: int, theta: float) -> np.ndarr
         elif wavelen > low_wavelen:
             out.append(rope.factor)
         else:
-            smooth = (rope.original_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+            smooth = ((rope.original_context / wavelen - rope.low_freq_factor)
+                      / (rope.high_freq_factor - rope.low_freq_factor))
             out.append(1 / ((1 - smooth) / rope.factor + smooth))
     return np.array(out, np.float32)
 
@@ -214,9 +231,7 @@ def build(preset: str, mix: str, out: str | os.PathLike[str], *, seed: int = 0, 
     """Write dummy model ``preset`` in quantization mix ``mix`` to ``out`` (replacing a file there).
     ``on_progress(tensor_name, elements_done)`` is called after each written chunk."""
     p = get_preset(preset)
-    mix = mix.upper()
-    if mix not in MIXES:
-        raise ValueError(f"unknown type {mix!r}; choose one of {', '.join(MIXES)}")
+    mix = _mix_name(mix)
     t0 = time.perf_counter()
     specs = []
     for name, shape in p.tensors():
@@ -225,10 +240,12 @@ def build(preset: str, mix: str, out: str | os.PathLike[str], *, seed: int = 0, 
             t = tensor_type(mix, name, shape[-1], p.n_layer, not p.tied)
         specs.append(TensorSpec(name, shape, t))
 
+    notify = on_progress or (lambda name, n: None)
+
     def jobs() -> Iterator[tuple[Callable[[], Any], Callable[[], None]]]:
         for s in specs:
             for job, n in _chunks(p, s.name, s.shape, s.type, seed, threads):
-                yield job, (lambda name=s.name, n=n: on_progress(name, n) if on_progress else None)
+                yield job, partial(notify, s.name, n)
 
     write_pipelined(out, metadata(p, mix, seed), specs, jobs())
     result = ModelResult(os.fspath(out), mix, seconds=time.perf_counter() - t0, file_size=os.path.getsize(out))
@@ -245,15 +262,17 @@ def cache_dir() -> Path:
     return Path(root) / "dummy"
 
 
+def cached_path(preset: str, type: str = "Q4_K_M", seed: int = 0) -> Path:
+    """Where :func:`dummy_model` keeps this model (keyed by preset, type, seed and FORMAT_VERSION)."""
+    get_preset(preset)
+    return cache_dir() / f"{preset}-{_mix_name(type)}-seed{seed}-v{FORMAT_VERSION}.gguf"
+
+
 def dummy_model(preset: str, type: str = "Q4_K_M", *, seed: int = 0) -> Path:
     """The path of dummy model ``preset`` in quantization mix ``type``, building it on first use.
-    Cached by preset, type, seed and FORMAT_VERSION; a build that fails or is interrupted leaves
-    no file in the cache."""
-    get_preset(preset)
-    mix = type.upper()
-    if mix not in MIXES:
-        raise ValueError(f"unknown type {type!r}; choose one of {', '.join(MIXES)}")
-    path = cache_dir() / f"{preset}-{mix}-seed{seed}-v{FORMAT_VERSION}.gguf"
+    A build that fails or is interrupted leaves no file in the cache."""
+    path = cached_path(preset, type, seed)
+    mix = _mix_name(type)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         build(preset, mix, path, seed=seed)

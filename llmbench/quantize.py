@@ -18,7 +18,8 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -187,7 +188,7 @@ class ModelResult:
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "mix": self.mix, "seconds": self.seconds, "file_size": self.file_size,
                 "n_elements": self.n_elements, "nbytes": self.nbytes, "bits_per_weight": self.bits_per_weight,
-                "tensors": [t.__dict__ | {"shape": list(t.shape)} for t in self.tensors]}
+                "tensors": [asdict(t) | {"shape": list(t.shape)} for t in self.tensors]}
 
 
 # ---- the plan and the run ----
@@ -201,6 +202,9 @@ class _Step:
 def plan(src: GGUFFile, mix: str) -> list[_Step]:
     """Each source tensor with its destination type under ``mix``; checks every conversion is possible."""
     m = _mix(mix)
+    if int(src.metadata.get("split.count", 1)) > 1:
+        raise UnsupportedError(f"{src.path} is one part of a split model; merge the parts first "
+                               "(llama-gguf-split --merge) and quantize the merged file")
     arch = src.metadata.get("general.architecture", "")
     n_layer = int(src.metadata.get(f"{arch}.block_count", 0))
     if n_layer <= 0:
@@ -233,7 +237,8 @@ def _chunks(src: GGUFFile, step: _Step, threads: int) -> Iterator[tuple[Callable
         if d.type == t.type:
             yield (lambda p=part: p), part.shape[0] * row
         else:
-            yield (lambda p=part: encode_rows(decode_rows(p, t.type, row, threads), d.type, threads)), part.shape[0] * row
+            yield (lambda p=part: encode_rows(decode_rows(p, t.type, row, threads), d.type, threads)), \
+                part.shape[0] * row
 
 
 def quantize_file(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[str], mix: str, *,
@@ -256,10 +261,12 @@ def quantize_file(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[
         metadata["general.quantization_version"] = GGML_QNT_VERSION
         types["general.quantization_version"] = "uint32"
 
+        notify = on_progress or (lambda name, n: None)
+
         def jobs() -> Iterator[tuple[Callable[[], Any], Callable[[], None]]]:
             for s in steps:
                 for job, n in _chunks(src, s, threads):
-                    yield job, (lambda name=s.src.name, n=n: on_progress(name, n) if on_progress else None)
+                    yield job, partial(notify, s.src.name, n)
 
         write_pipelined(dst_path, metadata, [s.dst for s in steps], jobs(), types=types)
     result = ModelResult(os.fspath(dst_path), m.name, seconds=time.perf_counter() - t0,

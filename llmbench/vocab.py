@@ -54,7 +54,7 @@ def bytes_to_unicode() -> dict[int, str]:
             printable.append(b)
             chars.append(256 + n)
             n += 1
-    return {b: chr(c) for b, c in zip(printable, chars)}
+    return {b: chr(c) for b, c in zip(printable, chars, strict=True)}
 
 
 # ---- the character model: integer costs (-1000 ln p), best first ----
@@ -187,5 +187,5 @@ def build_vocab(size: int, style: TokenizerStyle) -> Vocab:
     types = np.full(size, TOKEN_NORMAL, np.int32)
     types[size - len(style.specials):] = TOKEN_CONTROL
     first_special = size - len(style.specials)
-    return Vocab(tokens, types, [f"{a} {b}" for a, b in merges],
-                 first_special + style.specials.index(style.bos), first_special + style.specials.index(style.eos), style)
+    bos, eos = (first_special + style.specials.index(t) for t in (style.bos, style.eos))
+    return Vocab(tokens, types, [f"{a} {b}" for a, b in merges], bos, eos, style)

@@ -48,7 +48,8 @@ _DTYPE_NAMES = {np.dtype(np.uint8): "uint8", np.dtype(np.int8): "int8", np.dtype
                 np.dtype(np.int64): "int64", np.dtype(np.float64): "float64"}
 
 # ggml type name -> (id, elements per block, bytes per block)
-TYPE_TRAITS: dict[str, tuple[int, int, int]] = {name: (tid, blck, size) for tid, name, blck, size in _core.type_traits()}
+TYPE_TRAITS: dict[str, tuple[int, int, int]] = {name: (tid, blck, size)
+                                                 for tid, name, blck, size in _core.type_traits()}
 
 
 def row_bytes(type_name: str, n: int) -> int:
@@ -227,7 +228,7 @@ def _check_tensors(tensors: Sequence[TensorSpec]) -> None:
         if not 1 <= len(t.shape) <= MAX_DIMS or any(int(d) <= 0 for d in t.shape):
             raise ValueError(f"tensor {t.name!r}: shape {t.shape} must have 1..{MAX_DIMS} positive dimensions")
         try:
-            t.row_bytes
+            row_bytes(t.type, t.shape[-1])
         except ValueError as e:
             raise ValueError(f"tensor {t.name!r}: {e}") from None
 
@@ -266,7 +267,8 @@ class GGUFWriter:
         while True:
             self._tmp = os.path.join(directory, f".{base}.{secrets.token_hex(4)}.tmp")
             try:
-                self._fd: int | None = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+                self._fd: int | None = os.open(self._tmp, flags, 0o666)
                 break
             except FileExistsError:
                 continue

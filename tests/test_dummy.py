@@ -13,7 +13,7 @@ import llmbench
 from llmbench import _core, dummy
 from llmbench.dummy import PRESETS, build, dummy_model, metadata, rope_freq_factors, tensor_seed
 from llmbench.gguf import GGUFFile
-from llmbench.vocab import bytes_to_unicode, build_vocab, synthetic_merges, tokenizer_style
+from llmbench.vocab import build_vocab, bytes_to_unicode, synthetic_merges, tokenizer_style
 
 HAVE_QUANT = importlib.util.find_spec("llmbench.quant") is not None
 needs_quant = pytest.mark.skipif(not HAVE_QUANT, reason="llmbench.quant (the C quantization kernels) is not built yet")

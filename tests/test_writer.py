@@ -171,7 +171,7 @@ def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
     specs = [TensorSpec("a", (64, 32), "F32")]
     with pytest.raises(OSError) as e:
         with GGUFWriter(tmp_path / "m.gguf", {"k": "v"}, specs) as w:
-            for i in range(8):
+            for _ in range(8):
                 w.write(np.zeros((8, 32), np.float32))
     assert e.value.errno == errno.ENOSPC
     assert _leftovers(tmp_path) == []
