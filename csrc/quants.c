@@ -17,6 +17,12 @@
 #include "internal.h"
 #include "quants.h"
 
+// Bit-exactness needs a*b+c rounded twice, never fused: GCC does not contract in ISO C mode
+// (-std=c11, as the builds use); clang must be told.
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
@@ -348,21 +354,31 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     return scale;
 }
 
+// The scalar sub-block fit of Q4_K and Q5_K: make_qkx2_quants on each of the 8 sub-blocks of 32.
+void llmb_fit_k_ref(const float *x, const float *w, int nmax, float rmin, int nstep, uint8_t *L, float *scales,
+                    float *mins) {
+    uint8_t Laux[32];
+    for (int j = 0; j < LLMB_QK_K / 32; j++)
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, w + 32 * j, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+}
+
 // Shared by Q4_K and Q5_K (nmax 15 or 31): per sub-block of 32, fit scale and min with weights
 // av_x + |x|; quantize the 8 scales and 8 mins to 6 bits against the super-block d and dmin; then
 // requantize every element with the scale and min it will really be decoded with.
-static void quantize_k_superblock(const float *x, int nmax, float rmin, int nstep, llmb_half *d_out,
-                                  llmb_half *dmin_out, uint8_t scales_out[LLMB_K_SCALE_SIZE], uint8_t L[LLMB_QK_K]) {
-    uint8_t Laux[32];
-    float weights[32], mins[LLMB_QK_K / 32], scales[LLMB_QK_K / 32];
-    float max_scale = 0, max_min = 0;   // scales and mins are never negative
+static void quantize_k_superblock(const float *x, int nmax, float rmin, int nstep, llmb_fit_k_fn fit,
+                                  llmb_half *d_out, llmb_half *dmin_out, uint8_t scales_out[LLMB_K_SCALE_SIZE],
+                                  uint8_t L[LLMB_QK_K]) {
+    float weights[LLMB_QK_K], mins[LLMB_QK_K / 32], scales[LLMB_QK_K / 32];
     for (int j = 0; j < LLMB_QK_K / 32; j++) {
         const float *xs = x + 32 * j;
         float sum_x2 = 0;
         for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
         float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
-        scales[j] = make_qkx2_quants(32, nmax, xs, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+        for (int l = 0; l < 32; l++) weights[32 * j + l] = av_x + fabsf(xs[l]);
+    }
+    fit(x, weights, nmax, rmin, nstep, L, scales, mins);
+    float max_scale = 0, max_min = 0;   // scales and mins are never negative
+    for (int j = 0; j < LLMB_QK_K / 32; j++) {
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -416,17 +432,19 @@ static void dequant_q4_K_ref(const void *vx, float *y, int64_t n) {
     }
 }
 
-static void quant_q4_K_ref(const float *x, void *vy, int64_t n) {
+void llmb_quant_q4_K_with(const float *x, void *vy, int64_t n, llmb_fit_k_fn fit) {
     llmb_block_q4_K *y = vy;
     uint8_t L[LLMB_QK_K];
     for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
         memset(y[i].scales, 0, sizeof y[i].scales);
-        quantize_k_superblock(x, 15, -1.f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
+        quantize_k_superblock(x, 15, -1.f, 20, fit, &y[i].d, &y[i].dmin, y[i].scales, L);
         uint8_t *q = y[i].qs;
         for (int j = 0; j < LLMB_QK_K; j += 64, q += 32)
             for (int l = 0; l < 32; l++) q[l] = L[j + l] | (L[j + l + 32] << 4);
     }
 }
+
+static void quant_q4_K_ref(const float *x, void *y, int64_t n) { llmb_quant_q4_K_with(x, y, n, llmb_fit_k_ref); }
 
 // ---- Q5_K: Q4_K with a fifth bit per element ----
 
@@ -448,12 +466,12 @@ static void dequant_q5_K_ref(const void *vx, float *y, int64_t n) {
     }
 }
 
-static void quant_q5_K_ref(const float *x, void *vy, int64_t n) {
+void llmb_quant_q5_K_with(const float *x, void *vy, int64_t n, llmb_fit_k_fn fit) {
     llmb_block_q5_K *y = vy;
     uint8_t L[LLMB_QK_K];
     for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
         memset(y[i].scales, 0, sizeof y[i].scales);
-        quantize_k_superblock(x, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
+        quantize_k_superblock(x, 31, -0.5f, 15, fit, &y[i].d, &y[i].dmin, y[i].scales, L);
         uint8_t *qh = y[i].qh, *ql = y[i].qs;
         memset(qh, 0, LLMB_QK_K / 8);
         uint8_t m1 = 1, m2 = 2;
@@ -473,6 +491,8 @@ static void quant_q5_K_ref(const float *x, void *vy, int64_t n) {
         }
     }
 }
+
+static void quant_q5_K_ref(const float *x, void *y, int64_t n) { llmb_quant_q5_K_with(x, y, n, llmb_fit_k_ref); }
 
 // ---- Q6_K: super-blocks of 256, 16 sub-blocks with an 8-bit signed scale, 6-bit quants ----
 
@@ -498,14 +518,19 @@ static void dequant_q6_K_ref(const void *vx, float *y, int64_t n) {
     }
 }
 
-static void quant_q6_K_ref(const float *x, void *vy, int64_t n) {
+// The scalar sub-block fit of Q6_K: make_qx_quants on each of the 16 sub-blocks of 16.
+void llmb_fit_q6_K_ref(const float *x, int8_t *L, float *scales) {
+    for (int ib = 0; ib < LLMB_QK_K / 16; ib++) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+}
+
+void llmb_quant_q6_K_with(const float *x, void *vy, int64_t n, llmb_fit_q6_K_fn fit) {
     llmb_block_q6_K *y = vy;
     int8_t L[LLMB_QK_K];
     float scales[LLMB_QK_K / 16];
     for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
         float max_scale = 0, max_abs_scale = 0;
+        fit(x, L, scales);
         for (int ib = 0; ib < LLMB_QK_K / 16; ib++) {
-            scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
             if (fabsf(scales[ib]) > max_abs_scale) {
                 max_abs_scale = fabsf(scales[ib]);
                 max_scale = scales[ib];
@@ -539,6 +564,8 @@ static void quant_q6_K_ref(const float *x, void *vy, int64_t n) {
         }
     }
 }
+
+static void quant_q6_K_ref(const float *x, void *y, int64_t n) { llmb_quant_q6_K_with(x, y, n, llmb_fit_q6_K_ref); }
 
 // ---- Q8_K: x = d*q, q in -127..127 from the element of largest magnitude, with group sums ----
 
@@ -657,8 +684,6 @@ static int all_finite(const float *x, int64_t n) {
     return !bad;
 }
 
-static inline int thread_count(int nthreads) { return nthreads > 0 ? nthreads : llmb_max_threads(); }
-
 llmb_status llmb_dequantize(int type, const void *src, float *dst, int64_t nrows, int64_t ncols, int nthreads) {
     const llmb_type_traits *tt;
     llmb_status s = check_args("dequantize", 0, type, src, dst, nrows, ncols, nthreads, &tt);
@@ -667,7 +692,8 @@ llmb_status llmb_dequantize(int type, const void *src, float *dst, int64_t nrows
     const int64_t bs = tt->blck_size, ts = tt->type_size;
     const int64_t nb = nrows * (ncols / bs), per_chunk = CHUNK_ELEMS / bs;
     const int64_t nchunks = (nb + per_chunk - 1) / per_chunk;
-#pragma omp parallel for schedule(static) num_threads(thread_count(nthreads)) if (nb * bs >= PARALLEL_MIN_ELEMS)
+#pragma omp parallel for schedule(static) if (nb * bs >= PARALLEL_MIN_ELEMS) \
+    num_threads(nthreads > 0 ? nthreads : llmb_max_threads())
     for (int64_t c = 0; c < nchunks; c++) {
         const int64_t b0 = c * per_chunk, nblk = MIN(per_chunk, nb - b0);
         to_float((const uint8_t *)src + b0 * ts, dst + b0 * bs, nblk * bs);
@@ -685,7 +711,8 @@ llmb_status llmb_quantize(int type, const float *src, void *dst, int64_t nrows, 
     const int64_t nchunks = (nb + per_chunk - 1) / per_chunk;
     const int check_finite = bs > 1;   // block formats have no NaN or Inf (llama.cpp refuses them too)
     int nonfinite = 0;
-#pragma omp parallel for schedule(static) num_threads(thread_count(nthreads)) if (nb * bs >= PARALLEL_MIN_ELEMS)
+#pragma omp parallel for schedule(static) if (nb * bs >= PARALLEL_MIN_ELEMS) \
+    num_threads(nthreads > 0 ? nthreads : llmb_max_threads())
     for (int64_t c = 0; c < nchunks; c++) {
         const int64_t b0 = c * per_chunk, nblk = MIN(per_chunk, nb - b0);
         const float *x = src + b0 * bs;

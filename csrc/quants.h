@@ -194,6 +194,21 @@ LLMB_API llmb_status llmb_dequantize(int type, const void *src, float *dst, int6
 LLMB_API llmb_status llmb_quantize(int type, const float *src, void *dst, int64_t nrows, int64_t ncols,
                                    int nthreads);
 
+// Internal: the K quantizers with their costly stage, the per-sub-block scale search, pluggable
+// (quants_simd.c supplies vectorized searches that give the same results as the scalar ones).
+// Q4_K/Q5_K: for each of the 8 sub-blocks of 32 of x (weights w), L in 0..nmax, scale and min
+// (ggml's make_qkx2_quants, grid nmax + rmin + 0.1*is for is = 0..nstep).
+typedef void (*llmb_fit_k_fn)(const float *x, const float *w, int nmax, float rmin, int nstep, uint8_t *L,
+                              float *scales, float *mins);
+// Q6_K: for each of the 16 sub-blocks of 16 of x, L in 0..63 and a signed scale (make_qx_quants).
+typedef void (*llmb_fit_q6_K_fn)(const float *x, int8_t *L, float *scales);
+void llmb_fit_k_ref(const float *x, const float *w, int nmax, float rmin, int nstep, uint8_t *L, float *scales,
+                    float *mins);
+void llmb_fit_q6_K_ref(const float *x, int8_t *L, float *scales);
+void llmb_quant_q4_K_with(const float *x, void *y, int64_t n, llmb_fit_k_fn fit);
+void llmb_quant_q5_K_with(const float *x, void *y, int64_t n, llmb_fit_k_fn fit);
+void llmb_quant_q6_K_with(const float *x, void *y, int64_t n, llmb_fit_q6_K_fn fit);
+
 // Internal (quants_simd.c): overwrite the entries of `table` (indexed by type id) that have a
 // kernel for SIMD level `lvl`; levels this build or architecture lacks leave it unchanged.
 void llmb_quant_simd_install(llmb_simd_level lvl, llmb_quant_traits *table);

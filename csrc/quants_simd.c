@@ -1,5 +1,5 @@
 // quants_simd.c — SIMD versions of the row kernels in quants.c: AVX2 (+F16C) and AVX-512 on
-// x86-64, NEON on AArch64. Each is compiled for its level with a function target attribute (no
+// x86-64, NEON on AArch64; on AVX2 also the K-quant scale searches, which dominate K quantization. Each is compiled for its level with a function target attribute (no
 // per-file -m flags, so one build runs on any CPU) and installed into the kernel table of that
 // level by llmb_quant_simd_install; quants.c picks the table of the active level at run time.
 // Every kernel gives bit-identical results to its scalar reference in quants.c: the same float
@@ -8,6 +8,12 @@
 // Tested by csrc/tests/test_quants.c (each kernel against its reference on random data at every
 // level this CPU has) and tests/test_quant.py (LLMBENCH_SIMD=scalar gives identical results).
 #include "quants.h"
+
+// Bit-exactness needs a*b+c rounded twice, never fused: GCC does not contract in ISO C mode
+// (-std=c11, as the builds use); clang must be told.
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
 
 // ================================ x86-64 ================================
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -211,6 +217,148 @@ AVX2 static void quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
         y[i].d = 1 / iscale;
     }
 }
+
+// ---- AVX2 K-quant scale searches: one sub-block per lane ----
+// The scalar searches (quants.c) sum over a sub-block's elements in order, so they cannot be split
+// within a sub-block without changing the sums; instead lane j runs sub-block j's whole search,
+// element after element, with the same operations: results are identical, 8 sub-blocks at a time.
+// nearest_int becomes _mm256_cvtps_epi32 (both round to nearest even; arguments stay below 2^22).
+
+AVX2 static inline __m256i clamp_epi32(__m256i v, int lo, int hi) {
+    return _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi));
+}
+
+// make_qkx2_quants (use_mad off, rdelta 0.1) on the 8 sub-blocks of 32 of a Q4_K/Q5_K super-block
+AVX2 static void fit_k_avx2(const float *x, const float *w, int nmax, float rmin, int nstep, uint8_t *L, float *scales,
+                            float *mins) {
+    __m256 xt[32], wt[32];   // element i of every sub-block: lane j holds x[32*j + i]
+    __m256i Lt[32], Laux[32];
+    const __m256i idx = _mm256_setr_epi32(0, 32, 64, 96, 128, 160, 192, 224);
+    for (int i = 0; i < 32; i++) {
+        xt[i] = _mm256_i32gather_ps(x + i, idx, 4);
+        wt[i] = _mm256_i32gather_ps(w + i, idx, 4);
+    }
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 min = xt[0], max = xt[0], sum_w = wt[0], sum_x = _mm256_mul_ps(wt[0], xt[0]);
+    for (int i = 1; i < 32; i++) {
+        min = _mm256_blendv_ps(min, xt[i], _mm256_cmp_ps(xt[i], min, _CMP_LT_OQ));
+        max = _mm256_blendv_ps(max, xt[i], _mm256_cmp_ps(xt[i], max, _CMP_GT_OQ));
+        sum_w = _mm256_add_ps(sum_w, wt[i]);
+        sum_x = _mm256_add_ps(sum_x, _mm256_mul_ps(wt[i], xt[i]));
+    }
+    min = _mm256_blendv_ps(min, zero, _mm256_cmp_ps(min, zero, _CMP_GT_OQ));
+    const __m256 flat = _mm256_cmp_ps(max, min, _CMP_EQ_OQ);
+    __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)nmax), _mm256_sub_ps(max, min));
+    __m256 scale = _mm256_div_ps(_mm256_set1_ps(1.0f), iscale), best = zero;
+    for (int i = 0; i < 32; i++) {
+        Lt[i] = clamp_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(iscale, _mm256_sub_ps(xt[i], min))), 0, nmax);
+        const __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(Lt[i])), min), xt[i]);
+        best = _mm256_add_ps(best, _mm256_mul_ps(wt[i], _mm256_mul_ps(diff, diff)));
+    }
+    for (int is = 0; is <= nstep; is++) {
+        // min moves with the best fit so far, and the next grid spans max - min from it (as in ggml)
+        iscale = _mm256_div_ps(_mm256_set1_ps(rmin + 0.1f * is + nmax), _mm256_sub_ps(max, min));
+        __m256 sum_l = zero, sum_l2 = zero, sum_xl = zero;
+        for (int i = 0; i < 32; i++) {
+            Laux[i] = clamp_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(iscale, _mm256_sub_ps(xt[i], min))), 0, nmax);
+            const __m256 l = _mm256_cvtepi32_ps(Laux[i]), wl = _mm256_mul_ps(wt[i], l);
+            sum_l = _mm256_add_ps(sum_l, wl);
+            sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, l));
+            sum_xl = _mm256_add_ps(sum_xl, _mm256_mul_ps(wl, xt[i]));
+        }
+        const __m256 D = _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_l2), _mm256_mul_ps(sum_l, sum_l));
+        __m256 this_scale = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_w, sum_xl), _mm256_mul_ps(sum_x, sum_l)), D);
+        __m256 this_min = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_x), _mm256_mul_ps(sum_l, sum_xl)), D);
+        const __m256 pos = _mm256_cmp_ps(this_min, zero, _CMP_GT_OQ);
+        this_min = _mm256_blendv_ps(this_min, zero, pos);
+        this_scale = _mm256_blendv_ps(this_scale, _mm256_div_ps(sum_xl, sum_l2), pos);
+        __m256 cur = zero;
+        for (int i = 0; i < 32; i++) {
+            const __m256 diff =
+                _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(this_scale, _mm256_cvtepi32_ps(Laux[i])), this_min), xt[i]);
+            cur = _mm256_add_ps(cur, _mm256_mul_ps(wt[i], _mm256_mul_ps(diff, diff)));
+        }
+        const __m256 better = _mm256_and_ps(_mm256_cmp_ps(D, zero, _CMP_GT_OQ), _mm256_cmp_ps(cur, best, _CMP_LT_OQ));
+        if (!_mm256_movemask_ps(better)) continue;
+        for (int i = 0; i < 32; i++) Lt[i] = _mm256_castps_si256(_mm256_blendv_ps(
+            _mm256_castsi256_ps(Lt[i]), _mm256_castsi256_ps(Laux[i]), better));
+        best = _mm256_blendv_ps(best, cur, better);
+        scale = _mm256_blendv_ps(scale, this_scale, better);
+        min = _mm256_blendv_ps(min, this_min, better);
+    }
+    // a constant sub-block: all L zero, scale zero
+    _mm256_storeu_ps(scales, _mm256_blendv_ps(scale, zero, flat));
+    _mm256_storeu_ps(mins, _mm256_xor_ps(min, _mm256_set1_ps(-0.0f)));
+    int32_t lanes[8];
+    const int flat_mask = _mm256_movemask_ps(flat);
+    for (int i = 0; i < 32; i++) {
+        _mm256_storeu_si256((__m256i *)lanes, Lt[i]);
+        for (int j = 0; j < 8; j++) L[32 * j + i] = (flat_mask >> j) & 1 ? 0 : (uint8_t)lanes[j];
+    }
+}
+
+AVX2 static void quant_q4_K_avx2(const float *x, void *y, int64_t n) { llmb_quant_q4_K_with(x, y, n, fit_k_avx2); }
+AVX2 static void quant_q5_K_avx2(const float *x, void *y, int64_t n) { llmb_quant_q5_K_with(x, y, n, fit_k_avx2); }
+
+// make_qx_quants (nmax 32, weights x^2) on 8 sub-blocks of 16 starting at x
+AVX2 static void fit_q6_K_8_avx2(const float *x, int8_t *L, float *scales) {
+    const int nmax = 32;
+    __m256 xt[16];
+    __m256i Lt[16], Laux[16];
+    const __m256i idx = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+    for (int i = 0; i < 16; i++) xt[i] = _mm256_i32gather_ps(x + i, idx, 4);
+    const __m256 zero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    __m256 max = zero, amax = zero;
+    for (int i = 0; i < 16; i++) {
+        const __m256 ax = _mm256_andnot_ps(sign, xt[i]), gt = _mm256_cmp_ps(ax, amax, _CMP_GT_OQ);
+        amax = _mm256_blendv_ps(amax, ax, gt);
+        max = _mm256_blendv_ps(max, xt[i], gt);
+    }
+    const __m256 tiny = _mm256_cmp_ps(amax, _mm256_set1_ps(1e-15f), _CMP_LT_OQ);   // GROUP_MAX_EPS: all zero
+    __m256 sumlx = zero, suml2 = zero;
+    __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)-nmax), max);
+    for (int i = 0; i < 16; i++) {
+        const __m256i l = clamp_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(iscale, xt[i])), -nmax, nmax - 1);
+        Lt[i] = l;
+        const __m256 lf = _mm256_cvtepi32_ps(l), w = _mm256_mul_ps(xt[i], xt[i]);
+        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w, xt[i]), lf));
+        suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, lf), lf));
+    }
+    __m256 scale = _mm256_blendv_ps(_mm256_div_ps(sumlx, suml2), zero, _mm256_cmp_ps(suml2, zero, _CMP_EQ_OQ));
+    __m256 best = _mm256_mul_ps(scale, sumlx);
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = _mm256_div_ps(_mm256_set1_ps(-(nmax + 0.1f * is)), max);
+        sumlx = suml2 = zero;
+        for (int i = 0; i < 16; i++) {
+            Laux[i] = clamp_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(iscale, xt[i])), -nmax, nmax - 1);
+            const __m256 lf = _mm256_cvtepi32_ps(Laux[i]), w = _mm256_mul_ps(xt[i], xt[i]);
+            sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w, xt[i]), lf));
+            suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w, lf), lf));
+        }
+        const __m256 better = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_GT_OQ),
+                                            _mm256_cmp_ps(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2), _CMP_GT_OQ));
+        if (!_mm256_movemask_ps(better)) continue;
+        for (int i = 0; i < 16; i++) Lt[i] = _mm256_castps_si256(_mm256_blendv_ps(
+            _mm256_castsi256_ps(Lt[i]), _mm256_castsi256_ps(Laux[i]), better));
+        scale = _mm256_blendv_ps(scale, _mm256_div_ps(sumlx, suml2), better);
+        best = _mm256_blendv_ps(best, _mm256_mul_ps(scale, sumlx), better);
+    }
+    _mm256_storeu_ps(scales, _mm256_blendv_ps(scale, zero, tiny));
+    int32_t lanes[8];
+    const int tiny_mask = _mm256_movemask_ps(tiny);
+    for (int i = 0; i < 16; i++) {
+        _mm256_storeu_si256((__m256i *)lanes, Lt[i]);
+        for (int j = 0; j < 8; j++) L[16 * j + i] = (tiny_mask >> j) & 1 ? 0 : (int8_t)(lanes[j] + nmax);
+    }
+}
+
+AVX2 static void fit_q6_K_avx2(const float *x, int8_t *L, float *scales) {
+    fit_q6_K_8_avx2(x, L, scales);
+    fit_q6_K_8_avx2(x + 128, L + 128, scales + 8);
+}
+
+AVX2 static void quant_q6_K_avx2(const float *x, void *y, int64_t n) { llmb_quant_q6_K_with(x, y, n, fit_q6_K_avx2); }
 
 // ---- AVX-512 kernels (16 lanes: one Q6_K sub-block, half a Q8_0 block) ----
 
@@ -436,6 +584,9 @@ void llmb_quant_simd_install(llmb_simd_level lvl, llmb_quant_traits *t) {
         t[LLMB_TYPE_Q4_K].to_float = dequant_q4_K_avx2;
         t[LLMB_TYPE_Q6_K].to_float = dequant_q6_K_avx2;
         t[LLMB_TYPE_Q8_K].from_float = quant_q8_K_avx2;
+        t[LLMB_TYPE_Q4_K].from_float = quant_q4_K_avx2;
+        t[LLMB_TYPE_Q5_K].from_float = quant_q5_K_avx2;
+        t[LLMB_TYPE_Q6_K].from_float = quant_q6_K_avx2;
         break;
     case LLMB_SIMD_AVX512:   // quantizers: the AVX2 ones (installed first by quants.c)
         t[LLMB_TYPE_F16].to_float = dequant_f16_avx512;
