@@ -295,6 +295,16 @@ static PyTypeObject ReaderType = {
     .tp_new = PyType_GenericNew,
 };
 
+llmb_gguf *llmb_py_reader_gguf(PyObject *o) {
+    if (!PyObject_TypeCheck(o, &ReaderType)) {
+        PyErr_Format(PyExc_TypeError, "expected an llmbench._core.Reader, got %s", Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    ReaderObject *r = (ReaderObject *)o;
+    if (!r->g) PyErr_SetString(PyExc_ValueError, "GGUF reader is closed");
+    return r->g;
+}
+
 // ---- build, CPU and type facts ----
 
 static PyObject *build_info(PyObject *m, PyObject *noargs) {
@@ -564,7 +574,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (!(UnsupportedError = new_exc(m, "UnsupportedError", Py_BuildValue("(OO)", LLMBenchError, PyExc_ValueError),
                                      "Valid input that llmbench cannot handle (type, architecture).")))
         goto fail;
-    if (llmb_py_init_quant(m) < 0) goto fail;
+    if (llmb_py_init_quant(m) < 0 || llmb_py_init_engine(m) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

@@ -16,6 +16,10 @@
 // Raise the exception matching `s` with the core's last message; returns NULL.
 PyObject *llmb_py_raise(llmb_status s, const char *filename);
 
+// The validated GGUF file behind an llmbench._core.Reader, or NULL with TypeError/ValueError set.
+llmb_gguf *llmb_py_reader_gguf(PyObject *reader);
+
 // Module sections (each returns 0, or -1 with an exception set).
 int llmb_py_init_quant(PyObject *m);   // llmbench/_quant_py.c
+int llmb_py_init_engine(PyObject *m);  // llmbench/_engine_py.c
 #endif

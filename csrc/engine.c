@@ -1,0 +1,821 @@
+// engine.c — sequences, paged KV cache, scheduler, forward step, sampler and event log (engine.h).
+//
+// Each step admits waiting requests whose KV blocks fit (blocks for prompt + max_tokens are taken
+// at admission, so a running sequence never runs out), then builds one batch: a decode token for
+// every running sequence, then prefill chunks of the others up to the token budget. The forward
+// pass reads like the model: embed, then per layer RMSNorm -> QKV -> RoPE -> KV store -> attention
+// -> output projection -> residual -> RMSNorm -> SwiGLU FFN -> residual, then final norm and the
+// output projection for the rows that need logits. Every per-token computation has a fixed order,
+// so a sequence's logits do not depend on what else is in the batch.
+// Tested by tests/test_engine.py (reference forward pass, stories260K greedy story, batch
+// invariance, prefix forks, sampler) and tests/test_sampling.py.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "engine.h"
+#include "internal.h"
+#include "model.h"
+#include "ops.h"
+#include "quants.h"
+
+#define MAX_TOPN 20
+
+enum { SEQ_WAITING = 0, SEQ_RUNNING = 1, SEQ_FINISHED = 2 };
+
+typedef struct {
+    int64_t id;
+    int state;
+    int32_t *tokens;          // prompt, then generated tokens
+    int n_tokens, cap_tokens, n_prompt;
+    int n_computed;           // tokens whose K/V are in the cache
+    int n_generated;
+    llmb_sampling s;
+    int32_t *stop;            // copy of s.stop_tokens
+    int32_t *blocks;          // block table
+    int n_blocks;
+    int64_t fork_from;
+    uint64_t rng;
+    float *prompt_lp;
+    uint8_t *prompt_greedy;
+    float *prompt_logits;
+    int admitted;
+} seq_t;
+
+// One token of the batch being computed.
+typedef struct {
+    seq_t *seq;
+    int pos;
+    int logit_row;            // row in the logits buffer, or -1
+} item_t;
+
+struct llmb_engine {
+    llmb_model *model;
+    llmb_engine_params p;
+    int kv_type;
+    size_t kv_row_bytes;      // one token's K (or V) of one layer
+    uint8_t *kv;              // [layer][K|V][block][slot] rows
+    int32_t *block_ref;       // reference count per block
+    int32_t *free_list;
+    int64_t n_free;
+    // sequences
+    seq_t **by_id;            // index = id; NULL once released
+    int64_t n_ids, cap_ids;
+    int64_t *waiting;         // FIFO of ids
+    int64_t n_waiting, cap_waiting;
+    seq_t **running;
+    int n_running;
+    // batch
+    item_t *items;
+    int max_logit_rows;
+    // activations (sized for max_batch_tokens tokens, max_logit_rows logits rows)
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *mm_scratch, *att_scratch;
+    size_t scratch_bytes;
+    // sampler
+    float *work;
+    int32_t *cand;
+    uint32_t *seen;
+    uint32_t stamp;
+    int32_t *counts;
+    // events
+    llmb_event *ev;
+    int32_t *ev_topn_id;
+    float *ev_topn_lp;
+    int64_t n_ev, ev_head, cap_ev;
+    llmb_engine_stats stats;
+};
+
+// ---- small helpers ----
+
+static void *xcalloc(size_t n, size_t sz, int *oom) {
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) *oom = 1;
+    return p;
+}
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    int64_t c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *state) {
+    *state += 0x9e3779b97f4a7c15ull;
+    return (double)(mix64(*state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int push_event(llmb_engine *e, int64_t seq, int kind, int32_t token, float lp) {
+    if (grow((void **)&e->ev, &e->cap_ev, e->n_ev + 1, sizeof *e->ev)) return -1;
+    int64_t cap = e->cap_ev;
+    void *a = realloc(e->ev_topn_id, (size_t)cap * MAX_TOPN * sizeof *e->ev_topn_id);
+    if (a) e->ev_topn_id = a;
+    void *b = realloc(e->ev_topn_lp, (size_t)cap * MAX_TOPN * sizeof *e->ev_topn_lp);
+    if (b) e->ev_topn_lp = b;
+    if (!a || !b) return -1;
+    e->ev[e->n_ev] = (llmb_event){seq, kind, token, lp, llmb_now_ns()};
+    for (int i = 0; i < MAX_TOPN; i++) {
+        e->ev_topn_id[e->n_ev * MAX_TOPN + i] = -1;
+        e->ev_topn_lp[e->n_ev * MAX_TOPN + i] = -INFINITY;
+    }
+    e->n_ev++;
+    return 0;
+}
+
+// ---- KV cache ----
+
+static uint8_t *kv_row(llmb_engine *e, int layer, int which, int32_t block, int slot) {
+    size_t per_block = (size_t)e->p.block_size * e->kv_row_bytes;
+    size_t per_part = (size_t)e->p.n_blocks * per_block;
+    return e->kv + ((size_t)layer * 2 + (size_t)which) * per_part + (size_t)block * per_block + (size_t)slot * e->kv_row_bytes;
+}
+
+static int32_t block_alloc(llmb_engine *e) {
+    int32_t b = e->free_list[--e->n_free];
+    e->block_ref[b] = 1;
+    return b;
+}
+
+static void block_unref(llmb_engine *e, int32_t b) {
+    if (--e->block_ref[b] == 0) e->free_list[e->n_free++] = b;
+}
+
+static void seq_free_blocks(llmb_engine *e, seq_t *s) {
+    for (int i = 0; i < s->n_blocks; i++) block_unref(e, s->blocks[i]);
+    s->n_blocks = 0;
+}
+
+static int blocks_for(const llmb_engine *e, int n_tokens) {
+    return (n_tokens + e->p.block_size - 1) / e->p.block_size;
+}
+
+static void store_kv(llmb_engine *e, uint8_t *dst, const float *src, int n) {
+    if (e->kv_type == LLMB_TYPE_F32) memcpy(dst, src, (size_t)n * sizeof(float));
+    else if (e->kv_type == LLMB_TYPE_F16)
+        for (int i = 0; i < n; i++) ((llmb_half *)dst)[i] = llmb_fp32_to_fp16(src[i]);
+    else llmb_quant_traits_get(e->kv_type)->from_float(src, dst, n);
+}
+
+// ---- engine lifetime ----
+
+llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, llmb_engine **out) {
+    *out = NULL;
+    llmb_engine *e = calloc(1, sizeof *e);
+    if (!e) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
+    llmb_status s = llmb_model_load(g, &e->model);
+    if (s) {
+        free(e);
+        return s;
+    }
+    e->p = *p;
+    const llmb_model_config *c = &e->model->cfg;
+    if (p->block_size < 1 || p->block_size > 4096 || p->n_blocks < 1 || p->ctx < 1 || p->max_batch_tokens < 1 ||
+        p->max_seqs < 1 || p->n_threads < 1) {
+        llmb_engine_free(e);
+        return llmb_fail(LLMB_E_ARG, "engine: block_size, n_blocks, ctx, max_batch_tokens, max_seqs and threads must be "
+                                     "positive (got %d, %lld, %d, %d, %d, %d)", p->block_size, (long long)p->n_blocks,
+                         p->ctx, p->max_batch_tokens, p->max_seqs, p->n_threads);
+    }
+    e->kv_type = p->kv_type;
+    int kv_dim = c->n_head_kv * c->head_dim;
+    if (e->kv_type == LLMB_TYPE_Q8_0 && c->head_dim % 32) {
+        llmb_engine_free(e);
+        return llmb_fail(LLMB_E_UNSUPPORTED, "engine: a Q8_0 KV cache needs a head size that is a multiple of 32; "
+                                             "this model's is %d (use kv_dtype f16 or f32)", c->head_dim);
+    }
+    if (e->kv_type != LLMB_TYPE_F32 && e->kv_type != LLMB_TYPE_F16 && e->kv_type != LLMB_TYPE_Q8_0) {
+        llmb_engine_free(e);
+        return llmb_fail(LLMB_E_ARG, "engine: KV cache type %d is not one of F32, F16, Q8_0", e->kv_type);
+    }
+    const llmb_type_traits *kt = llmb_type_traits_get(e->kv_type);
+    e->kv_row_bytes = (size_t)(kv_dim / kt->blck_size * kt->type_size);
+    size_t kv_bytes = (size_t)c->n_layer * 2 * (size_t)p->n_blocks * (size_t)p->block_size * e->kv_row_bytes;
+    int n = p->max_batch_tokens, nt = p->n_threads;
+    e->max_logit_rows = p->max_seqs + 64 < n ? p->max_seqs + 64 : n;
+    int64_t q_dim = (int64_t)c->n_head * c->head_dim, max_ne0 = c->dim;
+    if (q_dim > max_ne0) max_ne0 = q_dim;
+    if (c->ff > max_ne0) max_ne0 = c->ff;
+    int oom = 0;
+    e->kv = malloc(kv_bytes ? kv_bytes : 1);
+    if (!e->kv) {
+        llmb_engine_free(e);
+        return llmb_fail(LLMB_E_NOMEM, "engine: cannot allocate a KV cache of %zu bytes (%lld blocks of %d tokens); "
+                                       "lower kv_budget", kv_bytes, (long long)p->n_blocks, p->block_size);
+    }
+    e->block_ref = xcalloc((size_t)p->n_blocks, sizeof *e->block_ref, &oom);
+    e->free_list = xcalloc((size_t)p->n_blocks, sizeof *e->free_list, &oom);
+    e->items = xcalloc((size_t)n, sizeof *e->items, &oom);
+    e->running = xcalloc((size_t)p->max_seqs, sizeof *e->running, &oom);
+    size_t fl = 0;
+#define ACT(ptr, count) (e->ptr = xcalloc((size_t)(count), sizeof(float), &oom), fl += (size_t)(count))
+    ACT(x, (size_t)n * c->dim);
+    ACT(xn, (size_t)n * c->dim);
+    ACT(q, (size_t)n * q_dim);
+    ACT(k, (size_t)n * kv_dim);
+    ACT(v, (size_t)n * kv_dim);
+    ACT(att, (size_t)n * q_dim);
+    ACT(gate, (size_t)n * c->ff);
+    ACT(up, (size_t)n * c->ff);
+    ACT(cs, (size_t)n * c->head_dim);
+    ACT(xl, (size_t)e->max_logit_rows * c->dim);
+    ACT(logits, (size_t)e->max_logit_rows * c->vocab);
+    ACT(mm_scratch, llmb_matmul_scratch(max_ne0, nt));
+    ACT(att_scratch, (size_t)nt * ((size_t)p->ctx + 2 * (size_t)c->head_dim));
+    ACT(work, (size_t)c->vocab);
+#undef ACT
+    e->scratch_bytes = fl * sizeof(float);
+    e->cand = xcalloc((size_t)c->vocab, sizeof *e->cand, &oom);
+    e->seen = xcalloc((size_t)c->vocab, sizeof *e->seen, &oom);
+    e->counts = xcalloc((size_t)c->vocab, sizeof *e->counts, &oom);
+    if (oom) {
+        llmb_engine_free(e);
+        return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for activations (max_batch_tokens %d, vocab %d)", n, c->vocab);
+    }
+    for (int64_t b = 0; b < p->n_blocks; b++) e->free_list[b] = (int32_t)(p->n_blocks - 1 - b);
+    e->n_free = p->n_blocks;
+    *out = e;
+    return LLMB_OK;
+}
+
+static void seq_destroy(seq_t *s) {
+    if (!s) return;
+    free(s->tokens);
+    free(s->stop);
+    free(s->blocks);
+    free(s->prompt_lp);
+    free(s->prompt_greedy);
+    free(s->prompt_logits);
+    free(s);
+}
+
+void llmb_engine_free(llmb_engine *e) {
+    if (!e) return;
+    for (int64_t i = 0; i < e->n_ids; i++) seq_destroy(e->by_id[i]);
+    free(e->by_id);
+    free(e->waiting);
+    free(e->running);
+    free(e->items);
+    float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->gate, e->up, e->cs, e->xl, e->logits,
+                     e->mm_scratch, e->att_scratch, e->work};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(e->cand);
+    free(e->seen);
+    free(e->counts);
+    free(e->ev);
+    free(e->ev_topn_id);
+    free(e->ev_topn_lp);
+    free(e->kv);
+    free(e->block_ref);
+    free(e->free_list);
+    llmb_model_free(e->model);
+    free(e);
+}
+
+void llmb_engine_model_info(const llmb_engine *e, int out[9], char arch[32]) {
+    const llmb_model_config *c = &e->model->cfg;
+    int v[9] = {c->n_layer, c->dim, c->n_head, c->n_head_kv, c->head_dim, c->ff, c->vocab, c->ctx_train, c->tied_output};
+    memcpy(out, v, sizeof v);
+    memcpy(arch, c->arch, 32);
+}
+
+uint64_t llmb_engine_weight_bytes(const llmb_engine *e) { return e->model->weight_bytes; }
+uint64_t llmb_engine_kv_token_bytes(const llmb_engine *e) { return 2 * (uint64_t)e->model->cfg.n_layer * e->kv_row_bytes; }
+uint64_t llmb_engine_kv_bytes(const llmb_engine *e) {
+    return llmb_engine_kv_token_bytes(e) * (uint64_t)e->p.n_blocks * (uint64_t)e->p.block_size;
+}
+uint64_t llmb_engine_scratch_bytes(const llmb_engine *e) { return e->scratch_bytes; }
+int64_t llmb_engine_free_blocks(const llmb_engine *e) { return e->n_free; }
+void llmb_engine_get_stats(const llmb_engine *e, llmb_engine_stats *st) { *st = e->stats; }
+void llmb_engine_reset_stats(llmb_engine *e) { memset(&e->stats, 0, sizeof e->stats); }
+
+// ---- requests ----
+
+static seq_t *get_seq(llmb_engine *e, int64_t id) {
+    return id >= 0 && id < e->n_ids ? e->by_id[id] : NULL;
+}
+
+llmb_status llmb_engine_add(llmb_engine *e, const int32_t *prompt, int n_prompt, const llmb_sampling *sp,
+                            int64_t fork_from, int64_t *seq_out) {
+    const llmb_model_config *c = &e->model->cfg;
+    if (n_prompt < 1) return llmb_fail(LLMB_E_ARG, "engine: a prompt needs at least one token");
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->vocab)
+            return llmb_fail(LLMB_E_ARG, "engine: prompt token %d at position %d is outside the vocabulary (0..%d)",
+                             prompt[i], i, c->vocab - 1);
+    if (sp->max_tokens < 0 || sp->min_tokens < 0 || sp->n_logprobs < 0 || sp->n_logprobs > MAX_TOPN)
+        return llmb_fail(LLMB_E_ARG, "engine: max_tokens and min_tokens must be >= 0 and logprobs 0..%d", MAX_TOPN);
+    if ((int64_t)n_prompt + sp->max_tokens > e->p.ctx)
+        return llmb_fail(LLMB_E_ARG, "engine: prompt (%d tokens) + max_tokens (%d) exceeds the context of %d tokens",
+                         n_prompt, sp->max_tokens, e->p.ctx);
+    int need = blocks_for(e, n_prompt + sp->max_tokens);
+    if (need > e->p.n_blocks)
+        return llmb_fail(LLMB_E_ARG, "engine: the request needs %d KV blocks but the cache has only %lld; raise kv_budget",
+                         need, (long long)e->p.n_blocks);
+    if (sp->prompt_logprobs_from >= n_prompt)
+        return llmb_fail(LLMB_E_ARG, "engine: prompt_logprobs_from %d is past the prompt (%d tokens)",
+                         sp->prompt_logprobs_from, n_prompt);
+    if (fork_from >= 0) {
+        seq_t *par = get_seq(e, fork_from);
+        if (!par || par->state != SEQ_FINISHED || !par->s.hold || par->n_blocks == 0)
+            return llmb_fail(LLMB_E_ARG, "engine: cannot fork sequence %lld: it must be finished with hold=1 and not released",
+                             (long long)fork_from);
+    }
+    seq_t *s = calloc(1, sizeof *s);
+    int oom = !s;
+    if (s) {
+        s->cap_tokens = n_prompt + sp->max_tokens;
+        s->tokens = xcalloc((size_t)s->cap_tokens, sizeof *s->tokens, &oom);
+        s->stop = xcalloc((size_t)sp->n_stop_tokens, sizeof *s->stop, &oom);
+        s->blocks = xcalloc((size_t)need, sizeof *s->blocks, &oom);
+        if (sp->prompt_logprobs_from >= 0) {
+            size_t m = (size_t)(n_prompt - 1 - sp->prompt_logprobs_from);
+            s->prompt_lp = xcalloc(m, sizeof(float), &oom);
+            s->prompt_greedy = xcalloc(m, 1, &oom);
+        }
+        if (sp->prompt_logits) s->prompt_logits = xcalloc((size_t)n_prompt * (size_t)c->vocab, sizeof(float), &oom);
+    }
+    if (oom || grow((void **)&e->by_id, &e->cap_ids, e->n_ids + 1, sizeof *e->by_id) ||
+        grow((void **)&e->waiting, &e->cap_waiting, e->n_waiting + 1, sizeof *e->waiting)) {
+        seq_destroy(s);
+        return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for a request of %d tokens", n_prompt);
+    }
+    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+    if (sp->n_stop_tokens) memcpy(s->stop, sp->stop_tokens, (size_t)sp->n_stop_tokens * sizeof *s->stop);
+    s->n_tokens = s->n_prompt = n_prompt;
+    s->s = *sp;
+    s->s.stop_tokens = s->stop;
+    s->fork_from = fork_from;
+    s->rng = mix64(sp->seed ^ 0x5851f42d4c957f2dull);
+    s->id = e->n_ids;
+    e->by_id[e->n_ids++] = s;
+    e->waiting[e->n_waiting++] = s->id;
+    if (push_event(e, s->id, LLMB_EV_ARRIVAL, 0, 0)) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
+    *seq_out = s->id;
+    return LLMB_OK;
+}
+
+static void finish(llmb_engine *e, seq_t *s, int reason) {
+    if (s->state == SEQ_RUNNING) {
+        for (int i = 0; i < e->n_running; i++)
+            if (e->running[i] == s) {
+                memmove(&e->running[i], &e->running[i + 1], (size_t)(e->n_running - i - 1) * sizeof *e->running);
+                e->n_running--;
+                break;
+            }
+    }
+    s->state = SEQ_FINISHED;
+    if (!s->s.hold) seq_free_blocks(e, s);
+    push_event(e, s->id, LLMB_EV_FINISH, reason, 0);
+}
+
+llmb_status llmb_engine_abort(llmb_engine *e, int64_t id) {
+    seq_t *s = get_seq(e, id);
+    if (!s) return llmb_fail(LLMB_E_ARG, "engine: no sequence %lld", (long long)id);
+    if (s->state == SEQ_FINISHED) return LLMB_OK;
+    if (s->state == SEQ_WAITING) {
+        for (int64_t i = 0; i < e->n_waiting; i++)
+            if (e->waiting[i] == id) {
+                memmove(&e->waiting[i], &e->waiting[i + 1], (size_t)(e->n_waiting - i - 1) * sizeof *e->waiting);
+                e->n_waiting--;
+                break;
+            }
+    }
+    finish(e, s, LLMB_FINISH_ABORT);
+    return LLMB_OK;
+}
+
+llmb_status llmb_engine_release(llmb_engine *e, int64_t id) {
+    seq_t *s = get_seq(e, id);
+    if (!s) return llmb_fail(LLMB_E_ARG, "engine: no sequence %lld (already released?)", (long long)id);
+    if (s->state != SEQ_FINISHED) llmb_engine_abort(e, id);
+    seq_free_blocks(e, s);
+    seq_destroy(s);
+    e->by_id[id] = NULL;
+    return LLMB_OK;
+}
+
+llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t id, float *lp, uint8_t *greedy, int n) {
+    seq_t *s = get_seq(e, id);
+    if (!s || !s->prompt_lp) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has no prompt logprobs", (long long)id);
+    int m = s->n_prompt - 1 - s->s.prompt_logprobs_from;
+    if (n != m) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has %d prompt logprobs, not %d", (long long)id, m, n);
+    if (s->n_computed < s->n_prompt) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
+    memcpy(lp, s->prompt_lp, (size_t)m * sizeof *lp);
+    memcpy(greedy, s->prompt_greedy, (size_t)m);
+    return LLMB_OK;
+}
+
+llmb_status llmb_engine_prompt_logits(llmb_engine *e, int64_t id, float *out, int64_t n) {
+    seq_t *s = get_seq(e, id);
+    if (!s || !s->prompt_logits) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld kept no prompt logits", (long long)id);
+    int64_t m = (int64_t)s->n_prompt * e->model->cfg.vocab;
+    if (n != m) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has %lld prompt logits, not %lld", (long long)id,
+                                 (long long)m, (long long)n);
+    if (s->n_computed < s->n_prompt) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
+    memcpy(out, s->prompt_logits, (size_t)m * sizeof *out);
+    return LLMB_OK;
+}
+
+int llmb_engine_poll(llmb_engine *e, llmb_event *out, int max, int32_t *topn_ids, float *topn_lp, int topn) {
+    int n = 0;
+    while (n < max && e->ev_head < e->n_ev) {
+        int64_t i = e->ev_head++;
+        out[n] = e->ev[i];
+        for (int k = 0; topn_ids && k < topn && k < MAX_TOPN; k++) {
+            topn_ids[n * topn + k] = e->ev_topn_id[i * MAX_TOPN + k];
+            topn_lp[n * topn + k] = e->ev_topn_lp[i * MAX_TOPN + k];
+        }
+        n++;
+    }
+    if (e->ev_head == e->n_ev) e->ev_head = e->n_ev = 0;
+    return n;
+}
+
+// ---- scheduling ----
+
+// Admit a waiting sequence: take its KV blocks, sharing a forked parent's full blocks and copying
+// the parent's partially filled last block (copy on write, done eagerly).
+static int admit(llmb_engine *e, seq_t *s) {
+    int total = blocks_for(e, s->n_prompt + s->s.max_tokens);
+    seq_t *par = s->fork_from >= 0 ? get_seq(e, s->fork_from) : NULL;
+    int computed = 0;
+    if (par && par->n_blocks) {
+        int common = 0, lim = par->n_computed < s->n_prompt ? par->n_computed : s->n_prompt;
+        while (common < lim && par->tokens[common] == s->tokens[common]) common++;
+        computed = common < s->n_prompt - 1 ? common : s->n_prompt - 1;  // the last prompt token gives logits
+        if (s->s.prompt_logprobs_from >= 0 && computed > s->s.prompt_logprobs_from) computed = s->s.prompt_logprobs_from;
+        if (s->s.prompt_logits) computed = 0;
+    }
+    int shared = computed / e->p.block_size, partial = computed % e->p.block_size;
+    if (e->n_free < total - shared) return 0;
+    for (int b = 0; b < shared; b++) {
+        s->blocks[b] = par->blocks[b];
+        e->block_ref[par->blocks[b]]++;
+    }
+    for (int b = shared; b < total; b++) s->blocks[b] = block_alloc(e);
+    if (partial) {
+        size_t bytes = (size_t)partial * e->kv_row_bytes;
+        for (int l = 0; l < e->model->cfg.n_layer; l++)
+            for (int w = 0; w < 2; w++)
+                memcpy(kv_row(e, l, w, s->blocks[shared], 0), kv_row(e, l, w, par->blocks[shared], 0), bytes);
+    }
+    s->n_blocks = total;
+    s->n_computed = computed;
+    s->state = SEQ_RUNNING;
+    e->running[e->n_running++] = s;
+    push_event(e, s->id, LLMB_EV_ADMIT, computed, 0);
+    return 1;
+}
+
+static void schedule_admissions(llmb_engine *e) {
+    int64_t i = 0;
+    while (i < e->n_waiting && e->n_running < e->p.max_seqs) {
+        seq_t *s = get_seq(e, e->waiting[i]);
+        if (!admit(e, s)) break;  // first come, first served: later requests wait too
+        memmove(&e->waiting[i], &e->waiting[i + 1], (size_t)(e->n_waiting - i - 1) * sizeof *e->waiting);
+        e->n_waiting--;
+    }
+}
+
+// Does position `pos` of `s` need a row of logits in this step?
+static int needs_logits(const seq_t *s, int pos) {
+    if (pos == s->n_tokens - 1 && s->n_generated < s->s.max_tokens) return 1;
+    if (pos < s->n_prompt - 1 && s->s.prompt_logprobs_from >= 0 && pos >= s->s.prompt_logprobs_from) return 1;
+    if (pos < s->n_prompt && s->s.prompt_logits) return 1;
+    return 0;
+}
+
+// Fill e->items: decode tokens first, then prefill chunks, within the token and logits-row budgets.
+static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
+    int n = 0, rows = 0;
+    *n_prefill = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < e->n_running && n < e->p.max_batch_tokens; i++) {
+            seq_t *s = e->running[i];
+            int is_decode = s->n_computed >= s->n_prompt;
+            if (is_decode != (pass == 0)) continue;
+            for (int pos = s->n_computed; pos < s->n_tokens && n < e->p.max_batch_tokens; pos++) {
+                int want = needs_logits(s, pos);
+                if (want && rows >= e->max_logit_rows) break;
+                e->items[n++] = (item_t){s, pos, want ? rows++ : -1};
+                if (!is_decode) (*n_prefill)++;
+            }
+        }
+    }
+    *n_rows = rows;
+    return n;
+}
+
+// ---- forward ----
+
+static void attention(llmb_engine *e, int layer, int n) {
+    const llmb_model_config *c = &e->model->cfg;
+    const int hd = c->head_dim, nh = c->n_head, group = c->n_head / c->n_head_kv, B = e->p.block_size;
+    const int64_t q_dim = (int64_t)nh * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const llmb_quant_traits *kq = llmb_quant_traits_get(e->kv_type);
+    const size_t head_bytes = e->kv_row_bytes / (size_t)c->n_head_kv;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(e->p.n_threads) if (e->p.n_threads > 1)
+    for (int64_t ih = 0; ih < (int64_t)n * nh; ih++) {
+        int i = (int)(ih / nh), h = (int)(ih % nh), kvh = h / group;
+        const item_t *it = &e->items[i];
+#ifdef _OPENMP
+        float *sc = e->att_scratch + (size_t)omp_get_thread_num() * ((size_t)e->p.ctx + 2 * (size_t)hd);
+#else
+        float *sc = e->att_scratch;
+#endif
+        float *kb = sc + e->p.ctx, *vb = kb + hd;
+        const float *qv = e->q + i * q_dim + (int64_t)h * hd;
+        float mx = -INFINITY;
+        for (int j = 0; j <= it->pos; j++) {
+            const uint8_t *kr = kv_row(e, layer, 0, it->seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
+            const float *kf = (const float *)kr;
+            if (e->kv_type != LLMB_TYPE_F32) {
+                kq->to_float(kr, kb, hd);
+                kf = kb;
+            }
+            sc[j] = llmb_dot_f32(qv, kf, hd) * scale;
+            if (sc[j] > mx) mx = sc[j];
+        }
+        float sum = 0;
+        for (int j = 0; j <= it->pos; j++) {
+            sc[j] = expf(sc[j] - mx);
+            sum += sc[j];
+        }
+        float *o = e->att + i * q_dim + (int64_t)h * hd;
+        memset(o, 0, (size_t)hd * sizeof *o);
+        for (int j = 0; j <= it->pos; j++) {
+            const uint8_t *vr = kv_row(e, layer, 1, it->seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
+            const float *vf = (const float *)vr;
+            if (e->kv_type != LLMB_TYPE_F32) {
+                kq->to_float(vr, vb, hd);
+                vf = vb;
+            }
+            float w = sc[j] / sum;
+            for (int d = 0; d < hd; d++) o[d] += w * vf[d];
+        }
+    }
+}
+
+static void add_bias(float *y, const float *b, int n, int64_t dim) {
+    if (!b) return;
+    for (int i = 0; i < n; i++)
+        for (int64_t d = 0; d < dim; d++) y[i * dim + d] += b[d];
+}
+
+static void forward(llmb_engine *e, int n, int n_rows) {
+    const llmb_model *m = e->model;
+    const llmb_model_config *c = &m->cfg;
+    const int nt = e->p.n_threads, hd = c->head_dim, B = e->p.block_size;
+    const int64_t dim = c->dim, q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd, ff = c->ff;
+    const llmb_quant_traits *eq = llmb_quant_traits_get(m->tok_embd.type);
+    float *mm = e->mm_scratch;
+    for (int i = 0; i < n; i++) {
+        const item_t *it = &e->items[i];
+        eq->to_float((const char *)m->tok_embd.data + (size_t)it->seq->tokens[it->pos] * m->tok_embd.row_bytes,
+                     e->x + i * dim, dim);
+        llmb_rope_table(e->cs + (int64_t)i * hd, hd, it->pos, c->rope_base, c->rope_scale, m->rope_freqs);
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        const llmb_layer *L = &m->layers[l];
+        // ---- attention ----
+        for (int i = 0; i < n; i++) llmb_rmsnorm(e->xn + i * dim, e->x + i * dim, L->attn_norm, dim, c->norm_eps);
+        llmb_matmul(&L->wq, e->xn, dim, n, e->q, q_dim, mm, nt);
+        llmb_matmul(&L->wk, e->xn, dim, n, e->k, kv_dim, mm, nt);
+        llmb_matmul(&L->wv, e->xn, dim, n, e->v, kv_dim, mm, nt);
+        add_bias(e->q, L->bq, n, q_dim);
+        add_bias(e->k, L->bk, n, kv_dim);
+        add_bias(e->v, L->bv, n, kv_dim);
+        for (int i = 0; i < n; i++) {
+            const item_t *it = &e->items[i];
+            llmb_rope(e->q + i * q_dim, c->n_head, hd, e->cs + (int64_t)i * hd, c->rope_neox);
+            llmb_rope(e->k + i * kv_dim, c->n_head_kv, hd, e->cs + (int64_t)i * hd, c->rope_neox);
+            int32_t blk = it->seq->blocks[it->pos / B];
+            store_kv(e, kv_row(e, l, 0, blk, it->pos % B), e->k + i * kv_dim, (int)kv_dim);
+            store_kv(e, kv_row(e, l, 1, blk, it->pos % B), e->v + i * kv_dim, (int)kv_dim);
+        }
+        attention(e, l, n);
+        llmb_matmul(&L->wo, e->att, q_dim, n, e->xn, dim, mm, nt);
+        for (int64_t i = 0; i < n * dim; i++) e->x[i] += e->xn[i];
+        // ---- feed-forward ----
+        for (int i = 0; i < n; i++) llmb_rmsnorm(e->xn + i * dim, e->x + i * dim, L->ffn_norm, dim, c->norm_eps);
+        llmb_matmul(&L->w_gate, e->xn, dim, n, e->gate, ff, mm, nt);
+        llmb_matmul(&L->w_up, e->xn, dim, n, e->up, ff, mm, nt);
+        for (int i = 0; i < n; i++) llmb_swiglu(e->gate + i * ff, e->up + i * ff, ff);
+        llmb_matmul(&L->w_down, e->gate, ff, n, e->xn, dim, mm, nt);
+        for (int64_t i = 0; i < n * dim; i++) e->x[i] += e->xn[i];
+    }
+    for (int i = 0; i < n; i++)
+        if (e->items[i].logit_row >= 0)
+            llmb_rmsnorm(e->xl + e->items[i].logit_row * dim, e->x + i * dim, m->output_norm, dim, c->norm_eps);
+    if (n_rows) llmb_matmul(&m->output, e->xl, dim, n_rows, e->logits, c->vocab, mm, nt);
+}
+
+// ---- sampling ----
+
+// log-sum-exp of a row (for log-probabilities under the model).
+static double row_lse(const float *x, int n, int *argmax) {
+    float mx = x[0];
+    int am = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > mx) mx = x[i], am = i;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
+    if (argmax) *argmax = am;
+    return mx + log(s);
+}
+
+// Order candidate ids by score, descending, ties by id (qsort_r: engines may sample concurrently).
+static int cmp_desc(const void *a, const void *b, void *keys) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    float x = ((const float *)keys)[i], y = ((const float *)keys)[j];
+    if (x != y) return x > y ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+static int sample_row(llmb_engine *e, seq_t *s, const float *logits, float *lp_out) {
+    const int V = e->model->cfg.vocab;
+    const llmb_sampling *p = &s->s;
+    float *w = e->work;
+    memcpy(w, logits, (size_t)V * sizeof *w);
+    if (s->n_generated < p->min_tokens)
+        for (int i = 0; i < p->n_stop_tokens; i++)
+            if (p->stop_tokens[i] >= 0 && p->stop_tokens[i] < V) w[p->stop_tokens[i]] = -INFINITY;
+    // penalties: repetition over the whole sequence, presence/frequency over generated tokens
+    if (p->repetition_penalty != 1.0f) {
+        if (++e->stamp == 0) memset(e->seen, 0, (size_t)V * sizeof *e->seen), e->stamp = 1;
+        for (int i = 0; i < s->n_tokens; i++) {
+            int t = s->tokens[i];
+            if (e->seen[t] == e->stamp) continue;
+            e->seen[t] = e->stamp;
+            w[t] = w[t] > 0 ? w[t] / p->repetition_penalty : w[t] * p->repetition_penalty;
+        }
+    }
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
+        for (int i = s->n_prompt; i < s->n_tokens; i++) e->counts[s->tokens[i]]++;
+        for (int i = s->n_prompt; i < s->n_tokens; i++) {
+            int t = s->tokens[i];
+            if (e->counts[t] > 0) {
+                w[t] -= p->presence_penalty + p->frequency_penalty * (float)e->counts[t];
+                e->counts[t] = 0;
+            }
+        }
+    }
+    int tok;
+    if (p->temperature <= 0.0f) {
+        tok = 0;
+        for (int i = 1; i < V; i++)
+            if (w[i] > w[tok]) tok = i;
+    } else {
+        // candidates sorted by logit (descending, ties by id), then top-k, softmax, top-p, min-p
+        float inv_t = 1.0f / p->temperature, mx = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            w[i] *= inv_t;
+            if (w[i] > mx) mx = w[i];
+        }
+        // keep only tokens whose probability can matter: exp(w - mx) > 1e-12 of the max
+        int nc = 0;
+        for (int i = 0; i < V; i++)
+            if (w[i] - mx > -27.6f) e->cand[nc++] = i;
+        qsort_r(e->cand, (size_t)nc, sizeof *e->cand, cmp_desc, w);
+        if (p->top_k > 0 && p->top_k < nc) nc = p->top_k;
+        double sum = 0;
+        for (int i = 0; i < nc; i++) sum += exp((double)w[e->cand[i]] - mx);
+        int keep = nc;
+        if (p->top_p < 1.0f) {
+            double cum = 0;
+            for (int i = 0; i < nc; i++) {
+                cum += exp((double)w[e->cand[i]] - mx) / sum;
+                if (cum >= p->top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if (p->min_p > 0.0f) {
+            double pmax = exp((double)w[e->cand[0]] - mx) / sum;
+            int k = 1;
+            while (k < keep && exp((double)w[e->cand[k]] - mx) / sum >= p->min_p * pmax) k++;
+            keep = k;
+        }
+        double total = 0;
+        for (int i = 0; i < keep; i++) total += exp((double)w[e->cand[i]] - mx);
+        double u = uniform(&s->rng) * total, cum = 0;
+        tok = e->cand[keep - 1];
+        for (int i = 0; i < keep; i++) {
+            cum += exp((double)w[e->cand[i]] - mx);
+            if (u < cum) {
+                tok = e->cand[i];
+                break;
+            }
+        }
+    }
+    *lp_out = (float)(logits[tok] - row_lse(logits, V, NULL));
+    return tok;
+}
+
+static void top_logprobs(const float *logits, int V, int n, double lse, int32_t *ids, float *lps) {
+    for (int k = 0; k < n; k++) ids[k] = -1, lps[k] = -INFINITY;
+    for (int i = 0; i < V; i++) {
+        float lp = (float)(logits[i] - lse);
+        if (lp <= lps[n - 1]) continue;
+        int k = n - 1;
+        while (k > 0 && lp > lps[k - 1]) {
+            ids[k] = ids[k - 1];
+            lps[k] = lps[k - 1];
+            k--;
+        }
+        ids[k] = i;
+        lps[k] = lp;
+    }
+}
+
+static int is_stop(const seq_t *s, int tok) {
+    for (int i = 0; i < s->s.n_stop_tokens; i++)
+        if (s->s.stop_tokens[i] == tok) return 1;
+    return 0;
+}
+
+static llmb_status process_logits(llmb_engine *e, int n) {
+    const int V = e->model->cfg.vocab;
+    for (int i = 0; i < n; i++) {
+        item_t *it = &e->items[i];
+        seq_t *s = it->seq;
+        if (it->logit_row < 0) continue;
+        const float *row = e->logits + (int64_t)it->logit_row * V;
+        if (s->prompt_logits && it->pos < s->n_prompt)
+            memcpy(s->prompt_logits + (int64_t)it->pos * V, row, (size_t)V * sizeof *row);
+        if (s->prompt_lp && it->pos < s->n_prompt - 1 && it->pos >= s->s.prompt_logprobs_from) {
+            int am, k = it->pos - s->s.prompt_logprobs_from, next = s->tokens[it->pos + 1];
+            double lse = row_lse(row, V, &am);
+            s->prompt_lp[k] = (float)(row[next] - lse);
+            s->prompt_greedy[k] = row[next] >= row[am];
+        }
+    }
+    // Advance the computed counts, then sample where a sequence reached its last known token.
+    for (int i = 0; i < n; i++) e->items[i].seq->n_computed = e->items[i].pos + 1;
+    for (int i = 0; i < n; i++) {
+        item_t *it = &e->items[i];
+        seq_t *s = it->seq;
+        if (s->state != SEQ_RUNNING) continue;
+        if (it->pos != s->n_tokens - 1 || s->n_computed != s->n_tokens) continue;
+        if (s->n_generated >= s->s.max_tokens) {
+            finish(e, s, LLMB_FINISH_LENGTH);  // prefill-only request done
+            continue;
+        }
+        const float *row = e->logits + (int64_t)it->logit_row * V;
+        float lp;
+        int tok = sample_row(e, s, row, &lp);
+        s->tokens[s->n_tokens++] = tok;
+        s->n_generated++;
+        if (push_event(e, s->id, LLMB_EV_TOKEN, tok, lp)) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
+        if (s->s.n_logprobs > 0) {
+            double lse = row_lse(row, V, NULL);
+            top_logprobs(row, V, s->s.n_logprobs, lse, e->ev_topn_id + (e->n_ev - 1) * MAX_TOPN,
+                         e->ev_topn_lp + (e->n_ev - 1) * MAX_TOPN);
+        }
+        if (is_stop(s, tok)) finish(e, s, LLMB_FINISH_STOP);  // masked until min_tokens, see sample_row
+        else if (s->n_generated >= s->s.max_tokens) finish(e, s, LLMB_FINISH_LENGTH);
+    }
+    return LLMB_OK;
+}
+
+llmb_status llmb_engine_step(llmb_engine *e, int *busy) {
+    uint64_t t0 = llmb_now_ns();
+    schedule_admissions(e);
+    int n_rows, n_prefill;
+    int n = build_batch(e, &n_rows, &n_prefill);
+    uint64_t t1 = llmb_now_ns();
+    e->stats.schedule_ns += t1 - t0;
+    if (n == 0) {
+        *busy = e->n_running > 0 || e->n_waiting > 0;
+        if (*busy && e->n_running == 0)
+            return llmb_fail(LLMB_E_ARG, "engine: %lld requests wait for KV blocks that never free up (%lld free); "
+                             "raise kv_budget", (long long)e->n_waiting, (long long)e->n_free);
+        return LLMB_OK;
+    }
+    forward(e, n, n_rows);
+    uint64_t t2 = llmb_now_ns();
+    if (n_prefill) e->stats.prefill_ns += t2 - t1;
+    else e->stats.decode_ns += t2 - t1;
+    e->stats.prefill_tokens += (uint64_t)n_prefill;
+    e->stats.decode_tokens += (uint64_t)(n - n_prefill);
+    e->stats.steps++;
+    llmb_status s = process_logits(e, n);
+    e->stats.sample_ns += llmb_now_ns() - t2;
+    *busy = e->n_running > 0 || e->n_waiting > 0;
+    return s;
+}

@@ -1,0 +1,84 @@
+// engine.h — the inference engine: sequences, a paged KV cache with prefix sharing, a scheduler
+// that mixes decode tokens with chunked prefill in one forward step, the sampler, and an event
+// log with monotonic timestamps. Written once; the arithmetic runs on a backend (CPU here).
+#ifndef LLMB_ENGINE_H
+#define LLMB_ENGINE_H
+
+#include "llmb.h"
+
+typedef struct llmb_engine llmb_engine;
+
+typedef struct {
+    int kv_type;          // ggml type id of the KV cache: 1 F16 (default), 0 F32, 8 Q8_0
+    int block_size;       // tokens per KV block (default 16)
+    int64_t n_blocks;     // KV blocks in the pool (memory budget)
+    int ctx;              // longest sequence (prompt + output) allowed
+    int max_batch_tokens; // tokens per forward step (decode + prefill chunks)
+    int max_seqs;         // sequences running at once
+    int n_threads;
+} llmb_engine_params;
+
+typedef struct {
+    float temperature;        // 0: greedy
+    int top_k;                // 0: off
+    float top_p;              // 1: off
+    float min_p;              // 0: off
+    float repetition_penalty; // 1: off (over prompt and output tokens)
+    float presence_penalty, frequency_penalty; // 0: off (over output tokens)
+    uint64_t seed;
+    int max_tokens;           // tokens to generate (0: prefill only)
+    int min_tokens;           // stop tokens are masked until this many are generated
+    int n_logprobs;           // top-n logprobs to report per output token (0..20)
+    int prompt_logprobs_from; // -1: none; else logprob and greedy flag of prompt tokens after this position
+    int prompt_logits;        // 1: keep the full logits of every prompt position (llmb_engine_prompt_logits)
+    int hold;                 // 1: keep the KV cache after finishing, for forks, until released
+    const int32_t *stop_tokens;
+    int n_stop_tokens;
+} llmb_sampling;
+
+enum { LLMB_EV_ARRIVAL = 0, LLMB_EV_ADMIT = 1, LLMB_EV_TOKEN = 2, LLMB_EV_FINISH = 3 };
+enum { LLMB_FINISH_NONE = 0, LLMB_FINISH_LENGTH = 1, LLMB_FINISH_STOP = 2, LLMB_FINISH_ABORT = 3 };
+
+typedef struct {
+    int64_t seq;
+    int32_t kind;      // LLMB_EV_*
+    int32_t token;     // TOKEN: the token id; FINISH: the finish reason
+    float logprob;     // TOKEN: log-probability under the model (before sampling transforms)
+    uint64_t t_ns;     // llmb_now_ns() when it happened
+} llmb_event;
+
+// Phase time accumulators (nanoseconds) and counters.
+typedef struct {
+    uint64_t prefill_ns, decode_ns, sample_ns, schedule_ns;
+    uint64_t steps, prefill_tokens, decode_tokens;
+} llmb_engine_stats;
+
+LLMB_API llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, llmb_engine **out);
+LLMB_API void llmb_engine_free(llmb_engine *e);
+
+// Model facts: n_layer, dim, n_head, n_head_kv, head_dim, ff, vocab, ctx_train, tied.
+LLMB_API void llmb_engine_model_info(const llmb_engine *e, int out[9], char arch[32]);
+LLMB_API uint64_t llmb_engine_weight_bytes(const llmb_engine *e);
+LLMB_API uint64_t llmb_engine_kv_bytes(const llmb_engine *e);      // the KV pool
+LLMB_API uint64_t llmb_engine_kv_token_bytes(const llmb_engine *e); // KV bytes per token (all layers)
+LLMB_API uint64_t llmb_engine_scratch_bytes(const llmb_engine *e);
+LLMB_API int64_t llmb_engine_free_blocks(const llmb_engine *e);
+
+// Queue a request. fork_from >= 0 shares that finished, held sequence's KV blocks for the common
+// prefix of the prompts (copy on write). Returns the new sequence id.
+LLMB_API llmb_status llmb_engine_add(llmb_engine *e, const int32_t *prompt, int n_prompt, const llmb_sampling *s,
+                                     int64_t fork_from, int64_t *seq_out);
+// Run one forward step over the scheduled batch; *busy = 0 when nothing is waiting or running.
+LLMB_API llmb_status llmb_engine_step(llmb_engine *e, int *busy);
+// Move up to `max` events out of the log.
+LLMB_API int llmb_engine_poll(llmb_engine *e, llmb_event *out, int max, int32_t *topn_ids, float *topn_lp, int topn);
+LLMB_API llmb_status llmb_engine_abort(llmb_engine *e, int64_t seq);    // finish now (stop string, cancel)
+LLMB_API llmb_status llmb_engine_release(llmb_engine *e, int64_t seq);  // forget a finished sequence
+// After a sequence with prompt_logprobs_from >= 0 finished prefill: n = n_prompt - 1 - from entries.
+LLMB_API llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t seq, float *lp, uint8_t *greedy, int n);
+// After a sequence with prompt_logits finished prefill: n_prompt x vocab floats.
+LLMB_API llmb_status llmb_engine_prompt_logits(llmb_engine *e, int64_t seq, float *out, int64_t n);
+LLMB_API void llmb_engine_get_stats(const llmb_engine *e, llmb_engine_stats *st);
+LLMB_API void llmb_engine_reset_stats(llmb_engine *e);
+
+#endif

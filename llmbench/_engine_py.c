@@ -1,0 +1,293 @@
+// _engine_py.c — Python binding of the inference engine (csrc/engine.h): llmbench._core.Engine.
+// The GIL is released around every step; events come back as NumPy arrays. The Engine keeps its
+// Reader (the mapped GGUF file) alive. Used by llmbench/llm.py; tested through tests/test_engine.py.
+#include "_pycore.h"
+#include "../csrc/engine.h"
+
+typedef struct {
+    PyObject_HEAD
+    llmb_engine *e;
+    PyObject *reader;
+} EngineObject;
+
+static void Engine_dealloc(EngineObject *self) {
+    if (self->e) {
+        Py_BEGIN_ALLOW_THREADS
+        llmb_engine_free(self->e);
+        Py_END_ALLOW_THREADS
+    }
+    Py_XDECREF(self->reader);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
+    static char *names[] = {"reader", "kv_type", "block_size", "n_blocks", "ctx", "max_batch_tokens", "max_seqs",
+                            "threads", NULL};
+    PyObject *reader;
+    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1};
+    long long nb = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii", names, &reader, &p.kv_type, &p.block_size, &nb, &p.ctx,
+                                     &p.max_batch_tokens, &p.max_seqs, &p.n_threads))
+        return -1;
+    p.n_blocks = nb;
+    llmb_gguf *g = llmb_py_reader_gguf(reader);
+    if (!g) return -1;
+    if (self->e) {
+        PyErr_SetString(PyExc_RuntimeError, "Engine is already initialized");
+        return -1;
+    }
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_engine_create(g, &p, &self->e);
+    Py_END_ALLOW_THREADS
+    if (s) {
+        llmb_py_raise(s, NULL);
+        return -1;
+    }
+    Py_INCREF(reader);
+    self->reader = reader;
+    return 0;
+}
+
+#define ENGINE(self)                                                        \
+    if (!(self)->e) {                                                       \
+        PyErr_SetString(PyExc_ValueError, "engine is not initialized");     \
+        return NULL;                                                        \
+    }
+
+static PyObject *Engine_model_info(EngineObject *self, PyObject *noargs) {
+    ENGINE(self);
+    int v[9];
+    char arch[32];
+    llmb_engine_model_info(self->e, v, arch);
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:O}", "arch", arch, "n_layer", v[0], "dim", v[1],
+                         "n_head", v[2], "n_head_kv", v[3], "head_dim", v[4], "ff", v[5], "vocab", v[6],
+                         "ctx_train", v[7], "tied_output", v[8] ? Py_True : Py_False);
+}
+
+static PyObject *Engine_memory(EngineObject *self, PyObject *noargs) {
+    ENGINE(self);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:L}", "weights", (unsigned long long)llmb_engine_weight_bytes(self->e),
+                         "kv_cache", (unsigned long long)llmb_engine_kv_bytes(self->e), "kv_per_token",
+                         (unsigned long long)llmb_engine_kv_token_bytes(self->e), "scratch",
+                         (unsigned long long)llmb_engine_scratch_bytes(self->e), "free_blocks",
+                         (long long)llmb_engine_free_blocks(self->e));
+}
+
+// add(prompt, *, temperature=0, top_k=0, top_p=1, min_p=0, repetition_penalty=1, presence_penalty=0,
+//     frequency_penalty=0, seed=0, max_tokens=16, min_tokens=0, logprobs=0, prompt_logprobs_from=-1,
+//     prompt_logits=False, hold=False, stop_tokens=(), fork_from=-1) -> sequence id
+static PyObject *Engine_add(EngineObject *self, PyObject *args, PyObject *kw) {
+    ENGINE(self);
+    static char *names[] = {"prompt", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                            "presence_penalty", "frequency_penalty", "seed", "max_tokens", "min_tokens", "logprobs",
+                            "prompt_logprobs_from", "prompt_logits", "hold", "stop_tokens", "fork_from", NULL};
+    PyObject *prompt_obj, *stop_obj = NULL;
+    llmb_sampling sp = {0};
+    sp.top_p = 1.0f;
+    sp.repetition_penalty = 1.0f;
+    sp.max_tokens = 16;
+    sp.prompt_logprobs_from = -1;
+    unsigned long long seed = 0;
+    long long fork = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$fifffffKiiiippOL", names, &prompt_obj, &sp.temperature, &sp.top_k,
+                                     &sp.top_p, &sp.min_p, &sp.repetition_penalty, &sp.presence_penalty,
+                                     &sp.frequency_penalty, &seed, &sp.max_tokens, &sp.min_tokens, &sp.n_logprobs,
+                                     &sp.prompt_logprobs_from, &sp.prompt_logits, &sp.hold, &stop_obj, &fork))
+        return NULL;
+    sp.seed = seed;
+    PyArrayObject *prompt = (PyArrayObject *)PyArray_FROMANY(prompt_obj, NPY_INT32, 1, 1, NPY_ARRAY_CARRAY_RO);
+    if (!prompt) return NULL;
+    PyArrayObject *stop = NULL;
+    if (stop_obj && stop_obj != Py_None) {
+        stop = (PyArrayObject *)PyArray_FROMANY(stop_obj, NPY_INT32, 1, 1, NPY_ARRAY_CARRAY_RO);
+        if (!stop) {
+            Py_DECREF(prompt);
+            return NULL;
+        }
+        sp.stop_tokens = PyArray_DATA(stop);
+        sp.n_stop_tokens = (int)PyArray_SIZE(stop);
+    }
+    int64_t id = -1;
+    llmb_status s = llmb_engine_add(self->e, PyArray_DATA(prompt), (int)PyArray_SIZE(prompt), &sp, fork, &id);
+    Py_DECREF(prompt);
+    Py_XDECREF(stop);
+    if (s) return llmb_py_raise(s, NULL);
+    return PyLong_FromLongLong(id);
+}
+
+static PyObject *Engine_step(EngineObject *self, PyObject *noargs) {
+    ENGINE(self);
+    int busy = 0;
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_engine_step(self->e, &busy);
+    Py_END_ALLOW_THREADS
+    if (s) return llmb_py_raise(s, NULL);
+    return PyBool_FromLong(busy);
+}
+
+// poll(topn=0) -> (seq int64[n], kind int32[n], token int32[n], logprob float32[n], t_ns uint64[n],
+//                  topn_ids int32[n, topn], topn_logprobs float32[n, topn])
+static PyObject *Engine_poll(EngineObject *self, PyObject *args) {
+    ENGINE(self);
+    int topn = 0;
+    if (!PyArg_ParseTuple(args, "|i", &topn)) return NULL;
+    if (topn < 0 || topn > 20) return PyErr_Format(PyExc_ValueError, "topn must be 0..20, got %d", topn);
+    enum { CHUNK = 4096 };
+    llmb_event *ev = PyMem_Malloc(CHUNK * sizeof *ev);
+    int32_t *ids = topn ? PyMem_Malloc((size_t)CHUNK * (size_t)topn * sizeof *ids) : NULL;
+    float *lps = topn ? PyMem_Malloc((size_t)CHUNK * (size_t)topn * sizeof *lps) : NULL;
+    PyObject *parts = PyList_New(0);
+    if (!ev || (topn && (!ids || !lps)) || !parts) {
+        PyMem_Free(ev);
+        PyMem_Free(ids);
+        PyMem_Free(lps);
+        Py_XDECREF(parts);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    for (;;) {
+        int n = llmb_engine_poll(self->e, ev, CHUNK, ids, lps, topn);
+        if (n == 0) break;
+        npy_intp d1 = n, d2[2] = {n, topn};
+        PyArrayObject *a_seq = (PyArrayObject *)PyArray_SimpleNew(1, &d1, NPY_INT64);
+        PyArrayObject *a_kind = (PyArrayObject *)PyArray_SimpleNew(1, &d1, NPY_INT32);
+        PyArrayObject *a_tok = (PyArrayObject *)PyArray_SimpleNew(1, &d1, NPY_INT32);
+        PyArrayObject *a_lp = (PyArrayObject *)PyArray_SimpleNew(1, &d1, NPY_FLOAT32);
+        PyArrayObject *a_t = (PyArrayObject *)PyArray_SimpleNew(1, &d1, NPY_UINT64);
+        PyArrayObject *a_ids = (PyArrayObject *)PyArray_SimpleNew(2, d2, NPY_INT32);
+        PyArrayObject *a_lps = (PyArrayObject *)PyArray_SimpleNew(2, d2, NPY_FLOAT32);
+        PyObject *tup = (a_seq && a_kind && a_tok && a_lp && a_t && a_ids && a_lps)
+                            ? PyTuple_Pack(7, a_seq, a_kind, a_tok, a_lp, a_t, a_ids, a_lps) : NULL;
+        if (tup) {
+            for (int i = 0; i < n; i++) {
+                ((int64_t *)PyArray_DATA(a_seq))[i] = ev[i].seq;
+                ((int32_t *)PyArray_DATA(a_kind))[i] = ev[i].kind;
+                ((int32_t *)PyArray_DATA(a_tok))[i] = ev[i].token;
+                ((float *)PyArray_DATA(a_lp))[i] = ev[i].logprob;
+                ((uint64_t *)PyArray_DATA(a_t))[i] = ev[i].t_ns;
+            }
+            if (topn) {
+                memcpy(PyArray_DATA(a_ids), ids, (size_t)n * (size_t)topn * sizeof *ids);
+                memcpy(PyArray_DATA(a_lps), lps, (size_t)n * (size_t)topn * sizeof *lps);
+            }
+        }
+        Py_XDECREF(a_seq); Py_XDECREF(a_kind); Py_XDECREF(a_tok); Py_XDECREF(a_lp); Py_XDECREF(a_t);
+        Py_XDECREF(a_ids); Py_XDECREF(a_lps);
+        if (!tup || PyList_Append(parts, tup) < 0) {
+            Py_XDECREF(tup);
+            goto done;
+        }
+        Py_DECREF(tup);
+    }
+    result = parts;
+    Py_INCREF(result);
+done:
+    Py_DECREF(parts);
+    PyMem_Free(ev);
+    PyMem_Free(ids);
+    PyMem_Free(lps);
+    return result;
+}
+
+static PyObject *seq_call(EngineObject *self, PyObject *arg, llmb_status (*fn)(llmb_engine *, int64_t)) {
+    ENGINE(self);
+    long long id = PyLong_AsLongLong(arg);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    llmb_status s = fn(self->e, id);
+    if (s) return llmb_py_raise(s, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_abort(EngineObject *self, PyObject *arg) { return seq_call(self, arg, llmb_engine_abort); }
+static PyObject *Engine_release(EngineObject *self, PyObject *arg) { return seq_call(self, arg, llmb_engine_release); }
+
+static PyObject *Engine_prompt_logprobs(EngineObject *self, PyObject *args) {
+    ENGINE(self);
+    long long id;
+    int n;
+    if (!PyArg_ParseTuple(args, "Li", &id, &n)) return NULL;
+    if (n < 0) return PyErr_Format(PyExc_ValueError, "n must be >= 0");
+    npy_intp d = n;
+    PyObject *lp = PyArray_SimpleNew(1, &d, NPY_FLOAT32), *gr = PyArray_SimpleNew(1, &d, NPY_BOOL);
+    if (!lp || !gr) {
+        Py_XDECREF(lp);
+        Py_XDECREF(gr);
+        return NULL;
+    }
+    llmb_status s = llmb_engine_prompt_logprobs(self->e, id, PyArray_DATA((PyArrayObject *)lp),
+                                                PyArray_DATA((PyArrayObject *)gr), n);
+    if (s) {
+        Py_DECREF(lp);
+        Py_DECREF(gr);
+        return llmb_py_raise(s, NULL);
+    }
+    return Py_BuildValue("(NN)", lp, gr);
+}
+
+static PyObject *Engine_prompt_logits(EngineObject *self, PyObject *args) {
+    ENGINE(self);
+    long long id;
+    Py_ssize_t n_prompt, vocab;
+    if (!PyArg_ParseTuple(args, "Lnn", &id, &n_prompt, &vocab)) return NULL;
+    npy_intp d[2] = {n_prompt, vocab};
+    PyObject *out = PyArray_SimpleNew(2, d, NPY_FLOAT32);
+    if (!out) return NULL;
+    llmb_status s = llmb_engine_prompt_logits(self->e, id, PyArray_DATA((PyArrayObject *)out), (int64_t)n_prompt * vocab);
+    if (s) {
+        Py_DECREF(out);
+        return llmb_py_raise(s, NULL);
+    }
+    return out;
+}
+
+static PyObject *Engine_stats(EngineObject *self, PyObject *noargs) {
+    ENGINE(self);
+    llmb_engine_stats st;
+    llmb_engine_get_stats(self->e, &st);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "prefill_ns", st.prefill_ns, "decode_ns", st.decode_ns,
+                         "sample_ns", st.sample_ns, "schedule_ns", st.schedule_ns, "steps", st.steps,
+                         "prefill_tokens", st.prefill_tokens, "decode_tokens", st.decode_tokens);
+}
+
+static PyObject *Engine_reset_stats(EngineObject *self, PyObject *noargs) {
+    ENGINE(self);
+    llmb_engine_reset_stats(self->e);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Engine_methods[] = {
+    {"model_info", (PyCFunction)Engine_model_info, METH_NOARGS, "Architecture facts of the loaded model."},
+    {"memory", (PyCFunction)Engine_memory, METH_NOARGS, "Bytes held by weights, KV cache and scratch."},
+    {"add", (PyCFunction)(void (*)(void))Engine_add, METH_VARARGS | METH_KEYWORDS, "Queue a request; returns its id."},
+    {"step", (PyCFunction)Engine_step, METH_NOARGS, "Run one forward step; returns False when idle."},
+    {"poll", (PyCFunction)Engine_poll, METH_VARARGS, "Take the events logged so far (list of array tuples)."},
+    {"abort", (PyCFunction)Engine_abort, METH_O, "Finish a sequence now."},
+    {"release", (PyCFunction)Engine_release, METH_O, "Forget a finished sequence and free its KV blocks."},
+    {"prompt_logprobs", (PyCFunction)Engine_prompt_logprobs, METH_VARARGS, "(logprobs, is_greedy) of prompt tokens."},
+    {"prompt_logits", (PyCFunction)Engine_prompt_logits, METH_VARARGS, "Full logits of every prompt position."},
+    {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "Phase times (ns) and token counts."},
+    {"reset_stats", (PyCFunction)Engine_reset_stats, METH_NOARGS, "Zero the phase times and counts."},
+    {NULL}};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmbench._core.Engine",
+    .tp_basicsize = sizeof(EngineObject),
+    .tp_dealloc = (destructor)Engine_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The C inference engine over one GGUF model (use llmbench.LLM).",
+    .tp_methods = Engine_methods,
+    .tp_init = (initproc)Engine_init,
+    .tp_new = PyType_GenericNew,
+};
+
+int llmb_py_init_engine(PyObject *m) {
+    if (PyType_Ready(&EngineType) < 0) return -1;
+    Py_INCREF(&EngineType);
+    if (PyModule_AddObject(m, "Engine", (PyObject *)&EngineType) < 0) {
+        Py_DECREF(&EngineType);
+        return -1;
+    }
+    return 0;
+}

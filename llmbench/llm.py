@@ -1,0 +1,418 @@
+"""`llmbench.LLM`: the Python face of the C engine — generation, chat, logits and log-likelihoods.
+
+>>> llm = LLM("stories260K.gguf")                                            # doctest: +SKIP
+>>> out = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=32))[0]
+>>> out.text, out.ttft_s, out.token_ids                                       # doctest: +SKIP
+
+Timestamps are the engine's monotonic clock (CLOCK_MONOTONIC, nanoseconds), taken inside the C
+core when each event happens, not when Python sees it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import BackendUnavailableError, UnsupportedError, _core
+from .gguf import GGUFFile
+from .tokenizer import Tokenizer
+
+KV_DTYPES = {"f32": 0, "f16": 1, "q8_0": 8}
+EV_ARRIVAL, EV_ADMIT, EV_TOKEN, EV_FINISH = 0, 1, 2, 3
+FINISH_REASONS = {1: "length", 2: "stop", 3: "abort"}
+
+
+@dataclass
+class SamplingParams:
+    """How to sample, with vLLM's names and defaults where the quantity is the same."""
+
+    temperature: float = 1.0
+    top_k: int = 0                      # 0: off
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None             # None: a fresh random seed per request
+    max_tokens: int = 16
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False            # fixed-length runs for benchmarks
+    logprobs: int | None = None         # top-n logprobs per output token (0..20)
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.temperature >= 0, "temperature must be >= 0"),
+            (self.top_k >= 0, "top_k must be >= 0 (0 disables it)"),
+            (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
+            (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
+            (self.repetition_penalty > 0, "repetition_penalty must be > 0"),
+            (self.max_tokens >= 0, "max_tokens must be >= 0"),
+            (0 <= self.min_tokens <= max(self.max_tokens, 0), "min_tokens must be in [0, max_tokens]"),
+            (self.logprobs is None or 0 <= self.logprobs <= 20, "logprobs must be 0..20"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"SamplingParams: {msg}")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+
+
+@dataclass
+class Completion:
+    """One finished request: text, tokens, log-probabilities and the engine's timestamps (ns)."""
+
+    prompt_token_ids: list[int]
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[dict[int, float]] | None
+    finish_reason: str                  # "length", "stop" or "abort"
+    stop_reason: str | int | None       # the stop string or token id that ended it
+    arrival_ns: int
+    admit_ns: int
+    token_ns: np.ndarray                # uint64 timestamp of each output token
+    finish_ns: int
+    cached_tokens: int = 0              # prompt tokens reused from a shared prefix
+
+    @property
+    def ttft_s(self) -> float | None:
+        return (int(self.token_ns[0]) - self.arrival_ns) / 1e9 if len(self.token_ns) else None
+
+    @property
+    def e2e_s(self) -> float:
+        end = int(self.token_ns[-1]) if len(self.token_ns) else self.finish_ns
+        return (end - self.arrival_ns) / 1e9
+
+
+def _parse_bytes(v: int | str) -> int:
+    if isinstance(v, int):
+        return v
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?i?B?)\s*", v, re.I)
+    if not m:
+        raise ValueError(f"cannot read {v!r} as a size (examples: 2GiB, 512MB, 1000000)")
+    unit = m.group(2).upper().rstrip("B")
+    mult = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[unit]
+    return int(float(m.group(1)) * mult)
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def resolve_model(model: str | os.PathLike[str]) -> Path:
+    """A GGUF path, or a dummy preset name optionally with a type: "llama-125m", "llama-1b:Q8_0"."""
+    p = Path(model)
+    if p.exists():
+        return p
+    from . import dummy
+
+    name, _, typ = str(model).partition(":")
+    if name in dummy.PRESETS:
+        return dummy.dummy_model(name, typ or "Q4_K_M")
+    raise FileNotFoundError(f"{model}: no such GGUF file, and not a dummy preset "
+                            f"(presets: {', '.join(dummy.PRESETS)})")
+
+
+class LLM:
+    """A model loaded into llmbench's engine.
+
+    ``model``: a GGUF path or a dummy preset name ("llama-125m", "llama-1b:Q8_0", ...).
+    ``threads``: engine threads (default: all CPUs). ``ctx``: longest sequence (default: the
+    model's training context, at most 4096). ``kv_dtype``: "f16", "f32" or "q8_0".
+    ``kv_budget``: bytes for the paged KV cache (int or "2GiB"; default: enough for ``max_seqs``
+    full-context sequences, at most a quarter of available memory).
+    """
+
+    def __init__(self, model: str | os.PathLike[str], threads: int | None = None, ctx: int | None = None,
+                 kv_dtype: str = "f16", kv_budget: int | str | None = None, backend: str = "cpu",
+                 max_batch_tokens: int = 512, max_seqs: int = 64, block_size: int = 16,
+                 tokenizer_options: dict | None = None):
+        if backend == "cuda":
+            from .backends import cuda
+
+            ok, why = cuda.available()
+            if not ok:
+                raise BackendUnavailableError(why)
+            raise UnsupportedError("the CUDA engine backend is not built yet; use backend='cpu'")
+        if backend != "cpu":
+            raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
+        self.path = resolve_model(model)
+        self.file = GGUFFile(self.path)
+        self.threads = threads or os.cpu_count() or 1
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        meta = self.file.metadata
+        arch = meta.get("general.architecture", "?")
+        ctx_train = int(meta.get(f"{arch}.context_length", 2048))
+        self.ctx = ctx or min(ctx_train, 4096)
+        self.kv_dtype = kv_dtype
+        self.block_size = block_size
+        # Size the KV pool: bytes per token from the shape, then the budget.
+        n_layer = int(meta.get(f"{arch}.block_count", 1))
+        n_head = int(meta.get(f"{arch}.attention.head_count", 1))
+        n_kv = int(meta.get(f"{arch}.attention.head_count_kv", n_head))
+        head_dim = int(meta.get(f"{arch}.attention.key_length", int(meta.get(f"{arch}.embedding_length", 1)) // n_head))
+        per_tok = 2 * n_layer * n_kv * head_dim * {"f32": 4, "f16": 2, "q8_0": 34 / 32}[kv_dtype]
+        if kv_budget is None:
+            budget = min(max_seqs * self.ctx * per_tok, _available_memory() // 4)
+            budget = max(budget, self.ctx * per_tok)
+        else:
+            budget = _parse_bytes(kv_budget)
+        n_blocks = int(budget // (per_tok * block_size))
+        if n_blocks < 1:
+            raise ValueError(f"kv_budget {budget} bytes holds no KV block ({per_tok * block_size:.0f} bytes each)")
+        self.engine = _core.Engine(self.file._reader, kv_type=KV_DTYPES[kv_dtype], block_size=block_size,
+                                   n_blocks=n_blocks, ctx=self.ctx, max_batch_tokens=max_batch_tokens,
+                                   max_seqs=max_seqs, threads=self.threads)
+        self.info = self.engine.model_info()
+        try:
+            self.tokenizer: Tokenizer | None = Tokenizer.from_gguf(meta, **(tokenizer_options or {}))
+        except UnsupportedError:
+            self.tokenizer = None
+
+    def __repr__(self) -> str:
+        i = self.info
+        return (f"<LLM {self.path.name} {i['arch']} {i['n_layer']}L dim {i['dim']} vocab {i['vocab']} "
+                f"threads={self.threads} ctx={self.ctx} kv={self.kv_dtype}>")
+
+    def memory(self) -> dict[str, int]:
+        """Bytes the engine holds: weights (mapped), KV cache, scratch."""
+        return self.engine.memory()
+
+    # ---- tokens ----
+
+    def _tok(self) -> Tokenizer:
+        if self.tokenizer is None:
+            raise UnsupportedError(f"{self.path.name} has no usable tokenizer; pass token ids")
+        return self.tokenizer
+
+    def tokenize(self, text: str, add_bos: bool | None = None) -> list[int]:
+        return self._tok().encode(text, add_bos)
+
+    def detokenize(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        return self._tok().decode(ids, skip_special)
+
+    def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            ids = self.tokenize(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:  # an empty prompt starts from BOS, as llama.cpp does
+            bos = self.tokenizer.bos_id if self.tokenizer else None
+            if bos is None:
+                raise ValueError("empty prompt and the model has no BOS token to start from")
+            ids = [bos]
+        return ids
+
+    # ---- generation ----
+
+    def generate(self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 on_token: Callable[[int, int, str], None] | None = None) -> list[Completion]:
+        """Generate for one prompt or a batch (text or token ids); all run concurrently in the engine.
+
+        ``on_token(request_index, token_id, text_delta)`` is called as tokens arrive."""
+        single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], (int, np.integer)))
+        batch = [prompts] if single else list(prompts)
+        plist = params if isinstance(params, Sequence) else [params or SamplingParams()] * len(batch)
+        if len(plist) != len(batch):
+            raise ValueError(f"{len(plist)} SamplingParams for {len(batch)} prompts")
+        runs = [_Run(self, self._prompt_ids(p), sp) for p, sp in zip(batch, plist)]
+        by_seq = {}
+        try:
+            for i, r in enumerate(runs):
+                r.index = i
+                r.seq = self.engine.add(r.prompt, **r.engine_args())
+                by_seq[r.seq] = r
+            self._drive(by_seq, on_token)
+        finally:
+            for r in runs:
+                if r.seq is not None:
+                    self.engine.release(r.seq)
+        return [r.result() for r in runs]
+
+    def _drive(self, by_seq: dict[int, _Run], on_token: Callable[[int, int, str], None] | None) -> None:
+        busy = True
+        while busy:
+            busy = self.engine.step()
+            for seq, kind, tok, lp, t, top_ids, top_lps in self.engine.poll(20):
+                for k in range(len(seq)):
+                    r = by_seq.get(int(seq[k]))
+                    if r is None:
+                        continue
+                    r.event(int(kind[k]), int(tok[k]), float(lp[k]), int(t[k]), top_ids[k], top_lps[k], on_token)
+
+    def chat(self, messages: list[dict[str, str]] | list[list[dict[str, str]]],
+             params: SamplingParams | None = None, chat_template: str | None = None,
+             on_token: Callable[[int, int, str], None] | None = None) -> list[Completion]:
+        """Generate replies to one conversation or a list of them, through the model's chat template."""
+        convs = [messages] if messages and isinstance(messages[0], dict) else messages
+        tok = self._tok()
+        prompts = [tok.encode(tok.apply_chat_template(c, True, chat_template)) for c in convs]
+        return self.generate(prompts, params, on_token)
+
+    # ---- scoring ----
+
+    def logits(self, token_ids: Sequence[int]) -> np.ndarray:
+        """Float32 logits [n, vocab] of every position of ``token_ids`` (one forward pass)."""
+        ids = [int(t) for t in token_ids]
+        seq = self.engine.add(ids, max_tokens=0, prompt_logits=True)
+        try:
+            while self.engine.step():
+                pass
+            self.engine.poll()
+            return self.engine.prompt_logits(seq, len(ids), self.info["vocab"])
+        finally:
+            self.engine.release(seq)
+
+    def loglikelihood(self, pairs: Sequence[tuple[str, str]], add_bos: bool | None = None) -> list[tuple[float, bool]]:
+        """(sum of log-probabilities of the continuation, whether it is the greedy continuation) for
+        each (context, continuation) pair, as lm-evaluation-harness defines it: trailing spaces of the
+        context move to the continuation; the continuation's tokens are those of
+        encode(context + continuation) past encode(context). Contexts shared by several pairs are
+        computed once and their KV cache forked (prefix sharing)."""
+        tok = self._tok()
+        reqs = []
+        for context, continuation in pairs:
+            n_sp = len(context) - len(context.rstrip())
+            if n_sp:
+                context, continuation = context[:-n_sp], context[-n_sp:] + continuation
+            if context == "":
+                start = tok.bos_id if tok.bos_id is not None else tok.eos_id
+                ctx_ids, cont_ids = [start], tok.encode(continuation, add_bos=False)
+            else:
+                whole = tok.encode(context + continuation, add_bos)
+                ctx_ids = tok.encode(context, add_bos)
+                ctx_ids, cont_ids = whole[: len(ctx_ids)], whole[len(ctx_ids):]
+            if not cont_ids:
+                raise ValueError(f"continuation {continuation!r} encodes to no tokens")
+            ids = (ctx_ids + cont_ids)[-(self.ctx):]  # truncate on the left, as the harness does
+            reqs.append((ids, len(ids) - len(cont_ids)))
+        return self.score_tokens(reqs)
+
+    def score_tokens(self, reqs: Sequence[tuple[Sequence[int], int]]) -> list[tuple[float, bool]]:
+        """For (token ids, n_context) requests: (sum logprob of ids[n_context:], all greedy)."""
+        # Share each context prefix used by more than one request.
+        counts: dict[tuple[int, ...], int] = {}
+        for ids, n_ctx in reqs:
+            key = tuple(ids[:n_ctx])
+            counts[key] = counts.get(key, 0) + 1
+        parents: dict[tuple[int, ...], int] = {}
+        try:
+            for key, c in counts.items():
+                if c > 1 and len(key) > 1:
+                    parents[key] = self.engine.add(list(key), max_tokens=0, hold=True)
+            while self.engine.step():
+                pass
+            self.engine.poll()
+            seqs = []
+            for ids, n_ctx in reqs:
+                fork = parents.get(tuple(ids[:n_ctx]), -1)
+                seqs.append(self.engine.add(list(ids), max_tokens=0, prompt_logprobs_from=n_ctx - 1, fork_from=fork))
+            while self.engine.step():
+                pass
+            self.engine.poll()
+            out = []
+            for (ids, n_ctx), s in zip(reqs, seqs):
+                lp, greedy = self.engine.prompt_logprobs(s, len(ids) - n_ctx)
+                out.append((float(np.sum(lp, dtype=np.float64)), bool(greedy.all())))
+                self.engine.release(s)
+            return out
+        finally:
+            for p in parents.values():
+                self.engine.release(p)
+
+
+class _Run:
+    """Book-keeping of one request inside LLM.generate."""
+
+    def __init__(self, llm: LLM, prompt: list[int], sp: SamplingParams):
+        self.llm, self.prompt, self.sp = llm, prompt, sp
+        self.index = 0
+        self.seq: int | None = None
+        self.tokens: list[int] = []
+        self.lps: list[float] = []
+        self.top: list[dict[int, float]] = []
+        self.times: list[int] = []
+        self.arrival = self.admit = self.finish_ns = 0
+        self.cached = 0
+        self.reason = ""
+        self.stop_reason: str | int | None = None
+        self.text = ""
+        self.done = False
+
+    def engine_args(self) -> dict:
+        sp = self.sp
+        stops = list(sp.stop_token_ids)
+        tok = self.llm.tokenizer
+        if not sp.ignore_eos and tok is not None:
+            stops += tok.stop_ids
+        seed = sp.seed if sp.seed is not None else int.from_bytes(os.urandom(8), "little")
+        return dict(temperature=sp.temperature, top_k=sp.top_k, top_p=sp.top_p, min_p=sp.min_p,
+                    repetition_penalty=sp.repetition_penalty, presence_penalty=sp.presence_penalty,
+                    frequency_penalty=sp.frequency_penalty, seed=seed, max_tokens=sp.max_tokens,
+                    min_tokens=sp.min_tokens, logprobs=sp.logprobs or 0, stop_tokens=stops)
+
+    def event(self, kind: int, tok: int, lp: float, t: int, top_ids: np.ndarray, top_lps: np.ndarray,
+              on_token: Callable[[int, int, str], None] | None) -> None:
+        if kind == EV_ARRIVAL:
+            self.arrival = t
+        elif kind == EV_ADMIT:
+            self.admit, self.cached = t, tok
+        elif kind == EV_TOKEN and not self.done:
+            self.tokens.append(tok)
+            self.lps.append(lp)
+            self.times.append(t)
+            if self.sp.logprobs:
+                self.top.append({int(i): float(v) for i, v in zip(top_ids[: self.sp.logprobs], top_lps) if i >= 0})
+            self._text_update(tok, on_token)
+        elif kind == EV_FINISH:
+            self.finish_ns = t
+            if not self.reason:
+                self.reason = FINISH_REASONS.get(tok, "abort")
+                if self.reason == "stop" and self.tokens:
+                    self.stop_reason = self.tokens[-1]
+
+    def _text_update(self, tok: int, on_token: Callable[[int, int, str], None] | None) -> None:
+        tk = self.llm.tokenizer
+        if tk is None:
+            if on_token:
+                on_token(self.index, tok, "")
+            return
+        text = tk.decode(self.tokens)
+        if text.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its other bytes
+            if on_token:
+                on_token(self.index, tok, "")
+            return
+        for s in self.sp.stop:
+            at = text.find(s, max(0, len(self.text) - len(s)))
+            if at >= 0:
+                text = text[: at + len(s)] if self.sp.include_stop_str_in_output else text[:at]
+                self.reason, self.stop_reason, self.done = "stop", s, True
+                self.llm.engine.abort(self.seq)
+                break
+        delta, self.text = text[len(self.text):], text
+        if on_token:
+            on_token(self.index, tok, delta)
+
+    def result(self) -> Completion:
+        return Completion(self.prompt, self.text, self.tokens, self.lps, self.top if self.sp.logprobs else None,
+                          self.reason or "abort", self.stop_reason, self.arrival, self.admit,
+                          np.asarray(self.times, dtype=np.uint64), self.finish_ns, self.cached)
