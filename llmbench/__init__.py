@@ -27,10 +27,15 @@ __all__ = [
     "GGUFError",
     "LLMBenchError",
     "UnsupportedError",
+    "LLM",
+    "Completion",
+    "SamplingParams",
+    "dummy_model",
     "__version__",
 ]
 
 from .dummy import dummy_model  # noqa: E402  (needs the names above)
+from .llm import LLM, Completion, SamplingParams  # noqa: E402
 
 if _os.environ.get("LLMBENCH_SIMD"):
     # Force a lower SIMD level (e.g. "scalar") for comparisons; a level the CPU lacks is an error.
