@@ -248,9 +248,8 @@ def build(preset: str, mix: str, out: str | os.PathLike[str], *, seed: int = 0, 
                 yield job, partial(notify, s.name, n)
 
     write_pipelined(out, metadata(p, mix, seed), specs, jobs())
-    result = ModelResult(os.fspath(out), mix, seconds=time.perf_counter() - t0, file_size=os.path.getsize(out))
-    result.tensors = [TensorResult(s.name, s.shape, "F32", s.type, 4 * s.n_elements, s.nbytes) for s in specs]
-    return result
+    tensors = [TensorResult(s.name, s.shape, "F32", s.type, 4 * s.n_elements, s.nbytes) for s in specs]
+    return ModelResult(os.fspath(out), mix, tensors, time.perf_counter() - t0, os.path.getsize(out))
 
 
 def cache_dir() -> Path:

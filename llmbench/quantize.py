@@ -18,7 +18,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
@@ -162,15 +162,15 @@ class TensorResult:
     nbytes: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelResult:
     """What a quantize or dummy build wrote: per-tensor types and sizes, time taken."""
 
     path: str
     mix: str
-    tensors: list[TensorResult] = field(default_factory=list)
-    seconds: float = 0.0
-    file_size: int = 0
+    tensors: list[TensorResult]
+    seconds: float
+    file_size: int
 
     @property
     def n_elements(self) -> int:
@@ -269,8 +269,6 @@ def quantize_file(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[
                     yield job, partial(notify, s.src.name, n)
 
         write_pipelined(dst_path, metadata, [s.dst for s in steps], jobs(), types=types)
-    result = ModelResult(os.fspath(dst_path), m.name, seconds=time.perf_counter() - t0,
-                         file_size=os.path.getsize(dst_path))
-    result.tensors = [TensorResult(s.src.name, s.src.shape, s.src.type, s.dst.type, s.src.nbytes, s.dst.nbytes)
-                      for s in steps]
-    return result
+    tensors = [TensorResult(s.src.name, s.src.shape, s.src.type, s.dst.type, s.src.nbytes, s.dst.nbytes)
+               for s in steps]
+    return ModelResult(os.fspath(dst_path), m.name, tensors, time.perf_counter() - t0, os.path.getsize(dst_path))
