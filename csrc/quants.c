@@ -236,11 +236,13 @@ static void quant_q8_0_ref(const float *x, void *vy, int64_t n) {
 
 // ---- K-quant helpers (ggml's make_qkx2_quants and make_qx_quants) ----
 
-// Fit x[i] ~ scale*L[i] - the_min with L in 0..nmax, minimizing the weighted absolute (use_mad) or
-// squared error: start from the min/max grid, then try nstep+1 grids (nmax + rmin + rdelta*is
-// steps over the range), solving the least-squares scale and min for each. Returns the scale.
+// Fit x[i] ~ scale*L[i] - the_min with L in 0..nmax, minimizing the weighted squared error (ggml's
+// make_qkx2_quants without use_mad, rdelta 0.1): start from the min/max grid, then try nstep+1
+// grids of nmax + rmin + 0.1*is steps, solving the least-squares scale and min for each. Note that
+// a better fit also moves `min`, where the next grids start. Returns the scale.
 static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
-                              uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad) {
+                              float rmin, int nstep) {
+    uint8_t Laux[32];
     float min = x[0], max = x[0];
     float sum_w = weights[0], sum_x = sum_w * x[0];
     for (int i = 1; i < n; i++) {
@@ -263,11 +265,10 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
         int l = nearest_int(iscale * (x[i] - min));
         L[i] = MAX(0, MIN(nmax, l));
         float diff = scale * L[i] + min - x[i];
-        diff = use_mad ? fabsf(diff) : diff * diff;
-        best_error += weights[i] * diff;
+        best_error += weights[i] * (diff * diff);
     }
     for (int is = 0; is <= nstep; is++) {
-        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        iscale = (rmin + 0.1f * is + nmax) / (max - min);
         float sum_l = 0, sum_l2 = 0, sum_xl = 0;
         for (int i = 0; i < n; i++) {
             int l = nearest_int(iscale * (x[i] - min));
@@ -289,8 +290,7 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
             float cur_error = 0;
             for (int i = 0; i < n; i++) {
                 float diff = this_scale * Laux[i] + this_min - x[i];
-                diff = use_mad ? fabsf(diff) : diff * diff;
-                cur_error += weights[i] * diff;
+                cur_error += weights[i] * (diff * diff);
             }
             if (cur_error < best_error) {
                 for (int i = 0; i < n; i++) L[i] = Laux[i];
@@ -357,9 +357,8 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
 // The scalar sub-block fit of Q4_K and Q5_K: make_qkx2_quants on each of the 8 sub-blocks of 32.
 void llmb_fit_k_ref(const float *x, const float *w, int nmax, float rmin, int nstep, uint8_t *L, float *scales,
                     float *mins) {
-    uint8_t Laux[32];
     for (int j = 0; j < LLMB_QK_K / 32; j++)
-        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, w + 32 * j, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, 0);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, w + 32 * j, L + 32 * j, &mins[j], rmin, nstep);
 }
 
 // Shared by Q4_K and Q5_K (nmax 15 or 31): per sub-block of 32, fit scale and min with weights
