@@ -528,7 +528,9 @@ static void attention(llmb_engine *e, int layer, int n) {
     const float scale = 1.0f / sqrtf((float)hd);
     const llmb_quant_traits *kq = llmb_quant_traits_get(e->kv_type);
     const size_t head_bytes = e->kv_row_bytes / (size_t)c->n_head_kv;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(e->p.n_threads) if (e->p.n_threads > 1)
+    int64_t work = 0;  // key positions read, summed over tokens; small steps stay on one thread
+    for (int i = 0; i < n; i++) work += (int64_t)(e->items[i].pos + 1) * nh * hd;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(e->p.n_threads) if (e->p.n_threads > 1 && work >= (1 << 16))
     for (int64_t ih = 0; ih < (int64_t)n * nh; ih++) {
         int i = (int)(ih / nh), h = (int)(ih % nh), kvh = h / group;
         const item_t *it = &e->items[i];

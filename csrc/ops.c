@@ -29,7 +29,10 @@ void llmb_matmul(const llmb_weight *w, const float *x, int64_t ldx, int n_tok, f
     const llmb_quant_traits *q = llmb_quant_traits_get(w->type);
     const int64_t n_tiles = (w->ne1 + LLMB_MATMUL_TILE - 1) / LLMB_MATMUL_TILE;
     const int direct = w->type == LLMB_TYPE_F32;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+    // Too little work to pay for waking the other threads (and for waiting on them when the
+    // machine is busy): run it here.
+    const int par = nthreads > 1 && (double)w->ne0 * (double)w->ne1 * n_tok >= (double)(1 << 18);
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
     for (int64_t tile = 0; tile < n_tiles; tile++) {
 #ifdef _OPENMP
         float *buf = scratch + (size_t)omp_get_thread_num() * LLMB_MATMUL_TILE * (size_t)w->ne0;

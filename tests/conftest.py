@@ -16,3 +16,4 @@ def stories_path() -> Path:
     if not STORIES.exists():
         pytest.skip(f"{STORIES} not found: the real stories260K model lives in ../shared/models")
     return STORIES
+

@@ -1,0 +1,169 @@
+"""The inference engine against an independent float64 NumPy forward pass (tests/reference), the
+stories260K greedy story, batch invariance, chunked prefill, prefix forks, and clear errors."""
+
+from __future__ import annotations
+
+import re
+
+import gguf
+import numpy as np
+import pytest
+
+import llmbench
+from llmbench import LLM, SamplingParams
+from reference.forward import Reference
+
+from conftest import STORIES
+
+
+@pytest.fixture(scope="module")
+def stories(stories_path):
+    return LLM(stories_path, threads=2, kv_dtype="f32", tokenizer_options={"remove_extra_whitespaces": True})
+
+
+def expected_story() -> str:
+    md = (STORIES.parent / "stories260K.md").read_text()
+    block = re.search(r"\./run stories260K/stories260K\.bin -z stories260K/tok512\.bin -t 0\.0\n(.*?)```", md, re.S)
+    return block.group(1).strip()
+
+
+def test_greedy_story_token_for_token(stories):
+    want = expected_story()
+    assert want.startswith("Once upon a time, there was a little girl named Lily.")
+    out = stories.generate("", SamplingParams(temperature=0, max_tokens=256))[0]
+    assert out.text[: len(want)] == want
+    # the same text re-tokenized is exactly the generated token sequence (token for token)
+    assert stories.tokenize(want, add_bos=False) == out.token_ids[: len(stories.tokenize(want, add_bos=False))]
+
+
+# (weight type, KV dtype) -> max |logit - reference| relative to max |reference logit|, measured on
+# the tiny preset: float KV reproduces the float64 reference to float32 rounding; F16 and Q8_0 KV
+# add their own rounding. The engine dequantizes weights exactly, so the weight type does not move
+# these bounds.
+TOLERANCE = {"f32": 2e-6, "f16": 1e-3, "q8_0": 2e-2}
+
+
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+def test_stories_logits_match_reference(stories_path, kv):
+    ref = Reference(stories_path)
+    llm = LLM(stories_path, threads=2, kv_dtype=kv)
+    toks = [1, 403, 407, 261, 378, 11, 350, 365, 263, 410, 485, 13, 13, 444]
+    got, want = llm.logits(toks), ref.logits(toks)
+    assert got.shape == (len(toks), 512) and got.dtype == np.float32
+    assert np.abs(got - want).max() <= TOLERANCE[kv] * np.abs(want).max() * (10 if kv == "f16" else 1)
+    assert (got.argmax(1) == want.argmax(1)).all()
+
+
+@pytest.mark.parametrize("wtype", ["F32", "F16", "Q8_0", "Q4_K_M"])
+@pytest.mark.parametrize("kv", ["f32", "f16", "q8_0"])
+def test_dummy_logits_match_reference(wtype, kv):
+    path = llmbench.dummy_model("tiny", wtype)
+    ref = Reference(path)
+    llm = LLM(path, threads=2, kv_dtype=kv)
+    toks = np.random.default_rng(1).integers(0, llm.info["vocab"], 37)
+    got, want = llm.logits(toks), ref.logits(toks)
+    assert np.abs(got - want).max() <= TOLERANCE[kv] * np.abs(want).max()
+
+
+def test_batch_invariance(stories):
+    """A sequence's logits and sampled tokens are identical alone and inside a batch of 64."""
+    rng = np.random.default_rng(2)
+    target = [1, *rng.integers(3, 512, 20).tolist()]
+    others = [[1, *rng.integers(3, 512, int(n)).tolist()] for n in rng.integers(1, 60, 63)]
+    params = SamplingParams(temperature=0.9, top_k=40, seed=7, max_tokens=24, logprobs=2, ignore_eos=True)
+    alone = stories.generate([target], params)[0]
+    batch = stories.generate([*others[:31], target, *others[31:]], params)[31]
+    assert alone.token_ids == batch.token_ids
+    assert alone.logprobs == batch.logprobs and alone.top_logprobs == batch.top_logprobs
+    # prompt logits: one big prefill vs tiny chunks next to other sequences
+    small = LLM(STORIES, threads=2, kv_dtype="f32", max_batch_tokens=5, max_seqs=4)
+    assert np.array_equal(stories.logits(target), small.logits(target))
+
+
+def test_threads_do_not_change_results(stories_path):
+    toks = list(range(1, 40))
+    one = LLM(stories_path, threads=1).logits(toks)
+    two = LLM(stories_path, threads=2).logits(toks)
+    assert np.array_equal(one, two)
+
+
+def test_prefix_fork_equals_full_computation(stories):
+    ctx = stories.tokenize("Once upon a time, there was a little girl")
+    conts = [stories.tokenize(c, add_bos=False) for c in (" named Lily", " who", " and a dog", " named Lily.")]
+    reqs = [(ctx + c, len(ctx)) for c in conts]
+    shared = stories.score_tokens(reqs)          # one prefix, forked four times
+    alone = [stories.score_tokens([r])[0] for r in reqs]  # no sharing
+    assert shared == alone
+    assert shared[0][1] is True                  # " named Lily" is the greedy continuation
+    free = stories.memory()["free_blocks"]
+    stories.score_tokens(reqs)
+    assert stories.memory()["free_blocks"] == free  # every block returned
+
+
+def test_loglikelihood_matches_reference(stories_path, stories):
+    ref = Reference(stories_path)
+    ctx, cont = "Lily went to the park", " and played"
+    lp, greedy = stories.loglikelihood([(ctx, cont)])[0]
+    whole = stories.tokenize(ctx + cont)
+    n_ctx = len(stories.tokenize(ctx))
+    logits = ref.logits(whole)
+    logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+    want = sum(logp[i - 1, whole[i]] for i in range(n_ctx, len(whole)))
+    assert lp == pytest.approx(want, abs=1e-4)
+    assert greedy == all(logits[i - 1].argmax() == whole[i] for i in range(n_ctx, len(whole)))
+    # trailing space of the context moves to the continuation, as lm-evaluation-harness does
+    assert stories.loglikelihood([(ctx + " ", "and played")]) == stories.loglikelihood([(ctx, cont)])
+
+
+def test_events_and_timestamps(stories):
+    out = stories.generate(["Once upon", "Lily"], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
+    for o in out:
+        assert len(o.token_ids) == 12 == len(o.token_ns) and o.finish_reason == "length"
+        t = o.token_ns.astype(np.int64)
+        assert o.arrival_ns <= o.admit_ns <= t[0] and (np.diff(t) >= 0).all() and t[-1] <= o.finish_ns
+        assert 0 < o.ttft_s <= o.e2e_s
+
+
+def test_errors(stories, tmp_path):
+    with pytest.raises(ValueError, match="exceeds the context"):
+        stories.generate([1] * 2040, SamplingParams(max_tokens=100))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        stories.generate([[1, 999]], SamplingParams(max_tokens=1))
+    with pytest.raises(llmbench.UnsupportedError, match="multiple of 32"):
+        LLM(STORIES, kv_dtype="q8_0")
+    with pytest.raises(ValueError, match="kv_dtype"):
+        LLM(STORIES, kv_dtype="int4")
+    with pytest.raises(FileNotFoundError, match="not a dummy preset"):
+        LLM(tmp_path / "nope.gguf")
+    with pytest.raises(ValueError, match="raise kv_budget"):
+        LLM(STORIES, kv_budget=64 * 640).generate([1], SamplingParams(max_tokens=200))
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0)
+    # a model of an architecture the engine does not run names it
+    w = gguf.GGUFWriter(str(tmp_path / "g.gguf"), arch="gemma3")
+    w.add_tensor("token_embd.weight", np.zeros((8, 4), np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with pytest.raises(llmbench.UnsupportedError, match="architecture 'gemma3' is not supported"):
+        LLM(tmp_path / "g.gguf")
+
+
+def test_unsupported_tensor_type_is_named(tmp_path):
+    """A weight in a type the engine cannot run (here IQ4_NL) raises, naming tensor and type."""
+    src = llmbench.dummy_model("tiny", "F32")
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(tmp_path / "iq.gguf"), arch="llama")
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        w.add_key_value(k, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        if t.name == "blk.0.attn_q.weight":
+            rows = data.shape[0]
+            w.add_tensor(t.name, np.zeros((rows, data.shape[1] // 32 * 18), np.uint8),
+                         raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
+        else:
+            w.add_tensor(t.name, data, raw_dtype=t.tensor_type)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with pytest.raises(llmbench.UnsupportedError, match="blk.0.attn_q.weight.*IQ4_NL"):
+        LLM(tmp_path / "iq.gguf")

@@ -1,0 +1,119 @@
+"""Tokenizers from GGUF metadata: stories260K's against sentencepiece with its own tok512.model,
+SmolLM2's against a `tokenizers` BPE built the way its own tokenizer.json defines it, round trips,
+chat templates, and the chat answer of a real instruct model."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers
+
+import llmbench
+from llmbench import LLM, SamplingParams
+from llmbench.gguf import GGUFFile
+from llmbench.tokenizer import Tokenizer
+from models import smollm2_gguf
+
+TEXTS = [
+    "Once upon a time, there was a little girl named Lily.",
+    "Hello  world   with    runs of spaces ",
+    "  leading and trailing  ",
+    "Digits 0123456789 and 3.14159, 1e-9; $42!",
+    "Unicode: naïve café, Ελληνικά, русский, 日本語のテキスト, 한국어",
+    "Emoji 🦙🚀👩‍👩‍👧 and ⅓ ½ 𝔘𝔫𝔦",
+    "Tabs\tand\nnewlines\n\n  indented\r\nCRLF",
+    "It's don't we'll I'M",
+    "",
+    "x",
+]
+
+
+@pytest.fixture(scope="module")
+def spm():
+    sentencepiece = pytest.importorskip("sentencepiece")
+    from conftest import STORIES
+
+    model = STORIES.parent / "tok512.model"
+    if not model.exists():
+        pytest.skip(f"{model} not found")
+    return sentencepiece.SentencePieceProcessor(model_file=str(model))
+
+
+@pytest.fixture(scope="module")
+def stories_meta(stories_path):
+    return GGUFFile(stories_path).metadata
+
+
+def test_stories_matches_sentencepiece(spm, stories_meta):
+    # tok512.model trims and collapses runs of spaces (SentencePiece's remove_extra_whitespaces);
+    # the GGUF conversion did not record that, so it is passed here explicitly.
+    tok = Tokenizer.from_gguf(stories_meta, remove_extra_whitespaces=True)
+    for text in TEXTS:
+        assert tok.encode(text, add_bos=False) == spm.encode(text), text
+        assert tok.decode(tok.encode(text)) == spm.decode(spm.encode(text)), text
+
+
+def test_stories_default_keeps_whitespace(spm, stories_meta):
+    """Without the option (llama.cpp's default) spaces are kept as written, and text without runs
+    of spaces tokenizes exactly as sentencepiece does."""
+    tok = Tokenizer.from_gguf(stories_meta)
+    for text in TEXTS:
+        ids = tok.encode(text, add_bos=False)
+        assert tok.decode(ids) == text, text
+        if "  " not in text and text == text.strip(" "):
+            assert ids == spm.encode(text), text
+    assert tok.encode("Lily")[0] == tok.bos_id == 1 and tok.eos_id == 2
+
+
+def smollm_reference(meta) -> HFTokenizer:
+    """SmolLM2's tokenizer as its tokenizer.json defines it: BPE over the vocab and merges, split into
+    single digits, then GPT-2's byte-level regex; byte-level decoding."""
+    tokens = meta["tokenizer.ggml.tokens"]
+    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    hf.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    hf.decoder = decoders.ByteLevel()
+    return hf
+
+
+@pytest.fixture(scope="module")
+def smollm_path():
+    return smollm2_gguf()
+
+
+def test_smollm2_matches_reference(smollm_path):
+    meta = GGUFFile(smollm_path).metadata
+    tok, ref = Tokenizer.from_gguf(meta), smollm_reference(meta)
+    assert meta["tokenizer.ggml.pre"] == "smollm" and not tok.add_bos
+    for text in TEXTS:
+        ids = tok.encode(text)
+        assert ids == ref.encode(text).ids, text
+        assert tok.decode(ids) == text, text
+    # special tokens written in text are single tokens
+    assert tok.encode("<|im_start|>user") == [tok.hf.token_to_id("<|im_start|>"), *ref.encode("user").ids]
+    assert tok.eot_id == tok.hf.token_to_id("<|im_end|>") and tok.eot_id in tok.stop_ids
+
+
+def test_chat_template_renders(smollm_path):
+    tok = Tokenizer.from_gguf(GGUFFile(smollm_path).metadata)
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}])
+    assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    custom = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+    assert tok.apply_chat_template([{"role": "user", "content": "Hi"}], template=custom) == "[user] Hi\n"
+
+
+def test_smollm2_answers_paris(smollm_path):
+    llm = LLM(smollm_path, threads=2, ctx=256)
+    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
+                   SamplingParams(temperature=0, max_tokens=24))[0]
+    assert "Paris" in out.text, out.text
+    assert out.finish_reason in ("stop", "length")
+
+
+def test_no_tokenizer_is_clear(stories_meta):
+    meta = {k: v for k, v in stories_meta.items() if not k.startswith("tokenizer.")}
+    with pytest.raises(llmbench.UnsupportedError, match="no tokenizer"):
+        Tokenizer.from_gguf(meta)
+    with pytest.raises(llmbench.UnsupportedError, match="not supported"):
+        Tokenizer.from_gguf({**stories_meta, "tokenizer.ggml.model": "bert"})
