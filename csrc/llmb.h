@@ -65,6 +65,11 @@ LLMB_API uint64_t llmb_now_ns(void);                 // CLOCK_MONOTONIC in nanos
 // thread count and a large tensor can be generated in pieces.
 LLMB_API void llmb_fill_normal(float *out, size_t n, uint64_t seed, uint64_t start, float std, float mean);
 
+// ---- memory bandwidth ----
+
+// STREAM-style read / copy / triad bandwidth (GB/s, best of reps) over arrays of `bytes` each.
+LLMB_API llmb_status llmb_membw(size_t bytes, int reps, int nthreads, double gbs[3]);
+
 // ---- ggml tensor types (traits table) ----
 
 #define LLMB_TYPE_COUNT 42   // one past the largest ggml type id we know

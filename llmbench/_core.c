@@ -378,6 +378,21 @@ static PyObject *fill_normal(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+// ---- memory bandwidth ----
+
+static PyObject *membw(PyObject *m, PyObject *args) {
+    unsigned long long bytes;
+    int reps, threads;
+    if (!PyArg_ParseTuple(args, "Kii", &bytes, &reps, &threads)) return NULL;
+    double g[3];
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_membw((size_t)bytes, reps, threads, g);
+    Py_END_ALLOW_THREADS
+    if (s) return llmb_py_raise(s, NULL);
+    return Py_BuildValue("{s:d,s:d,s:d}", "read", g[0], "copy", g[1], "triad", g[2]);
+}
+
 // ---- CUDA backend ----
 
 static PyObject *cuda_load(PyObject *m, PyObject *args) {
@@ -512,6 +527,7 @@ static PyMethodDef methods[] = {
     {"max_threads", max_threads, METH_NOARGS, "OpenMP threads the core will use."},
     {"now_ns", now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (the core's clock)."},
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},
+    {"membw", membw, METH_VARARGS, "membw(bytes_per_array, reps, threads) -> {read, copy, triad} GB/s"},
     {"fill_normal", fill_normal, METH_VARARGS, "fill_normal(out_f32, seed, std, mean=0, start=0)"},
     {"cuda_load", cuda_load, METH_VARARGS, "Load the CUDA backend library (path or $LLMBENCH_CUDA_LIB)."},
     {"cuda_versions", cuda_versions, METH_NOARGS, "(runtime, driver) CUDA versions, 0 = none."},

@@ -1,0 +1,1 @@
+"""Performance measurement: memory bandwidth, llama-bench-style throughput, latency metrics."""
