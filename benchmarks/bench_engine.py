@@ -1,0 +1,91 @@
+"""llama-bench-style throughput of llmbench's engine: pp N (prompt tokens/s) and tg N (generated
+tokens/s) per model, weight type and thread count, average ± sample stddev over repetitions after
+a warmup, with the decode bandwidth achieved as a fraction of this machine's read bandwidth measured
+in the same run (llmbench.perf.membw).
+
+    python benchmarks/bench_engine.py --presets llama-125m --types F16 Q8_0 Q4_K_M --threads 1 2
+    python benchmarks/bench_engine.py --model path/to/model.gguf --pp 512 --tg 128 --reps 5
+
+Decode bytes per token = every weight matrix read once (the embedding only for its output use when
+tied) + the KV cache read at the average context of the tg run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from llmbench import LLM, SamplingParams
+from llmbench.perf import membw
+
+
+def run_once(llm: LLM, n_prompt: int, n_gen: int, seed: int) -> float:
+    """Seconds the engine spent from admission to finish for one request (timestamps from the core)."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(10, llm.info["vocab"], n_prompt).tolist()
+    out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_gen, ignore_eos=True))[0]
+    return (out.finish_ns - out.admit_ns) / 1e9
+
+
+def decode_bytes(llm: LLM, ctx: float) -> float:
+    f = llm.file
+    w = sum(t.nbytes for name, t in f.tensors.items() if name != "token_embd.weight" or llm.info["tied_output"])
+    return w + llm.memory()["kv_per_token"] * ctx
+
+
+def bench(llm: LLM, pp: int, tg: int, reps: int, warmup: int) -> dict:
+    res = {}
+    for name, n_prompt, n_gen in (("pp", pp, 0), ("tg", 1, tg)):
+        for r in range(warmup):
+            run_once(llm, n_prompt, n_gen, 1000 + r)
+        secs = [run_once(llm, n_prompt, n_gen, r) for r in range(reps)]
+        n = n_prompt if name == "pp" else n_gen
+        tps = [n / s for s in secs]
+        res[f"{name}{n}"] = {"avg": statistics.mean(tps), "stddev": statistics.stdev(tps) if reps > 1 else 0.0,
+                             "samples": tps}
+    tg_tps = res[f"tg{tg}"]["avg"]
+    res["decode_gbs"] = decode_bytes(llm, 1 + tg / 2) * tg_tps / 1e9
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", action="append", help="GGUF file (repeatable)")
+    ap.add_argument("--presets", nargs="*", default=["llama-125m"])
+    ap.add_argument("--types", nargs="*", default=["F16", "Q8_0", "Q4_K_M"])
+    ap.add_argument("--threads", nargs="*", type=int, default=[1, 2])
+    ap.add_argument("--pp", type=int, default=512)
+    ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--json", help="write all results here")
+    a = ap.parse_args(argv)
+    models = a.model or [f"{p}:{t}" for p in a.presets for t in a.types]
+    bw = {t: membw.measure(256 << 20, 5, t)["read"] for t in a.threads}
+    rows = []
+    print(f"memory read bandwidth: " + ", ".join(f"{t} thr {g:.1f} GB/s" for t, g in bw.items()), flush=True)
+    print(f"| model | threads | pp{a.pp} t/s | tg{a.tg} t/s | decode GB/s | of bandwidth |")
+    print("|---|---|---|---|---|---|")
+    for m in models:
+        for t in a.threads:
+            llm = LLM(m, threads=t, ctx=max(a.pp, a.tg) + 8, max_batch_tokens=a.pp, max_seqs=4)
+            r = bench(llm, a.pp, a.tg, a.reps, a.warmup)
+            pp, tg = r[f"pp{a.pp}"], r[f"tg{a.tg}"]
+            frac = r["decode_gbs"] / bw[t]
+            print(f"| {m} | {t} | {pp['avg']:.1f} ± {pp['stddev']:.1f} | {tg['avg']:.1f} ± {tg['stddev']:.1f} | "
+                  f"{r['decode_gbs']:.1f} | {frac:.0%} |", flush=True)
+            rows.append({"model": m, "threads": t, "membw_read_gbs": bw[t], **r, "time": time.time()})
+            del llm
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Side by side with llama.cpp: pp N and tg N tokens/s of llmbench's engine and of llama.cpp (as
+`llama-cpp-python` builds it) on the same GGUF file with the same threads, alternating the two
+engines over rounds so both see the same machine; prints medians and the llmbench/llama.cpp ratio.
+
+    pip install llama-cpp-python==0.3.36        # builds llama.cpp from source (several minutes)
+    python benchmarks/compare_llamacpp.py --models llama-125m:Q4_K_M --threads 2
+    LLAMA_PY=/path/to/venv/bin/python python benchmarks/compare_llamacpp.py ...   # llama_cpp elsewhere
+
+Each measurement runs in a fresh subprocess (one model load, a warmup, then the timed run) so the
+engines never share caches or thread pools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+LLAMACPP = r"""
+import json, sys, time
+import numpy as np
+from llama_cpp import Llama
+path, threads, pp, tg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=pp + tg + 16, n_batch=pp,
+            n_ubatch=pp, verbose=False)
+rng = np.random.default_rng(0)
+toks = rng.integers(10, llm.n_vocab(), pp).tolist()
+def run_pp():
+    llm.reset(); llm._ctx.memory_clear(True) if hasattr(llm._ctx, "memory_clear") else llm._ctx.kv_cache_clear()
+    t = time.perf_counter(); llm.eval(toks); return pp / (time.perf_counter() - t)
+def run_tg():
+    llm.reset(); llm._ctx.memory_clear(True) if hasattr(llm._ctx, "memory_clear") else llm._ctx.kv_cache_clear()
+    t = time.perf_counter()
+    for i in range(tg):
+        llm.eval([toks[i % pp]])
+    return tg / (time.perf_counter() - t)
+run_pp(); run_tg()
+print(json.dumps({"pp": run_pp(), "tg": run_tg()}))
+"""
+
+LLMBENCH = r"""
+import json, sys
+sys.path.insert(0, sys.argv[5])
+from bench_engine import run_once
+from llmbench import LLM
+path, threads, pp, tg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = LLM(path, threads=threads, ctx=pp + tg + 16, max_batch_tokens=pp, max_seqs=4)
+run_once(llm, pp, 0, 100); run_once(llm, 1, tg, 101)
+print(json.dumps({"pp": pp / run_once(llm, pp, 0, 0), "tg": tg / run_once(llm, 1, tg, 1)}))
+"""
+
+
+def measure(python: str, code: str, args: list[str]) -> dict:
+    r = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"{python} failed:\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["llama-125m:F16", "llama-125m:Q8_0", "llama-125m:Q4_K_M"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--pp", type=int, default=512)
+    ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", help="write the raw samples here")
+    a = ap.parse_args(argv)
+    llama_py = os.environ.get("LLAMA_PY", sys.executable)
+    here = os.path.dirname(os.path.abspath(__file__))
+    from llmbench.llm import resolve_model
+
+    print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg |")
+    print("|---|---|---|---|")
+    raw = []
+    for m in a.models:
+        path = str(resolve_model(m))
+        args = [path, str(a.threads), str(a.pp), str(a.tg)]
+        ours, theirs = [], []
+        for _ in range(a.rounds):
+            ours.append(measure(sys.executable, LLMBENCH, args + [here]))
+            theirs.append(measure(llama_py, LLAMACPP, args))
+        med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+        o, t = {k: med(ours, k) for k in ("pp", "tg")}, {k: med(theirs, k) for k in ("pp", "tg")}
+        print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
+              f"{o['pp'] / t['pp']:.2f} / {o['tg'] / t['tg']:.2f} |", flush=True)
+        raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(raw, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
