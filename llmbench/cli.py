@@ -78,11 +78,12 @@ def _print_model_result(result: ModelResult, show_source: bool) -> None:
     from rich.table import Table
 
     t = Table(title=result.path, title_justify="left", box=None, pad_edge=False)
-    for col in ("tensor", "shape", "type", "MiB"):
-        t.add_column(col, justify="right" if col == "MiB" else "left")
+    for col in ("tensor", "shape", "type", "size"):
+        t.add_column(col, justify="right" if col == "size" else "left")
     for r in result.tensors:
         typ = f"{r.src_type} -> {r.type}" if show_source and r.src_type != r.type else r.type
-        t.add_row(r.name, "x".join(map(str, r.shape)), typ, f"{r.nbytes / 2**20:.2f}")
+        size = f"{r.nbytes / 2**20:.1f} MiB" if r.nbytes >= 2**20 else f"{r.nbytes / 2**10:.1f} KiB"
+        t.add_row(r.name, "x".join(map(str, r.shape)), typ, size)
     c = Console()
     c.print(t, markup=False, highlight=False)
     c.print(f"{result.mix}: {result.n_elements / 1e6:.1f}M weights, {result.nbytes / 2**20:.1f} MiB of tensors, "

@@ -4,10 +4,11 @@ Which tensor gets which type follows llama.cpp (src/llama-quant.cpp, llama_tenso
 mixes offered here: only 2-D+ tensors named "*weight" are converted (norms, 1-D tensors and the
 like are copied as they are); the output projection (or the token embedding when it doubles as the
 output) gets Q6_K; attn_v and ffn_down get more bits in the layers llama.cpp picks; a tensor whose
-rows are not a whole number of blocks falls back to a 32-block type, then to F16. One deviation:
-where llama.cpp stops with "Unsupported tensor size" (a Q4_0 or Q8_0 tensor whose rows of, say, 172
-elements are not whole 32-element blocks), llmbench uses F16 for that tensor, as llama.cpp does for
-the K types.
+rows are not a whole number of blocks falls back to a 32-block type (Q4_K -> Q5_0, Q5_K -> Q5_1,
+Q6_K -> Q8_0), and to F16 when even 32 does not divide the row (a 172-wide ffn_down; older llama.cpp
+versions stopped there for Q4_0/Q8_0, current ones use F16 too). Checked against llama-quantize: on
+dummy models of 16 and 22 layers and a tied, 128-wide Qwen2 shape, every mix gives the same tensor
+types, bytes and metadata; on stories260K too.
 Tensors are converted in row chunks and streamed to disk (llmbench.writer), so memory stays at a
 few chunks whatever the model size. Tested by tests/test_quantize_cmd.py.
 """

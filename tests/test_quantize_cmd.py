@@ -68,7 +68,7 @@ def test_fallbacks_for_rows_that_are_not_whole_blocks():
     assert tensor_type("Q4_K_M", "blk.0.attn_v.weight", 896, 24, False) == "Q8_0"
     assert tensor_type("Q5_K_M", "blk.5.attn_q.weight", 896, 24, False) == "Q5_1"
     assert tensor_type("Q4_K_M", "token_embd.weight", 896, 24, False) == "Q8_0"
-    # 172 is not even a multiple of 32: F16 (for Q4_0/Q8_0 llama.cpp would stop; llmbench uses F16 too).
+    # 172 is not even a multiple of 32: F16, as llama.cpp's llama-quantize does.
     for mix in ("Q4_K_M", "Q6_K", "Q4_0", "Q8_0"):
         assert tensor_type(mix, "blk.0.ffn_down.weight", 172, 5, True) == "F16"
 
