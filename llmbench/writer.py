@@ -395,11 +395,12 @@ def write_gguf(path: str | os.PathLike[str], metadata: Mapping[str, Any], tensor
 
 def write_pipelined(path: str | os.PathLike[str], metadata: Mapping[str, Any], tensors: Sequence[TensorSpec],
                     jobs: Iterable[tuple[Callable[[], Any], Callable[[], None]]], *,
-                    types: Mapping[str, str] | None = None, workers: int = 1, ahead: int = 3) -> None:
+                    types: Mapping[str, str] | None = None, workers: int = 2, ahead: int = 3) -> None:
     """Write a GGUF file whose tensor bytes come from ``jobs``: (produce, done) pairs in file order.
     ``produce()`` returns the next piece of tensor data; it runs on ``workers`` threads up to
     ``ahead`` pieces in advance (the C kernels release the GIL, so generation, quantization and
-    disk writes overlap), and ``done()`` is called on this thread once its piece is on disk."""
+    disk writes overlap; two producers fill the gaps of each other's OpenMP regions, ~10% faster
+    than one on 2 cores), and ``done()`` is called on this thread once its piece is on disk."""
     pending: deque[tuple[Future[Any], Callable[[], None]]] = deque()
     with GGUFWriter(path, metadata, tensors, types=types) as w, \
             ThreadPoolExecutor(workers, thread_name_prefix="llmbench-write") as pool:
