@@ -128,7 +128,10 @@ def cmd_dummy(args: argparse.Namespace) -> int:
         preset = get_preset(args.preset)
         out = args.output or str(cached_path(args.preset, args.type, args.seed))
         if os.path.exists(out) and not args.force:
-            raise FileExistsError(f"{out} exists; pass --force to rebuild it")
+            if not args.output:   # already in the cache: nothing to do
+                print(out)
+                return 0
+            raise FileExistsError(f"{out} exists; pass --force to replace it")
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         result = _convert_progress(preset.n_params, lambda cb: build(args.preset, args.type, out, seed=args.seed,
                                                                      threads=args.threads, on_progress=cb))

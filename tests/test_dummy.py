@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -187,3 +188,25 @@ def test_tiny_quantized_build(tmp_path, mix):
         y = decode_rows(f.raw(t.name).reshape(768, -1), t.type, 256)
         assert np.mean((y - x) ** 2) / np.mean(x ** 2) < {"Q4_K_M": 0.01, "Q8_0": 1e-4, "BF16": 1e-4}[mix]
     assert ra.bits_per_weight < {"Q4_K_M": 6.0, "Q8_0": 8.6, "BF16": 16.1}[mix]
+
+
+def test_dummy_command(tmp_path, monkeypatch, capsys):
+    from llmbench import cli
+    monkeypatch.setenv("LLMBENCH_CACHE", str(tmp_path / "cache"))
+    assert cli.main(["dummy", "--list"]) == 0
+    assert "llama-1b" in capsys.readouterr().out
+    out = tmp_path / "t.gguf"
+    assert cli.main(["dummy", "--preset", "tiny", "--type", "f16", "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["mix"] == "F16" and report["n_elements"] == PRESETS["tiny"].n_params
+    with GGUFFile(out) as f:
+        assert f.tensors["blk.0.attn_q.weight"].type == "F16"
+    assert cli.main(["dummy", "--preset", "tiny", "--type", "f16", "-o", str(out)]) == 1
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert cli.main(["dummy", "--preset", "llama-70b"]) == 1
+    assert "unknown preset 'llama-70b'" in capsys.readouterr().err
+    # without -o the model goes to the cache; asking again just prints where it is
+    assert cli.main(["dummy", "--type", "F32"]) == 0
+    capsys.readouterr()
+    assert cli.main(["dummy", "--type", "F32"]) == 0
+    assert capsys.readouterr().out.strip() == str(dummy.cached_path("tiny", "F32"))
