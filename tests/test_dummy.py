@@ -20,6 +20,12 @@ HAVE_QUANT = importlib.util.find_spec("llmbench.quant") is not None
 needs_quant = pytest.mark.skipif(not HAVE_QUANT, reason="llmbench.quant (the C quantization kernels) is not built yet")
 
 
+# The bytes of `llmbench dummy --preset tiny --type F32`. Cached dummy models are keyed by
+# dummy.FORMAT_VERSION, so whatever changes these bytes (presets, metadata, vocabulary, the random
+# generator) must bump FORMAT_VERSION and update this hash.
+TINY_F32_SHA256 = {1: "68bdea2cf22a65465dcd813fbf4902c7925c593d92bf2d375cdb35afbe786a8c"}
+
+
 def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -112,6 +118,8 @@ def test_tiny_build_is_deterministic_and_readable(tmp_path):
     build("tiny", "F32", a)
     build("tiny", "F32", b)
     assert _sha(a) == _sha(b)
+    assert _sha(a) == TINY_F32_SHA256.get(dummy.FORMAT_VERSION), \
+        "dummy model bytes changed: bump llmbench.dummy.FORMAT_VERSION and record the new hash here"
     build("tiny", "F32", b, seed=1)
     assert _sha(a) != _sha(b)
     gguf = pytest.importorskip("gguf")
