@@ -218,3 +218,19 @@ def test_dummy_command(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert cli.main(["dummy", "--type", "F32"]) == 0
     assert capsys.readouterr().out.strip() == str(dummy.cached_path("tiny", "F32"))
+
+
+def test_failed_build_leaves_no_cache_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMBENCH_CACHE", str(tmp_path))
+    calls, encode = [], dummy.encode_rows
+
+    def interrupted_encode(x, type_name, threads=0):   # Ctrl-C while the 5th chunk is converted
+        calls.append(type_name)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return encode(x, type_name, threads)
+
+    monkeypatch.setattr(dummy, "encode_rows", interrupted_encode)
+    with pytest.raises(KeyboardInterrupt):
+        dummy_model("tiny", "F32")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
