@@ -1,0 +1,386 @@
+// vecdot.c — scalar reference dot products between weight rows and quantized activation rows
+// (ggml's ggml_vec_dot_*_q8_* / *_generic reference loops, operation for operation), the Q8_1
+// activation quantizer, the per-SIMD-level kernel tables and their dispatch, a reference tile
+// kernel, and a small OpenMP matrix product over row tiles. SIMD kernels live in vecdot_simd.c.
+// Tested by csrc/tests/test_vecdot.c (every kernel at every level against these references,
+// tiles against single dots bit for bit) and tests/test_vecdot.py (against NumPy).
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+#include "vecdot.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define F16(h) llmb_fp16_to_fp32(h)
+
+// ---- float weights x float activations (ggml_vec_dot_f32/f16/bf16: float products, double sum) ----
+
+static void dot_f32_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const float *w = vw, *x = vx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(w[i] * x[i]);
+    *s = (float)sum;
+}
+
+static void dot_f16_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_half *w = vw;
+    const float *x = vx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(F16(w[i]) * x[i]);
+    *s = (float)sum;
+}
+
+static void dot_bf16_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const uint16_t *w = vw;
+    const float *x = vx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(llmb_bf16_to_fp32(w[i]) * x[i]);
+    *s = (float)sum;
+}
+
+// ---- legacy formats x Q8_0 / Q8_1 ----
+
+static void dot_q4_0_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q4_0 *w = vw;
+    const llmb_block_q8_0 *x = vx;
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        int sumi0 = 0, sumi1 = 0;
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            sumi0 += ((w[ib].qs[j] & 0x0F) - 8) * x[ib].qs[j];
+            sumi1 += ((w[ib].qs[j] >> 4) - 8) * x[ib].qs[j + LLMB_QK / 2];
+        }
+        sumf += (sumi0 + sumi1) * F16(w[ib].d) * F16(x[ib].d);
+    }
+    *s = sumf;
+}
+
+static void dot_q4_1_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q4_1 *w = vw;
+    const llmb_block_q8_1 *x = vx;
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        int sumi0 = 0, sumi1 = 0;
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            sumi0 += (w[ib].qs[j] & 0x0F) * x[ib].qs[j];
+            sumi1 += (w[ib].qs[j] >> 4) * x[ib].qs[j + LLMB_QK / 2];
+        }
+        sumf += (F16(w[ib].d) * x[ib].d) * (sumi0 + sumi1) + F16(w[ib].m) * x[ib].s;
+    }
+    *s = sumf;
+}
+
+// the 32 five-bit values of a Q5_0/Q5_1 block (0..31)
+static void unpack_q5(const uint8_t qs[LLMB_QK / 2], const uint8_t qh_bytes[4], int v[LLMB_QK]) {
+    uint32_t qh;
+    memcpy(&qh, qh_bytes, 4);
+    for (int j = 0; j < LLMB_QK / 2; j++) {
+        v[j] = (qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+        v[j + LLMB_QK / 2] = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+    }
+}
+
+static void dot_q5_0_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q5_0 *w = vw;
+    const llmb_block_q8_0 *x = vx;
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        int v[LLMB_QK], sumi0 = 0, sumi1 = 0;
+        unpack_q5(w[ib].qs, w[ib].qh, v);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            sumi0 += (v[j] - 16) * x[ib].qs[j];
+            sumi1 += (v[j + LLMB_QK / 2] - 16) * x[ib].qs[j + LLMB_QK / 2];
+        }
+        sumf += (F16(w[ib].d) * F16(x[ib].d)) * (sumi0 + sumi1);
+    }
+    *s = sumf;
+}
+
+static void dot_q5_1_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q5_1 *w = vw;
+    const llmb_block_q8_1 *x = vx;
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        int v[LLMB_QK], sumi0 = 0, sumi1 = 0;
+        unpack_q5(w[ib].qs, w[ib].qh, v);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            sumi0 += v[j] * x[ib].qs[j];
+            sumi1 += v[j + LLMB_QK / 2] * x[ib].qs[j + LLMB_QK / 2];
+        }
+        sumf += (F16(w[ib].d) * x[ib].d) * (sumi0 + sumi1) + F16(w[ib].m) * x[ib].s;
+    }
+    *s = sumf;
+}
+
+static void dot_q8_0_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q8_0 *w = vw, *x = vx;
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        int sumi = 0;
+        for (int j = 0; j < LLMB_QK; j++) sumi += w[ib].qs[j] * x[ib].qs[j];
+        sumf += sumi * (F16(w[ib].d) * F16(x[ib].d));
+    }
+    *s = sumf;
+}
+
+// ---- K formats x Q8_K ----
+
+// The shared tail of ggml's K reference loops: a[256] are the weight's integer values, `scale(j)`
+// the integer scale of 16-element group j; eight int32 lanes per super-block, then 8 float sums.
+static void k_accumulate(const int8_t a[LLMB_QK_K], const int scales16[LLMB_QK_K / 16], const int8_t *q8, float d,
+                         float sums[8]) {
+    int32_t aux32[8] = {0};
+    for (int j = 0; j < LLMB_QK_K / 16; j++) {
+        for (int half = 0; half < 2; half++, q8 += 8, a += 8) {
+            int16_t aux16[8];
+            for (int l = 0; l < 8; l++) aux16[l] = (int16_t)(q8[l] * a[l]);
+            for (int l = 0; l < 8; l++) aux32[l] += scales16[j] * aux16[l];
+        }
+    }
+    for (int l = 0; l < 8; l++) sums[l] += d * aux32[l];
+}
+
+static float sum8(const float sums[8], float sumf) {
+    for (int l = 0; l < 8; l++) sumf += sums[l];
+    return sumf;
+}
+
+// Q4_K and Q5_K: integer values, sub-block scales (per 16 elements) and the bsums-times-mins term
+static void k45_dot(const llmb_block_q8_K *y, const uint8_t *scales12, const int8_t a[LLMB_QK_K], float d, float dmin,
+                    float sums[8], float *sumf) {
+    int scales16[16], sumi = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        llmb_get_scale_min_k4(j, scales12, &sc, &m);
+        scales16[2 * j] = scales16[2 * j + 1] = sc;
+        sumi += (y->bsums[2 * j] + y->bsums[2 * j + 1]) * m;
+    }
+    k_accumulate(a, scales16, y->qs, d * y->d, sums);
+    *sumf -= dmin * y->d * sumi;
+}
+
+static void dot_q4_K_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q4_K *w = vw;
+    const llmb_block_q8_K *x = vx;
+    float sums[8] = {0}, sumf = 0;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        int8_t a[LLMB_QK_K];
+        for (int j = 0; j < LLMB_QK_K / 64; j++)
+            for (int l = 0; l < 32; l++) {
+                a[64 * j + l] = (int8_t)(w[i].qs[32 * j + l] & 0xF);
+                a[64 * j + 32 + l] = (int8_t)(w[i].qs[32 * j + l] >> 4);
+            }
+        k45_dot(&x[i], w[i].scales, a, F16(w[i].d), F16(w[i].dmin), sums, &sumf);
+    }
+    *s = sum8(sums, sumf);
+}
+
+static void dot_q5_K_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q5_K *w = vw;
+    const llmb_block_q8_K *x = vx;
+    float sums[8] = {0}, sumf = 0;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        int8_t a[LLMB_QK_K];
+        for (int j = 0; j < LLMB_QK_K / 64; j++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t q = w[i].qs[32 * j + l], h = w[i].qh[l];
+                a[64 * j + l] = (int8_t)((q & 0xF) + (((h >> (2 * j)) & 1) << 4));
+                a[64 * j + 32 + l] = (int8_t)((q >> 4) + (((h >> (2 * j + 1)) & 1) << 4));
+            }
+        k45_dot(&x[i], w[i].scales, a, F16(w[i].d), F16(w[i].dmin), sums, &sumf);
+    }
+    *s = sum8(sums, sumf);
+}
+
+static void dot_q6_K_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q6_K *w = vw;
+    const llmb_block_q8_K *x = vx;
+    float sums[8] = {0};
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        int8_t a[LLMB_QK_K];
+        int scales16[16];
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *ql = w[i].ql + 64 * half, *qh = w[i].qh + 32 * half;
+            int8_t *o = a + 128 * half;
+            for (int l = 0; l < 32; l++) {
+                o[l + 0] = (int8_t)(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                o[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        for (int j = 0; j < 16; j++) scales16[j] = w[i].scales[j];
+        k_accumulate(a, scales16, x[i].qs, F16(w[i].d) * x[i].d, sums);
+    }
+    *s = sum8(sums, 0.0f);
+}
+
+// Q8_K weights (ggml has no dot for them; the Q8_0 loop per super-block)
+static void dot_q8_K_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q8_K *w = vw, *x = vx;
+    float sumf = 0;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        int sumi = 0;
+        for (int j = 0; j < LLMB_QK_K; j++) sumi += w[i].qs[j] * x[i].qs[j];
+        sumf += sumi * (w[i].d * x[i].d);
+    }
+    *s = sumf;
+}
+
+// ---- activation quantizers ----
+
+// ggml's original quantize_row_q8_1_reference: d = max|x|/127, q = round(x/d), s = d*sum(q)
+static void quant_q8_1_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < LLMB_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127, id = d ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < LLMB_QK; j++) {
+            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+            sum += y[i].qs[j];
+        }
+        y[i].d = d;
+        y[i].s = sum * d;
+    }
+}
+
+// ---- dispatch ----
+
+static void tile_ref(llmb_vec_dot_fn dot, int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,
+                     float *y, int64_t ldy) {
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) dot(n, &y[c * ldy + r], (const char *)w + r * ws, (const char *)x + c * xs);
+}
+
+#define REF_TILE(name)                                                                                              \
+    static void tile_##name##_ref(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,   \
+                                  float *y, int64_t ldy) {                                                          \
+        tile_ref(dot_##name##_ref, n, w, ws, nr, x, xs, nc, y, ldy);                                                \
+    }
+REF_TILE(f32) REF_TILE(f16) REF_TILE(bf16) REF_TILE(q4_0) REF_TILE(q4_1) REF_TILE(q5_0) REF_TILE(q5_1)
+REF_TILE(q8_0) REF_TILE(q4_K) REF_TILE(q5_K) REF_TILE(q6_K) REF_TILE(q8_K)
+
+#define REF(name) {dot_##name##_ref, tile_##name##_ref}
+static const llmb_vec_dot_kernels ref_table[LLMB_TYPE_COUNT] = {
+    [LLMB_TYPE_F32] = REF(f32),   [LLMB_TYPE_F16] = REF(f16),   [LLMB_TYPE_BF16] = REF(bf16),
+    [LLMB_TYPE_Q4_0] = REF(q4_0), [LLMB_TYPE_Q4_1] = REF(q4_1), [LLMB_TYPE_Q5_0] = REF(q5_0),
+    [LLMB_TYPE_Q5_1] = REF(q5_1), [LLMB_TYPE_Q8_0] = REF(q8_0), [LLMB_TYPE_Q4_K] = REF(q4_K),
+    [LLMB_TYPE_Q5_K] = REF(q5_K), [LLMB_TYPE_Q6_K] = REF(q6_K), [LLMB_TYPE_Q8_K] = REF(q8_K),
+};
+
+static llmb_vec_dot_kernels tables[LLMB_SIMD_AVX512 + 1][LLMB_TYPE_COUNT];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+    for (int lvl = 0; lvl <= LLMB_SIMD_AVX512; lvl++) {
+        memcpy(tables[lvl], ref_table, sizeof ref_table);
+        if (lvl == LLMB_SIMD_AVX512) llmb_vec_dot_simd_install(LLMB_SIMD_AVX2, tables[lvl]);
+        llmb_vec_dot_simd_install((llmb_simd_level)lvl, tables[lvl]);
+    }
+}
+
+static const llmb_vec_dot_kernels *kernels(int wtype) {
+    if (wtype < 0 || wtype >= LLMB_TYPE_COUNT || !ref_table[wtype].dot) return NULL;
+    pthread_once(&tables_once, build_tables);
+    return &tables[llmb_simd_active()][wtype];
+}
+
+int llmb_vec_dot_type(int wtype) {
+    switch (wtype) {
+    case LLMB_TYPE_F32: case LLMB_TYPE_F16: case LLMB_TYPE_BF16: return LLMB_TYPE_F32;
+    case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q8_0: return LLMB_TYPE_Q8_0;
+    case LLMB_TYPE_Q4_1: case LLMB_TYPE_Q5_1: return LLMB_TYPE_Q8_1;
+    case LLMB_TYPE_Q4_K: case LLMB_TYPE_Q5_K: case LLMB_TYPE_Q6_K: case LLMB_TYPE_Q8_K: return LLMB_TYPE_Q8_K;
+    default: return -1;
+    }
+}
+
+size_t llmb_vec_dot_row_bytes(int wtype, int64_t n) {
+    const int vt = llmb_vec_dot_type(wtype);
+    if (vt < 0 || n < 0) return 0;
+    const llmb_type_traits *wt = llmb_type_traits_get(wtype), *xt = llmb_type_traits_get(vt);
+    if (n % wt->blck_size || n % xt->blck_size) return 0;
+    return (size_t)(n / xt->blck_size) * xt->type_size;
+}
+
+static void quantize_x(int wtype, const float *x, void *xq, int64_t n, int ref) {
+    switch (llmb_vec_dot_type(wtype)) {
+    case LLMB_TYPE_F32: memcpy(xq, x, (size_t)n * sizeof(float)); break;
+    case LLMB_TYPE_Q8_1: quant_q8_1_ref(x, xq, n); break;
+    case LLMB_TYPE_Q8_0: case LLMB_TYPE_Q8_K: {
+        const llmb_quant_traits *q = llmb_quant_traits_get(llmb_vec_dot_type(wtype));
+        (ref ? q->from_float_ref : q->from_float)(x, xq, n);
+        break;
+    }
+    default: assert(!"unsupported weight type"); break;
+    }
+}
+
+void llmb_vec_dot_quantize_x(int wtype, const float *x, void *xq, int64_t n) { quantize_x(wtype, x, xq, n, 0); }
+void llmb_vec_dot_quantize_x_ref(int wtype, const float *x, void *xq, int64_t n) { quantize_x(wtype, x, xq, n, 1); }
+
+llmb_vec_dot_fn llmb_vec_dot_get(int wtype) {
+    const llmb_vec_dot_kernels *k = kernels(wtype);
+    return k ? k->dot : NULL;
+}
+
+llmb_vec_dot_fn llmb_vec_dot_ref(int wtype) {
+    return wtype >= 0 && wtype < LLMB_TYPE_COUNT ? ref_table[wtype].dot : NULL;
+}
+
+void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride,
+                    int nc, float *y, int64_t ldy) {
+    const llmb_vec_dot_kernels *k = kernels(wtype);
+    assert(k && nr >= 1 && nr <= LLMB_TILE_MAX_R && nc >= 1 && nc <= LLMB_TILE_MAX_C);
+    k->tile(n, w, w_stride, nr, x, x_stride, nc, y, ldy);
+}
+
+void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows, const void *xq,
+                         size_t x_stride, int ntok, float *y, int64_t ldy, int nthreads) {
+    const llmb_vec_dot_kernels *k = kernels(wtype);
+    assert(k);
+    const int64_t n_tiles = (nrows + LLMB_TILE_MAX_R - 1) / LLMB_TILE_MAX_R;
+#ifdef _OPENMP
+    if (nthreads <= 0) nthreads = omp_get_max_threads();
+#endif
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+    for (int64_t tile = 0; tile < n_tiles; tile++) {
+        const int64_t r0 = tile * LLMB_TILE_MAX_R;
+        const int nr = (int)(nrows - r0 < LLMB_TILE_MAX_R ? nrows - r0 : LLMB_TILE_MAX_R);
+        for (int t0 = 0; t0 < ntok; t0 += LLMB_TILE_MAX_C) {
+            const int nc = ntok - t0 < LLMB_TILE_MAX_C ? ntok - t0 : LLMB_TILE_MAX_C;
+            k->tile(n, (const char *)w + r0 * w_stride, w_stride, nr, (const char *)xq + t0 * x_stride, x_stride, nc,
+                    y + t0 * ldy + r0, ldy);
+        }
+    }
+}
+
+// ---- CPU features not in cpu.c's list ----
+
+int llmb_cpu_has(const char *f) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    __builtin_cpu_init();
+#define HAS(name) if (!strcmp(f, name)) return __builtin_cpu_supports(name) != 0
+    HAS("avx2"); HAS("fma"); HAS("avx512f"); HAS("avx512bw"); HAS("avx512vl"); HAS("avx512vnni");
+    HAS("avx512bf16"); HAS("avxvnni");
+#undef HAS
+#elif defined(__aarch64__) && defined(__linux__)
+#ifdef HWCAP_ASIMDDP
+    if (!strcmp(f, "dotprod")) return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
+    if (!strcmp(f, "neon")) return 1;
+#endif
+    return 0;
+}

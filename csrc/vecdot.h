@@ -1,0 +1,93 @@
+// vecdot.h — the decode kernels of the CPU engine: dot products between one weight row of a ggml
+// type and one activation row quantized once per token to that type's `vec_dot_type` (as ggml):
+//   Q4_0, Q5_0, Q8_0 -> Q8_0      Q4_1, Q5_1 -> Q8_1 (below)      Q4_K, Q5_K, Q6_K, Q8_K -> Q8_K
+//   F32, F16, BF16   -> F32 (the weight is converted on the fly)
+// plus a tile kernel for prefill (nr <= 4 weight rows x nc <= 4 tokens, loads reused).
+//
+// Batch invariance: at a given SIMD level the value for (row r, token t) is bit-identical whether
+// it comes from llmb_vec_dot_get(...) or from llmb_gemm_tile at any nr, nc and tile position (the
+// tile runs the very same per-output operation sequence). The x86 levels (AVX2, AVX-512 with or
+// without VNNI) all give identical results too: the integer dots are exact and the float
+// accumulation is the same. SIMD results differ from the scalar reference (ggml's reference loops,
+// different summation order) within the tolerances stated in csrc/tests/test_vecdot.c.
+//
+// Calling pattern (from an OpenMP loop over row tiles): quantize each token's x once with
+// llmb_vec_dot_quantize_x into a caller buffer of llmb_vec_dot_row_bytes(wtype, n) bytes, then call
+// the kernels; they never allocate, never fail and touch nothing but their arguments.
+// n must be a multiple of the weight type's block size (any n >= 0 for F32/F16/BF16).
+#ifndef LLMB_VECDOT_H
+#define LLMB_VECDOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quants.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMB_TYPE_Q8_1 9
+#define LLMB_TILE_MAX_R 4   // weight rows per llmb_gemm_tile call
+#define LLMB_TILE_MAX_C 4   // tokens per llmb_gemm_tile call
+
+// Activations of Q4_1/Q5_1 dot products: x = d*q, s = d*sum(q). Internal to the engine (never in a
+// file); float d and s as in ggml's original block_q8_1, whose 40 bytes are still gguf's size for
+// type 9 (today's ggml stores d and s as fp16 in 36 bytes).
+typedef struct {
+    float d;
+    float s;
+    int8_t qs[LLMB_QK];
+} llmb_block_q8_1;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q8_1) == 40, "wrong q8_1 block size");
+
+// *s = dot(weight row w_row of n elements, activation row x_row in the vec_dot_type)
+typedef void (*llmb_vec_dot_fn)(int64_t n, float *s, const void *w_row, const void *x_row);
+
+// ggml type id of the activation format for weights of `wtype`; -1 if unsupported
+LLMB_API int llmb_vec_dot_type(int wtype);
+// bytes of one activation row of n elements in that format; 0 if unsupported or n is not a multiple
+LLMB_API size_t llmb_vec_dot_row_bytes(int wtype, int64_t n);
+// quantize one float row x (n elements, finite) to the activation format of `wtype` (fastest kernel)
+LLMB_API void llmb_vec_dot_quantize_x(int wtype, const float *x, void *xq, int64_t n);
+// the scalar reference quantizer of the same format (identical bytes; for tests)
+LLMB_API void llmb_vec_dot_quantize_x_ref(int wtype, const float *x, void *xq, int64_t n);
+
+// the dot product kernel for the SIMD level active now (llmb_simd_active); NULL if unsupported
+LLMB_API llmb_vec_dot_fn llmb_vec_dot_get(int wtype);
+// the scalar reference (ggml's ggml_vec_dot_*_q8_* reference loops); NULL if unsupported
+LLMB_API llmb_vec_dot_fn llmb_vec_dot_ref(int wtype);
+
+// y[c*ldy + r] = dot(row r of w, token c of x) for r < nr <= LLMB_TILE_MAX_R, c < nc <= LLMB_TILE_MAX_C.
+// Row r starts at (char *)w + r*w_stride, token c at (char *)x + c*x_stride (quantized as above).
+// Bit-identical, output by output, to llmb_vec_dot_get(wtype) at the same SIMD level.
+// Unsupported types, nr or nc out of range are programmer errors (assert).
+LLMB_API void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_stride, int nr, const void *x,
+                             size_t x_stride, int nc, float *y, int64_t ldy);
+
+// Y[t*ldy + r] = dot(row r, token t) for r < nrows, t < ntok: row tiles of 4 split over `nthreads`
+// OpenMP threads (0: the OpenMP default), token tiles of 4; xq holds ntok quantized rows
+// x_stride bytes apart. The simplest correct use of the kernels (benchmarks, tests).
+LLMB_API void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows,
+                                  const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int nthreads);
+
+// 1 if this CPU has `feature` ("avx512vnni", "avxvnni", "avx512bf16", "dotprod", ...), read at run time
+LLMB_API int llmb_cpu_has(const char *feature);
+
+// ---- internal: the per-level kernel table ----
+
+typedef void (*llmb_gemm_tile_fn)(int64_t n, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride,
+                                  int nc, float *y, int64_t ldy);
+typedef struct {
+    llmb_vec_dot_fn dot;
+    llmb_gemm_tile_fn tile;
+} llmb_vec_dot_kernels;
+
+// Internal (vecdot_simd.c): overwrite the entries of `table` (indexed by weight type) that have a
+// kernel for SIMD level `lvl` on this CPU; the rest keep the scalar reference.
+void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
+
+#ifdef __cplusplus
+}
+#endif
+#endif // LLMB_VECDOT_H

@@ -1,0 +1,392 @@
+// vecdot_simd.c — SIMD versions of the dot products in vecdot.c: AVX2 (+FMA, F16C) and AVX-512
+// VNNI on x86-64, NEON on AArch64, each compiled with a function target attribute and installed
+// into the table of its level by llmb_vec_dot_simd_install.
+//
+// One body per format computes a tile of NR weight rows x NC tokens; the single dot product is the
+// 1x1 tile, so every output goes through the same operation sequence whatever the tile (batch
+// invariance by construction). Integer dots are exact (no int16 saturation for these ranges: the
+// unsigned operand is <= 128, the signed one is an activation in [-127, 127]), so the x86 bodies are
+// compiled twice from the same source (this file includes itself): once with maddubs+madd (AVX2) and
+// once with vpdpbusd (AVX-512 VNNI, 256-bit); both give identical bits. Float accumulation uses
+// explicit FMA intrinsics (deterministic; the compiler never contracts anything itself in C11 mode).
+// Tested by csrc/tests/test_vecdot.c: every kernel vs the scalar reference within tolerance, every
+// tile shape vs the single dot bit for bit, and the x86 levels vs each other bit for bit.
+#ifndef LLMB_VECDOT_BODY
+#include "vecdot.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+// ================================ x86-64 ================================
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+
+// fixed-order horizontal sum
+AVX2 INLINE float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 INLINE float half_at(const uint8_t *p) {   // the fp16 at p (any alignment)
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+// byte j = 0xFF where bit j of the 32-bit little-endian word at p is set
+AVX2 INLINE __m256i bytes_from_bits_32(const uint8_t *p) {
+    uint32_t x32;
+    memcpy(&x32, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)), _mm256_set1_epi64x(-1));
+}
+
+// the 32 nibbles of 16 bytes: low nibbles in bytes 0..15, high nibbles in 16..31
+AVX2 INLINE __m256i nibbles_32(const uint8_t *p) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
+// 8 weights as floats
+AVX2 INLINE __m256 load_w8(const int type, const uint8_t *p) {
+    switch (type) {
+    case LLMB_TYPE_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    case LLMB_TYPE_BF16:
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+    default: return _mm256_loadu_ps((const float *)p);
+    }
+}
+
+AVX2 INLINE float w_scalar(const int type, const uint8_t *p) {
+    uint16_t h;
+    float f;
+    switch (type) {
+    case LLMB_TYPE_F16: memcpy(&h, p, 2); return llmb_fp16_to_fp32(h);
+    case LLMB_TYPE_BF16: memcpy(&h, p, 2); return llmb_bf16_to_fp32(h);
+    default: memcpy(&f, p, 4); return f;
+    }
+}
+
+#define LLMB_VECDOT_BODY
+#define VD_T AVX2
+#define VD(f) f##_avx2
+#define DOTACC(acc, u, s) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)))
+#include "vecdot_simd.c"
+#undef VD_T
+#undef VD
+#undef DOTACC
+
+#define VD_T VNNI
+#define VD(f) f##_vnni
+#define DOTACC(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+#include "vecdot_simd.c"
+#undef VD_T
+#undef VD
+#undef DOTACC
+#undef LLMB_VECDOT_BODY
+#endif // x86-64
+
+
+#define SET(lvl_sfx, T, name) t[T].dot = name##_dot_##lvl_sfx, t[T].tile = name##_tile_##lvl_sfx
+#define SET_ALL(sfx)                                                                                                \
+    SET(sfx, LLMB_TYPE_F32, f32); SET(sfx, LLMB_TYPE_F16, f16); SET(sfx, LLMB_TYPE_BF16, bf16);                     \
+    SET(sfx, LLMB_TYPE_Q4_0, q4_0); SET(sfx, LLMB_TYPE_Q5_0, q5_0); SET(sfx, LLMB_TYPE_Q8_0, q8_0);                 \
+    SET(sfx, LLMB_TYPE_Q4_1, q4_1); SET(sfx, LLMB_TYPE_Q5_1, q5_1); SET(sfx, LLMB_TYPE_Q4_K, q4_K);                 \
+    SET(sfx, LLMB_TYPE_Q5_K, q5_K); SET(sfx, LLMB_TYPE_Q6_K, q6_K); SET(sfx, LLMB_TYPE_Q8_K, q8_K)
+
+void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
+    switch (lvl) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    case LLMB_SIMD_AVX2: SET_ALL(avx2); break;
+    case LLMB_SIMD_AVX512:   // the AVX2 kernels (installed first by vecdot.c), or the same math with VNNI
+        if (llmb_cpu_has("avx512vnni")) { SET_ALL(vnni); }
+        break;
+#endif
+    default: break;
+    }
+}
+
+#else // LLMB_VECDOT_BODY
+// ---- x86 kernel bodies, compiled once per instruction set (VD_T, VD, DOTACC) ----
+
+// Every body: y[c*ldy + r] = dot(row r, token c) for r < NR, c < NC (constants once inlined).
+
+// Q4_0, Q5_0, Q8_0 x Q8_0: signed weights w in -16..15 (or -128..127), x * sign(w) against |w|
+INLINE VD_T void VD(legacy0_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                                  float *y, int64_t ldy, const int NR, const int NC) {
+    const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0)
+                    : type == LLMB_TYPE_Q5_0 ? sizeof(llmb_block_q5_0) : sizeof(llmb_block_q8_0);
+    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + r * ws + ib * wb;
+            __m256i wq;
+            if (type == LLMB_TYPE_Q4_0) {
+                wq = _mm256_sub_epi8(nibbles_32(blk + 2), _mm256_set1_epi8(8));
+            } else if (type == LLMB_TYPE_Q5_0) {   // (q | h<<4) - 16 == q | 0xF0 where h is 0
+                wq = _mm256_or_si256(nibbles_32(blk + 6), _mm256_andnot_si256(bytes_from_bits_32(blk + 2),
+                                                                             _mm256_set1_epi8((char)0xF0)));
+            } else {
+                wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
+            }
+            const __m256i wa = _mm256_abs_epi8(wq);
+            const float wd = half_at(blk);
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + ib;
+                const __m256i xq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), wq);
+                const __m256i p = DOTACC(_mm256_setzero_si256(), wa, xq);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * half_at((const uint8_t *)&xb->d)), _mm256_cvtepi32_ps(p),
+                                            acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+// Q4_1, Q5_1 x Q8_1: unsigned weights 0..31 against x, plus min * (d_x * sum q_x)
+INLINE VD_T void VD(legacy1_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                                  float *y, int64_t ldy, const int NR, const int NC) {
+    const int q5 = type == LLMB_TYPE_Q5_1;
+    const size_t wb = q5 ? sizeof(llmb_block_q5_1) : sizeof(llmb_block_q4_1);
+    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    float summ[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps(), summ[r][c] = 0.0f;
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + r * ws + ib * wb;
+            __m256i wq;
+            if (q5)
+                wq = _mm256_or_si256(nibbles_32(blk + 8),
+                                     _mm256_and_si256(bytes_from_bits_32(blk + 4), _mm256_set1_epi8(0x10)));
+            else
+                wq = nibbles_32(blk + 4);
+            const float wd = half_at(blk), wm = half_at(blk + 2);
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_1 *xb = (const llmb_block_q8_1 *)(x + c * xs) + ib;
+                const __m256i p = DOTACC(_mm256_setzero_si256(), wq, _mm256_loadu_si256((const __m256i *)xb->qs));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xb->d), _mm256_cvtepi32_ps(p), acc[r][c]);
+                summ[r][c] += wm * xb->s;
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]) + summ[r][c];
+}
+
+// Q8_K x Q8_K
+INLINE VD_T void VD(q8_K_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                               float *y, int64_t ldy, const int NR, const int NC) {
+    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const llmb_block_q8_K *b = (const llmb_block_q8_K *)(w + r * ws) + i;
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
+                __m256i sumi = _mm256_setzero_si256();
+                for (int k = 0; k < LLMB_QK_K; k += 32) {
+                    const __m256i wq = _mm256_loadu_si256((const __m256i *)(b->qs + k));
+                    const __m256i xq = _mm256_loadu_si256((const __m256i *)(xb->qs + k));
+                    sumi = DOTACC(sumi, _mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
+                }
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(b->d * xb->d), _mm256_cvtepi32_ps(sumi), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+// Q4_K, Q5_K x Q8_K: per 32 elements maddubs(q, x) weighted by the 6-bit scale (madd), the mins
+// against the activation's bsums (4 int32 lanes), both accumulated into one float vector
+INLINE VD_T void VD(q45_K_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                                float *y, int64_t ldy, const int NR, const int NC) {
+    const int q5 = type == LLMB_TYPE_Q5_K;
+    const size_t wb = q5 ? sizeof(llmb_block_q5_K) : sizeof(llmb_block_q4_K);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + r * ws + i * wb;
+            const llmb_block_q4_K *b = (const llmb_block_q4_K *)blk;   // Q5_K starts the same way
+            const uint8_t *qs = q5 ? ((const llmb_block_q5_K *)blk)->qs : b->qs;
+            uint32_t u[4];   // 8 scale bytes, then 8 min bytes (ggml's kmask unpacking)
+            memcpy(u, b->scales, 12);
+            u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+            const uint32_t uaux = u[1] & 0x3f3f3f3f;
+            u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+            u[2] = uaux;
+            u[0] &= 0x3f3f3f3f;
+            const __m256i ms = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(ms));   // 8 int16 scales, twice
+            const __m128i mins = _mm256_extracti128_si256(ms, 1);
+            const float wd = half_at(blk), wdmin = half_at(blk + 2);
+            const __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)((const llmb_block_q5_K *)blk)->qh)
+                                  : _mm256_setzero_si256();
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+                const __m128i prod = _mm_madd_epi16(mins, _mm_hadd_epi16(_mm256_castsi256_si128(bs),
+                                                                         _mm256_extracti128_si256(bs, 1)));
+                __m256i sumi = _mm256_setzero_si256();
+                for (int j = 0; j < 4; j++) {
+                    const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+                    __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                    if (q5) {
+                        const __m256i bl = _mm256_set1_epi8((char)(1 << (2 * j))), bh = _mm256_set1_epi8((char)(2 << (2 * j)));
+                        const __m256i sixteen = _mm256_set1_epi8(16);
+                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bl), bl), sixteen));
+                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, bh), bh), sixteen));
+                    }
+                    const __m256i sl = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(((4 * j + 1) << 8) | (4 * j))));
+                    const __m256i sh = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(((4 * j + 3) << 8) | (4 * j + 2))));
+                    const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j))));
+                    const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j + 32))));
+                    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+                }
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xb->d), _mm256_cvtepi32_ps(sumi), acc[r][c]);
+                acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(wdmin * xb->d),
+                                             _mm256_cvtepi32_ps(_mm256_set_m128i(_mm_setzero_si128(), prod)), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+// Q6_K x Q8_K: maddubs(q, x) - maddubs(32, x) per 32 elements, weighted by two 8-bit scales (madd)
+INLINE VD_T void VD(q6_K_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                               float *y, int64_t ldy, const int NR, const int NC) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const llmb_block_q6_K *b = (const llmb_block_q6_K *)(w + r * ws) + i;
+            const __m128i scales = _mm_loadu_si128((const __m128i *)b->scales);
+            const float wd = half_at((const uint8_t *)&b->d);
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
+                __m256i sumi = _mm256_setzero_si256();
+                for (int half = 0; half < 2; half++) {
+                    const uint8_t *ql = b->ql + 64 * half, *qh = b->qh + 32 * half;
+                    const int8_t *q8 = xb->qs + 128 * half;
+                    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+                    const __m256i l32 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+                    __m256i q[4];
+                    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+                    q[1] = _mm256_or_si256(_mm256_and_si256(l32, m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l32, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+                    for (int k = 0; k < 4; k++) {
+                        const __m256i xq = _mm256_loadu_si256((const __m256i *)(q8 + 32 * k));
+                        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], xq), _mm256_maddubs_epi16(m32, xq));
+                        const long long s0 = 8 * half + 2 * k;   // the sub-blocks of 16 of these 32 elements
+                        const __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (s0 + 1), 0x0101010101010101LL * s0);
+                        const __m256i sck = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuf));
+                        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sck, p));
+                    }
+                }
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xb->d), _mm256_cvtepi32_ps(sumi), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+// F32, F16, BF16 x F32: two 8-float accumulators per output over 16 elements, then 8, then scalars
+INLINE VD_T void VD(float_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                                float *y, int64_t ldy, const int NR, const int NC) {
+    const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
+    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C][2];
+    float tail[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps(), tail[r][c] = 0.0f;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int r = 0; r < NR; r++) {
+            const __m256 w0 = load_w8(type, w + r * ws + i * es), w1 = load_w8(type, w + r * ws + (i + 8) * es);
+            for (int c = 0; c < NC; c++) {
+                const float *xc = (const float *)(x + c * xs) + i;
+                acc[r][c][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xc), acc[r][c][0]);
+                acc[r][c][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xc + 8), acc[r][c][1]);
+            }
+        }
+    for (; i + 8 <= n; i += 8)
+        for (int r = 0; r < NR; r++) {
+            const __m256 w0 = load_w8(type, w + r * ws + i * es);
+            for (int c = 0; c < NC; c++)
+                acc[r][c][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(x + c * xs) + i), acc[r][c][0]);
+        }
+    for (; i < n; i++)
+        for (int r = 0; r < NR; r++)
+            for (int c = 0; c < NC; c++) tail[r][c] += w_scalar(type, w + r * ws + i * es) * ((const float *)(x + c * xs))[i];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(_mm256_add_ps(acc[r][c][0], acc[r][c][1])) + tail[r][c];
+}
+
+// the single dot (1x1) and the tile with its 16 shapes specialized
+#define GEN(name, body, type)                                                                                       \
+    VD_T static void VD(name##_dot)(int64_t n, float *s, const void *w, const void *x) {                           \
+        body(type, n, w, 0, x, 0, s, 0, 1, 1);                                                                      \
+    }                                                                                                               \
+    VD_T static void VD(name##_tile)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc, \
+                                     float *y, int64_t ldy) {                                                       \
+        const uint8_t *w = vw, *x = vx;                                                                             \
+        switch ((nr - 1) * 4 + (nc - 1)) {                                                                          \
+        case 0: body(type, n, w, ws, x, xs, y, ldy, 1, 1); break;                                                   \
+        case 1: body(type, n, w, ws, x, xs, y, ldy, 1, 2); break;                                                   \
+        case 2: body(type, n, w, ws, x, xs, y, ldy, 1, 3); break;                                                   \
+        case 3: body(type, n, w, ws, x, xs, y, ldy, 1, 4); break;                                                   \
+        case 4: body(type, n, w, ws, x, xs, y, ldy, 2, 1); break;                                                   \
+        case 5: body(type, n, w, ws, x, xs, y, ldy, 2, 2); break;                                                   \
+        case 6: body(type, n, w, ws, x, xs, y, ldy, 2, 3); break;                                                   \
+        case 7: body(type, n, w, ws, x, xs, y, ldy, 2, 4); break;                                                   \
+        case 8: body(type, n, w, ws, x, xs, y, ldy, 3, 1); break;                                                   \
+        case 9: body(type, n, w, ws, x, xs, y, ldy, 3, 2); break;                                                   \
+        case 10: body(type, n, w, ws, x, xs, y, ldy, 3, 3); break;                                                  \
+        case 11: body(type, n, w, ws, x, xs, y, ldy, 3, 4); break;                                                  \
+        case 12: body(type, n, w, ws, x, xs, y, ldy, 4, 1); break;                                                  \
+        case 13: body(type, n, w, ws, x, xs, y, ldy, 4, 2); break;                                                  \
+        case 14: body(type, n, w, ws, x, xs, y, ldy, 4, 3); break;                                                  \
+        case 15: body(type, n, w, ws, x, xs, y, ldy, 4, 4); break;                                                  \
+        default: break;                                                                                             \
+        }                                                                                                           \
+    }
+
+GEN(q4_0, VD(legacy0_body), LLMB_TYPE_Q4_0)
+GEN(q5_0, VD(legacy0_body), LLMB_TYPE_Q5_0)
+GEN(q8_0, VD(legacy0_body), LLMB_TYPE_Q8_0)
+GEN(q4_1, VD(legacy1_body), LLMB_TYPE_Q4_1)
+GEN(q5_1, VD(legacy1_body), LLMB_TYPE_Q5_1)
+GEN(q4_K, VD(q45_K_body), LLMB_TYPE_Q4_K)
+GEN(q5_K, VD(q45_K_body), LLMB_TYPE_Q5_K)
+GEN(q6_K, VD(q6_K_body), LLMB_TYPE_Q6_K)
+GEN(q8_K, VD(q8_K_body), LLMB_TYPE_Q8_K)
+GEN(f32, VD(float_body), LLMB_TYPE_F32)
+GEN(f16, VD(float_body), LLMB_TYPE_F16)
+GEN(bf16, VD(float_body), LLMB_TYPE_BF16)
+#undef GEN
+#endif // LLMB_VECDOT_BODY
