@@ -72,7 +72,8 @@ struct llmb_engine {
     item_t *items;
     int max_logit_rows;
     // activations (sized for max_batch_tokens tokens, max_logit_rows logits rows)
-    float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *mm_scratch, *att_scratch;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *att_scratch;
+    llmb_matmul_ctx mm;
     size_t scratch_bytes;
     // sampler
     float *work;
@@ -205,9 +206,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     size_t kv_bytes = (size_t)c->n_layer * 2 * (size_t)p->n_blocks * (size_t)p->block_size * e->kv_row_bytes;
     int n = p->max_batch_tokens, nt = p->n_threads;
     e->max_logit_rows = p->max_seqs + 64 < n ? p->max_seqs + 64 : n;
-    int64_t q_dim = (int64_t)c->n_head * c->head_dim, max_ne0 = c->dim;
-    if (q_dim > max_ne0) max_ne0 = q_dim;
-    if (c->ff > max_ne0) max_ne0 = c->ff;
+    int64_t q_dim = (int64_t)c->n_head * c->head_dim;
     int oom = 0;
     e->kv = malloc(kv_bytes ? kv_bytes : 1);
     if (!e->kv) {
@@ -232,11 +231,21 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     ACT(cs, (size_t)n * c->head_dim);
     ACT(xl, (size_t)e->max_logit_rows * c->dim);
     ACT(logits, (size_t)e->max_logit_rows * c->vocab);
-    ACT(mm_scratch, llmb_matmul_scratch(max_ne0, nt));
     ACT(att_scratch, (size_t)nt * ((size_t)p->ctx + 2 * (size_t)c->head_dim));
     ACT(work, (size_t)c->vocab);
 #undef ACT
-    e->scratch_bytes = fl * sizeof(float);
+    e->mm.row_cap = (llmb_matmul_row_cap(e->model) + 63) / 64 * 64;
+    e->mm.xq = xcalloc((size_t)n * e->mm.row_cap, 1, &oom);
+    e->mm.nthreads = nt;
+    if (p->float_act) {
+        int64_t wide = c->dim > q_dim ? c->dim : q_dim;
+        if (c->ff > wide) wide = c->ff;
+        e->mm.float_act = 1;
+        e->mm.wtile_ne0 = wide;
+        e->mm.wtile = xcalloc((size_t)nt * LLMB_MATMUL_TILE * (size_t)wide, sizeof(float), &oom);
+        fl += (size_t)nt * LLMB_MATMUL_TILE * (size_t)wide;
+    }
+    e->scratch_bytes = fl * sizeof(float) + (size_t)n * e->mm.row_cap;
     e->cand = xcalloc((size_t)c->vocab, sizeof *e->cand, &oom);
     e->seen = xcalloc((size_t)c->vocab, sizeof *e->seen, &oom);
     e->counts = xcalloc((size_t)c->vocab, sizeof *e->counts, &oom);
@@ -269,8 +278,10 @@ void llmb_engine_free(llmb_engine *e) {
     free(e->running);
     free(e->items);
     float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->gate, e->up, e->cs, e->xl, e->logits,
-                     e->mm_scratch, e->att_scratch, e->work};
+                     e->att_scratch, e->work};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(e->mm.xq);
+    free(e->mm.wtile);
     free(e->cand);
     free(e->seen);
     free(e->counts);
@@ -581,10 +592,10 @@ static void add_bias(float *y, const float *b, int n, int64_t dim) {
 static void forward(llmb_engine *e, int n, int n_rows) {
     const llmb_model *m = e->model;
     const llmb_model_config *c = &m->cfg;
-    const int nt = e->p.n_threads, hd = c->head_dim, B = e->p.block_size;
+    const int hd = c->head_dim, B = e->p.block_size;
     const int64_t dim = c->dim, q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd, ff = c->ff;
     const llmb_quant_traits *eq = llmb_quant_traits_get(m->tok_embd.type);
-    float *mm = e->mm_scratch;
+    llmb_matmul_ctx *mm = &e->mm;
     for (int i = 0; i < n; i++) {
         const item_t *it = &e->items[i];
         eq->to_float((const char *)m->tok_embd.data + (size_t)it->seq->tokens[it->pos] * m->tok_embd.row_bytes,
@@ -595,9 +606,10 @@ static void forward(llmb_engine *e, int n, int n_rows) {
         const llmb_layer *L = &m->layers[l];
         // ---- attention ----
         for (int i = 0; i < n; i++) llmb_rmsnorm(e->xn + i * dim, e->x + i * dim, L->attn_norm, dim, c->norm_eps);
-        llmb_matmul(&L->wq, e->xn, dim, n, e->q, q_dim, mm, nt);
-        llmb_matmul(&L->wk, e->xn, dim, n, e->k, kv_dim, mm, nt);
-        llmb_matmul(&L->wv, e->xn, dim, n, e->v, kv_dim, mm, nt);
+        llmb_matmul_forget(mm);
+        llmb_matmul(mm, &L->wq, e->xn, dim, n, e->q, q_dim);
+        llmb_matmul(mm, &L->wk, e->xn, dim, n, e->k, kv_dim);
+        llmb_matmul(mm, &L->wv, e->xn, dim, n, e->v, kv_dim);
         add_bias(e->q, L->bq, n, q_dim);
         add_bias(e->k, L->bk, n, kv_dim);
         add_bias(e->v, L->bv, n, kv_dim);
@@ -610,20 +622,24 @@ static void forward(llmb_engine *e, int n, int n_rows) {
             store_kv(e, kv_row(e, l, 1, blk, it->pos % B), e->v + i * kv_dim, (int)kv_dim);
         }
         attention(e, l, n);
-        llmb_matmul(&L->wo, e->att, q_dim, n, e->xn, dim, mm, nt);
+        llmb_matmul_forget(mm);
+        llmb_matmul(mm, &L->wo, e->att, q_dim, n, e->xn, dim);
         for (int64_t i = 0; i < n * dim; i++) e->x[i] += e->xn[i];
         // ---- feed-forward ----
         for (int i = 0; i < n; i++) llmb_rmsnorm(e->xn + i * dim, e->x + i * dim, L->ffn_norm, dim, c->norm_eps);
-        llmb_matmul(&L->w_gate, e->xn, dim, n, e->gate, ff, mm, nt);
-        llmb_matmul(&L->w_up, e->xn, dim, n, e->up, ff, mm, nt);
+        llmb_matmul_forget(mm);
+        llmb_matmul(mm, &L->w_gate, e->xn, dim, n, e->gate, ff);
+        llmb_matmul(mm, &L->w_up, e->xn, dim, n, e->up, ff);
         for (int i = 0; i < n; i++) llmb_swiglu(e->gate + i * ff, e->up + i * ff, ff);
-        llmb_matmul(&L->w_down, e->gate, ff, n, e->xn, dim, mm, nt);
+        llmb_matmul_forget(mm);
+        llmb_matmul(mm, &L->w_down, e->gate, ff, n, e->xn, dim);
         for (int64_t i = 0; i < n * dim; i++) e->x[i] += e->xn[i];
     }
     for (int i = 0; i < n; i++)
         if (e->items[i].logit_row >= 0)
             llmb_rmsnorm(e->xl + e->items[i].logit_row * dim, e->x + i * dim, m->output_norm, dim, c->norm_eps);
-    if (n_rows) llmb_matmul(&m->output, e->xl, dim, n_rows, e->logits, c->vocab, mm, nt);
+    llmb_matmul_forget(mm);
+    if (n_rows) llmb_matmul(mm, &m->output, e->xl, dim, n_rows, e->logits, c->vocab);
 }
 
 // ---- sampling ----

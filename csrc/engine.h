@@ -16,6 +16,7 @@ typedef struct {
     int max_batch_tokens; // tokens per forward step (decode + prefill chunks)
     int max_seqs;         // sequences running at once
     int n_threads;
+    int float_act;        // 1: float32 activations against dequantized weights (no 8-bit activations)
 } llmb_engine_params;
 
 typedef struct {

@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "model.h"
 #include "quants.h"
+#include "vecdot.h"
 
 // ---- metadata access ----
 
@@ -79,8 +80,7 @@ static llmb_status bind_matrix(const llmb_gguf *g, const char *name, int64_t ne0
     if (t->n_dims != 2 || t->ne[0] != ne0 || t->ne[1] != ne1)
         return llmb_fail(LLMB_E_FORMAT, "model: tensor '%s' has shape [%lld, %lld] (ggml order), expected [%lld, %lld]",
                          name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
-    const llmb_quant_traits *q = llmb_quant_traits_get(t->type);
-    if (!q || !q->to_float)
+    if (llmb_vec_dot_type(t->type) < 0)
         return llmb_fail(LLMB_E_UNSUPPORTED, "model: tensor '%s' has type %s, which the engine cannot run "
                          "(supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K); "
                          "re-quantize with `llmbench quantize`",

@@ -1,6 +1,6 @@
-// ops.c — float32 building blocks of the forward pass (see ops.h). Matrix products dequantize a
-// tile of weight rows once (type kernels from quants.c) and reuse it for every token; the dot
-// product has a fixed summation order, so results are identical for any batch composition.
+// ops.c — building blocks of the forward pass (see ops.h). Matrix products quantize each token's
+// activations once to the weights' vec_dot_type and run the integer (or float) dot products of
+// vecdot.c, whose per-output operation order does not depend on the batch.
 // Tested by tests/test_engine.py against the NumPy float64 reference forward pass
 // (tests/reference/forward.py) and by the batch-invariance tests.
 #include <math.h>
@@ -10,10 +10,7 @@
 
 #include "ops.h"
 #include "quants.h"
-
-size_t llmb_matmul_scratch(int64_t max_ne0, int nthreads) {
-    return (size_t)nthreads * LLMB_MATMUL_TILE * (size_t)max_ne0;
-}
+#include "vecdot.h"
 
 float llmb_dot_f32(const float *a, const float *b, int64_t n) {
     float s[8] = {0};
@@ -24,35 +21,64 @@ float llmb_dot_f32(const float *a, const float *b, int64_t n) {
     return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-void llmb_matmul(const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y, int64_t ldy,
-                 float *scratch, int nthreads) {
+size_t llmb_matmul_row_cap(const llmb_model *m) {
+    size_t cap = llmb_vec_dot_row_bytes(m->output.type, m->output.ne0);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const llmb_layer *L = &m->layers[l];
+        const llmb_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof *lw; i++) {
+            size_t b = llmb_vec_dot_row_bytes(lw[i]->type, lw[i]->ne0);
+            if (b > cap) cap = b;
+        }
+    }
+    return cap;
+}
+
+// float_act mode: dequantize LLMB_MATMUL_TILE rows at a time, reuse them for every token.
+static void matmul_float(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
+                         int64_t ldy, int nthreads) {
     const llmb_quant_traits *q = llmb_quant_traits_get(w->type);
     const int64_t n_tiles = (w->ne1 + LLMB_MATMUL_TILE - 1) / LLMB_MATMUL_TILE;
-    const int direct = w->type == LLMB_TYPE_F32;
-    // Too little work to pay for waking the other threads (and for waiting on them when the
-    // machine is busy): run it here.
-    const int par = nthreads > 1 && (double)w->ne0 * (double)w->ne1 * n_tok >= (double)(1 << 18);
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
     for (int64_t tile = 0; tile < n_tiles; tile++) {
 #ifdef _OPENMP
-        float *buf = scratch + (size_t)omp_get_thread_num() * LLMB_MATMUL_TILE * (size_t)w->ne0;
+        float *buf = c->wtile + (size_t)omp_get_thread_num() * LLMB_MATMUL_TILE * (size_t)c->wtile_ne0;
 #else
-        float *buf = scratch;
+        float *buf = c->wtile;
 #endif
-        int64_t r0 = tile * LLMB_MATMUL_TILE;
-        int64_t nr = w->ne1 - r0 < LLMB_MATMUL_TILE ? w->ne1 - r0 : LLMB_MATMUL_TILE;
-        const float *rows;
-        if (direct) {
-            rows = (const float *)((const char *)w->data + (size_t)r0 * w->row_bytes);
-        } else {
-            for (int64_t r = 0; r < nr; r++)
-                q->to_float((const char *)w->data + (size_t)(r0 + r) * w->row_bytes, buf + r * w->ne0, w->ne0);
-            rows = buf;
-        }
+        const int64_t r0 = tile * LLMB_MATMUL_TILE;
+        const int64_t nr = w->ne1 - r0 < LLMB_MATMUL_TILE ? w->ne1 - r0 : LLMB_MATMUL_TILE;
+        for (int64_t r = 0; r < nr; r++)
+            q->to_float((const char *)w->data + (size_t)(r0 + r) * w->row_bytes, buf + r * w->ne0, w->ne0);
         for (int t = 0; t < n_tok; t++)
             for (int64_t r = 0; r < nr; r++)
-                y[(int64_t)t * ldy + r0 + r] = llmb_dot_f32(rows + r * w->ne0, x + (int64_t)t * ldx, w->ne0);
+                y[(int64_t)t * ldy + r0 + r] = llmb_dot_f32(buf + r * w->ne0, x + (int64_t)t * ldx, w->ne0);
     }
+}
+
+void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
+                 int64_t ldy) {
+    const int vt = llmb_vec_dot_type(w->type);
+    // Too little work to pay for waking the other threads (and for waiting on them when the
+    // machine is busy): run it here.
+    const int nthreads = c->nthreads > 1 && (double)w->ne0 * (double)w->ne1 * n_tok >= (double)(1 << 18)
+                             ? c->nthreads : 1;
+    if (c->float_act && vt != LLMB_TYPE_F32) {
+        matmul_float(c, w, x, ldx, n_tok, y, ldy, nthreads);
+        return;
+    }
+    const void *xq = x;
+    size_t x_stride = (size_t)ldx * sizeof(float);
+    if (vt != LLMB_TYPE_F32) {
+        if (c->src != x || c->type != vt || c->n_tok != n_tok) {
+            for (int t = 0; t < n_tok; t++)
+                llmb_vec_dot_quantize_x(w->type, x + (int64_t)t * ldx, c->xq + (size_t)t * c->row_cap, w->ne0);
+            c->src = x, c->type = vt, c->n_tok = n_tok;
+        }
+        xq = c->xq;
+        x_stride = c->row_cap;
+    }
+    llmb_vec_dot_matmul(w->type, w->ne0, w->data, w->row_bytes, w->ne1, xq, x_stride, n_tok, y, ldy, nthreads);
 }
 
 void llmb_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {

@@ -5,16 +5,34 @@
 
 #include "model.h"
 
-#define LLMB_MATMUL_TILE 16  // weight rows dequantized together and reused across all tokens
+// State of the matrix products of one engine: a buffer for the activations quantized to the
+// weights' vec_dot_type (csrc/vecdot.h) and which input it currently holds, so Q, K and V (or gate
+// and up) quantize their shared input once.
+typedef struct {
+    uint8_t *xq;          // quantized activation rows, row_cap bytes apart
+    size_t row_cap;
+    const float *src;     // the input xq was made from (NULL: nothing)
+    int type;             // its activation type
+    int n_tok;
+    int nthreads;
+    int float_act;        // 1: keep activations in float32 and dequantize weight tiles instead
+    float *wtile;         // float_act scratch: nthreads x LLMB_MATMUL_TILE rows of the widest matrix
+    int64_t wtile_ne0;
+} llmb_matmul_ctx;
 
-// Floats of scratch llmb_matmul needs for rows of up to max_ne0 elements with nthreads threads.
-size_t llmb_matmul_scratch(int64_t max_ne0, int nthreads);
+#define LLMB_MATMUL_TILE 16  // weight rows dequantized together in float_act mode
 
-// y[t * ldy + r] = dot(row r of w, x[t * ldx ...]) for t < n_tok, r < w->ne1.
-// Each output is computed by one fixed-order dot product, so a token's result does not depend on
-// how many other tokens share the call (batch invariance).
-void llmb_matmul(const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y, int64_t ldy,
-                 float *scratch, int nthreads);
+// Bytes of one quantized activation row for any matrix of the model (the row_cap to allocate).
+size_t llmb_matmul_row_cap(const llmb_model *m);
+
+// y[t * ldy + r] = dot(row r of w, x[t * ldx ...]) for t < n_tok, r < w->ne1, with the integer
+// (or float) dot products of csrc/vecdot.h, or in float_act mode float dot products against
+// dequantized weight rows (no activation rounding: slower, closer to the float model). Each output comes from the same operation sequence
+// however many tokens share the call (batch invariance).
+void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
+                 int64_t ldy);
+// The input buffer of the next products has new contents.
+static inline void llmb_matmul_forget(llmb_matmul_ctx *c) { c->src = NULL; }
 
 // Fixed-order float32 dot product (8 interleaved partial sums, combined in a fixed tree).
 float llmb_dot_f32(const float *a, const float *b, int64_t n);

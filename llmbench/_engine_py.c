@@ -22,12 +22,12 @@ static void Engine_dealloc(EngineObject *self) {
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"reader", "kv_type", "block_size", "n_blocks", "ctx", "max_batch_tokens", "max_seqs",
-                            "threads", NULL};
+                            "threads", "float_act", NULL};
     PyObject *reader;
-    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1};
+    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1, 0};
     long long nb = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii", names, &reader, &p.kv_type, &p.block_size, &nb, &p.ctx,
-                                     &p.max_batch_tokens, &p.max_seqs, &p.n_threads))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|p", names, &reader, &p.kv_type, &p.block_size, &nb, &p.ctx,
+                                     &p.max_batch_tokens, &p.max_seqs, &p.n_threads, &p.float_act))
         return -1;
     p.n_blocks = nb;
     llmb_gguf *g = llmb_py_reader_gguf(reader);

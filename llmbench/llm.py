@@ -136,12 +136,15 @@ class LLM:
     model's training context, at most 4096). ``kv_dtype``: "f16", "f32" or "q8_0".
     ``kv_budget``: bytes for the paged KV cache (int or "2GiB"; default: enough for ``max_seqs``
     full-context sequences, at most a quarter of available memory).
+    ``activations``: "q8" (default, as llama.cpp: activations quantized to 8 bits per token for
+    integer dot products with quantized weights) or "f32" (weights dequantized, float products:
+    slower, and free of the activation rounding, which separates weight from activation error).
     """
 
     def __init__(self, model: str | os.PathLike[str], threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", kv_budget: int | str | None = None, backend: str = "cpu",
                  max_batch_tokens: int = 512, max_seqs: int = 64, block_size: int = 16,
-                 tokenizer_options: dict | None = None):
+                 activations: str = "q8", tokenizer_options: dict | None = None):
         if backend == "cuda":
             from .backends import cuda
 
@@ -151,6 +154,8 @@ class LLM:
             raise UnsupportedError("the CUDA engine backend is not built yet; use backend='cpu'")
         if backend != "cpu":
             raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
+        if activations not in ("q8", "f32"):
+            raise ValueError(f"activations must be 'q8' or 'f32', got {activations!r}")
         if kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
         self.path = resolve_model(model)
@@ -180,7 +185,8 @@ class LLM:
             raise ValueError(f"kv_budget {budget} bytes holds no KV block ({per_tok * block_size:.0f} bytes each)")
         self.engine = _core.Engine(self.file._reader, kv_type=KV_DTYPES[kv_dtype], block_size=block_size,
                                    n_blocks=n_blocks, ctx=self.ctx, max_batch_tokens=max_batch_tokens,
-                                   max_seqs=max_seqs, threads=self.threads)
+                                   max_seqs=max_seqs, threads=self.threads, float_act=activations == "f32")
+        self.activations = activations
         self.info = self.engine.model_info()
         try:
             self.tokenizer: Tokenizer | None = Tokenizer.from_gguf(meta, **(tokenizer_options or {}))
@@ -190,7 +196,7 @@ class LLM:
     def __repr__(self) -> str:
         i = self.info
         return (f"<LLM {self.path.name} {i['arch']} {i['n_layer']}L dim {i['dim']} vocab {i['vocab']} "
-                f"threads={self.threads} ctx={self.ctx} kv={self.kv_dtype}>")
+                f"threads={self.threads} ctx={self.ctx} kv={self.kv_dtype} activations={self.activations}>")
 
     def memory(self) -> dict[str, int]:
         """Bytes the engine holds: weights (mapped), KV cache, scratch."""

@@ -36,11 +36,14 @@ def test_greedy_story_token_for_token(stories):
     assert stories.tokenize(want, add_bos=False) == out.token_ids[: len(stories.tokenize(want, add_bos=False))]
 
 
-# (weight type, KV dtype) -> max |logit - reference| relative to max |reference logit|, measured on
-# the tiny preset: float KV reproduces the float64 reference to float32 rounding; F16 and Q8_0 KV
-# add their own rounding. The engine dequantizes weights exactly, so the weight type does not move
-# these bounds.
-TOLERANCE = {"f32": 2e-6, "f16": 1e-3, "q8_0": 2e-2}
+# Measured on the tiny preset (2 layers, dim 256), max |logit - reference| / max |reference|:
+# float weights run float dot products, so F32 KV reproduces the float64 reference to float32
+# rounding (2.6e-7), F16 KV adds 2.8e-4 and Q8_0 KV 7e-3. Quantized weights run integer dot
+# products against activations quantized to 8 bits per token (as llama.cpp does), which costs
+# about 1% (normalized RMS error 1.0e-2 for Q8_0, 1.5e-2 for Q4_K_M, whatever the KV type).
+# Bounds are the measured values with a 2-4x margin.
+FLOAT_WEIGHTS_MAX_REL = {"f32": 1e-6, "f16": 1e-3, "q8_0": 1.5e-2}
+QUANT_WEIGHTS_NRMSE = {"Q8_0": 2e-2, "Q4_K_M": 3e-2}
 
 
 @pytest.mark.parametrize("kv", ["f32", "f16"])
@@ -50,7 +53,9 @@ def test_stories_logits_match_reference(stories_path, kv):
     toks = [1, 403, 407, 261, 378, 11, 350, 365, 263, 410, 485, 13, 13, 444]
     got, want = llm.logits(toks), ref.logits(toks)
     assert got.shape == (len(toks), 512) and got.dtype == np.float32
-    assert np.abs(got - want).max() <= TOLERANCE[kv] * np.abs(want).max() * (10 if kv == "f16" else 1)
+    # stories260K has 8-wide heads: F16 keys round a little more than the tiny preset's (1.1e-3)
+    bound = {"f32": 2e-6, "f16": 3e-3}[kv]
+    assert np.abs(got - want).max() <= bound * np.abs(want).max()
     assert (got.argmax(1) == want.argmax(1)).all()
 
 
@@ -62,7 +67,12 @@ def test_dummy_logits_match_reference(wtype, kv):
     llm = LLM(path, threads=2, kv_dtype=kv)
     toks = np.random.default_rng(1).integers(0, llm.info["vocab"], 37)
     got, want = llm.logits(toks), ref.logits(toks)
-    assert np.abs(got - want).max() <= TOLERANCE[kv] * np.abs(want).max()
+    if wtype in QUANT_WEIGHTS_NRMSE:
+        nrmse = np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2))
+        assert nrmse <= QUANT_WEIGHTS_NRMSE[wtype]
+        # float activations against the dequantized weights: as close as float weights are
+        got = LLM(path, threads=2, kv_dtype=kv, activations="f32").logits(toks)
+    assert np.abs(got - want).max() <= FLOAT_WEIGHTS_MAX_REL[kv] * np.abs(want).max()
 
 
 def test_batch_invariance(stories):
