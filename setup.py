@@ -26,7 +26,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 CUDA_LIB = "libllmbench_cuda.so"
-BASE_CFLAGS = ["-std=c11", "-O3", "-fvisibility=hidden", "-D_GNU_SOURCE", "-Wall", "-Wextra",
+BASE_CFLAGS = ["-std=c11", "-O3", "-fno-math-errno", "-fvisibility=hidden", "-D_GNU_SOURCE", "-Wall", "-Wextra",
                "-Wno-unused-parameter", "-fno-strict-aliasing"]
 
 
