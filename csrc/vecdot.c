@@ -359,6 +359,11 @@ void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, i
     for (int64_t tile = 0; tile < n_tiles; tile++) {
         const int64_t r0 = tile * LLMB_TILE_MAX_R;
         const int nr = (int)(nrows - r0 < LLMB_TILE_MAX_R ? nrows - r0 : LLMB_TILE_MAX_R);
+        if (ntok == 1) {   // decode: row after row, one sequential stream of weights (same bits as a tile)
+            for (int r = 0; r < nr; r++)
+                k->dot(n, y + r0 + r, (const char *)w + (r0 + r) * w_stride, xq);
+            continue;
+        }
         for (int t0 = 0; t0 < ntok; t0 += LLMB_TILE_MAX_C) {
             const int nc = ntok - t0 < LLMB_TILE_MAX_C ? ntok - t0 : LLMB_TILE_MAX_C;
             k->tile(n, (const char *)w + r0 * w_stride, w_stride, nr, (const char *)xq + t0 * x_stride, x_stride, nc,

@@ -56,6 +56,14 @@ AVX2 INLINE __m256i nibbles_32(const uint8_t *p) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
 }
 
+// Prefetch the weight bytes `ahead` bytes past the `bytes` of a block about to be read: weight rows
+// come from DRAM exactly once per token, and the hardware prefetchers alone leave the kernels at a
+// fraction of the read bandwidth (measured by benchmarks/bench_vecdot.py).
+#define PF_AHEAD 1024
+AVX2 INLINE void prefetch_w(const uint8_t *blk, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + PF_AHEAD + o, _MM_HINT_T0);
+}
+
 // 8 weights as floats
 AVX2 INLINE __m256 load_w8(const int type, const uint8_t *p) {
     switch (type) {
@@ -131,6 +139,7 @@ INLINE VD_T void VD(legacy0_body)(const int type, int64_t n, const uint8_t *w, s
     for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + r * ws + ib * wb;
+            if (ib % 2 == 0) prefetch_w(blk, 2 * wb);
             __m256i wq;
             if (type == LLMB_TYPE_Q4_0) {
                 wq = _mm256_sub_epi8(nibbles_32(blk + 2), _mm256_set1_epi8(8));
@@ -167,6 +176,7 @@ INLINE VD_T void VD(legacy1_body)(const int type, int64_t n, const uint8_t *w, s
     for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + r * ws + ib * wb;
+            if (ib % 2 == 0) prefetch_w(blk, 2 * wb);
             __m256i wq;
             if (q5)
                 wq = _mm256_or_si256(nibbles_32(blk + 8),
@@ -195,6 +205,7 @@ INLINE VD_T void VD(q8_K_body)(const int type, int64_t n, const uint8_t *w, size
     for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
         for (int r = 0; r < NR; r++) {
             const llmb_block_q8_K *b = (const llmb_block_q8_K *)(w + r * ws) + i;
+            prefetch_w((const uint8_t *)b, sizeof *b);
             for (int c = 0; c < NC; c++) {
                 const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
                 __m256i sumi = _mm256_setzero_si256();
@@ -224,6 +235,7 @@ INLINE VD_T void VD(q45_K_body)(const int type, int64_t n, const uint8_t *w, siz
     for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + r * ws + i * wb;
+            prefetch_w(blk, wb);
             const llmb_block_q4_K *b = (const llmb_block_q4_K *)blk;   // Q5_K starts the same way
             const uint8_t *qs = q5 ? ((const llmb_block_q5_K *)blk)->qs : b->qs;
             uint32_t u[4];   // 8 scale bytes, then 8 min bytes (ggml's kmask unpacking)
@@ -280,6 +292,7 @@ INLINE VD_T void VD(q6_K_body)(const int type, int64_t n, const uint8_t *w, size
     for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
         for (int r = 0; r < NR; r++) {
             const llmb_block_q6_K *b = (const llmb_block_q6_K *)(w + r * ws) + i;
+            prefetch_w((const uint8_t *)b, sizeof *b);
             const __m128i scales = _mm_loadu_si128((const __m128i *)b->scales);
             const float wd = half_at((const uint8_t *)&b->d);
             for (int c = 0; c < NC; c++) {
@@ -327,6 +340,7 @@ INLINE VD_T void VD(float_body)(const int type, int64_t n, const uint8_t *w, siz
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (int r = 0; r < NR; r++) {
+            if (i % 32 == 0) prefetch_w(w + r * ws + i * es, 32 * es);
             const __m256 w0 = load_w8(type, w + r * ws + i * es), w1 = load_w8(type, w + r * ws + (i + 8) * es);
             for (int c = 0; c < NC; c++) {
                 const float *xc = (const float *)(x + c * xs) + i;

@@ -137,6 +137,9 @@ static void check_level(size_t ti, int64_t n, const uint8_t *w, size_t ws, const
         llmb_vec_dot_matmul(t, n, w, ws, R, xq, xs, T, y, R, nt);
         CHECK(memcmp(y, out, sizeof y) == 0, "%s %s n=%lld: matmul with %d threads differs from the single dot", lvl,
               tname(t), (long long)n, nt);
+        llmb_vec_dot_matmul(t, n, w, ws, R, xq + (T - 1) * xs, xs, 1, y, R, nt);   // one token: the decode path
+        CHECK(memcmp(y, out + (T - 1) * R, R * sizeof(float)) == 0, "%s %s n=%lld: one-token matmul with %d threads differs",
+              lvl, tname(t), (long long)n, nt);
     }
 }
 

@@ -1,0 +1,146 @@
+// _vecdot_py.c — Python bindings of the decode kernels (csrc/vecdot.c): matrix products of raw
+// weight rows of any supported type with float activations quantized here to the type's
+// vec_dot_type, through the dispatched kernels (tiles, OpenMP over rows) or the scalar references;
+// plus the memory yardsticks of benchmarks/bench_vecdot.py (threaded memcpy and read).
+// Arrays must be C-contiguous of the right dtype and shape. Tested by tests/test_vecdot.py.
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "_pycore.h"
+#include "../csrc/vecdot.h"
+
+static int check_c(PyArrayObject *a, const char *what, int type_num, int ndim) {
+    if (PyArray_TYPE(a) != type_num || !PyArray_IS_C_CONTIGUOUS(a) || (ndim && PyArray_NDIM(a) != ndim)) {
+        PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous %s array%s", what,
+                     type_num == NPY_UINT8 ? "uint8" : "float32", ndim == 2 ? " of 2 dimensions" : "");
+        return -1;
+    }
+    return 0;
+}
+
+// vec_dot(wtype, w_raw, x, nthreads=1, ref=False) -> float32 (tokens, rows)
+static PyObject *py_vec_dot(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"wtype", "w_raw", "x", "nthreads", "ref", NULL};
+    PyArrayObject *w, *x;
+    int wtype, nthreads = 1, ref = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO!O!|ip", kwlist, &wtype, &PyArray_Type, &w, &PyArray_Type, &x,
+                                     &nthreads, &ref))
+        return NULL;
+    if (check_c(w, "w_raw", NPY_UINT8, 2) < 0 || check_c(x, "x", NPY_FLOAT32, 2) < 0) return NULL;
+    const llmb_type_traits *tt = llmb_type_traits_get(wtype);
+    if (!tt || llmb_vec_dot_type(wtype) < 0) {
+        PyErr_Format(PyExc_ValueError, "weight type %d has no dot product kernel", wtype);
+        return NULL;
+    }
+    const int64_t rows = PyArray_DIM(w, 0), row_bytes = PyArray_DIM(w, 1), ntok = PyArray_DIM(x, 0),
+                  n = PyArray_DIM(x, 1);
+    const size_t xs = llmb_vec_dot_row_bytes(wtype, n);
+    if (n % tt->blck_size || !xs || row_bytes != n / tt->blck_size * tt->type_size) {
+        PyErr_Format(PyExc_ValueError, "x rows of %lld elements do not fit %s weight rows of %lld bytes", (long long)n,
+                     tt->name, (long long)row_bytes);
+        return NULL;
+    }
+    if (ntok > INT32_MAX || nthreads < 0) {
+        PyErr_SetString(PyExc_ValueError, "too many tokens or negative nthreads");
+        return NULL;
+    }
+    npy_intp dims[2] = {(npy_intp)ntok, (npy_intp)rows};
+    PyArrayObject *y = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_FLOAT32);
+    void *xq = malloc(xs * (size_t)(ntok ? ntok : 1));
+    if (!y || !xq) {
+        Py_XDECREF(y);
+        free(xq);
+        return PyErr_NoMemory();
+    }
+    const uint8_t *wd = PyArray_DATA(w);
+    const float *xd = PyArray_DATA(x);
+    float *yd = PyArray_DATA(y);
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t t = 0; t < ntok; t++)
+        (ref ? llmb_vec_dot_quantize_x_ref : llmb_vec_dot_quantize_x)(wtype, xd + t * n, (char *)xq + t * xs, n);
+    if (ref) {
+        llmb_vec_dot_fn dot = llmb_vec_dot_ref(wtype);
+        for (int64_t t = 0; t < ntok; t++)
+            for (int64_t r = 0; r < rows; r++) dot(n, &yd[t * rows + r], wd + r * row_bytes, (char *)xq + t * xs);
+    } else {
+        llmb_vec_dot_matmul(wtype, n, wd, (size_t)row_bytes, rows, xq, xs, (int)ntok, yd, rows, nthreads);
+    }
+    Py_END_ALLOW_THREADS
+    free(xq);
+    return (PyObject *)y;
+}
+
+// vec_dot_quantize_x(wtype, x) -> uint8 (tokens, row_bytes): the activations as the kernels see them
+static PyObject *py_quantize_x(PyObject *m, PyObject *args) {
+    PyArrayObject *x;
+    int wtype;
+    if (!PyArg_ParseTuple(args, "iO!", &wtype, &PyArray_Type, &x)) return NULL;
+    if (check_c(x, "x", NPY_FLOAT32, 2) < 0) return NULL;
+    const int64_t ntok = PyArray_DIM(x, 0), n = PyArray_DIM(x, 1);
+    const size_t xs = llmb_vec_dot_row_bytes(wtype, n);
+    if (!xs) {
+        PyErr_Format(PyExc_ValueError, "weight type %d: no activation format for rows of %lld", wtype, (long long)n);
+        return NULL;
+    }
+    npy_intp dims[2] = {(npy_intp)ntok, (npy_intp)xs};
+    PyArrayObject *q = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_UINT8);
+    if (!q) return NULL;
+    const float *xd = PyArray_DATA(x);
+    char *qd = PyArray_DATA(q);
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t t = 0; t < ntok; t++) llmb_vec_dot_quantize_x(wtype, xd + t * n, qd + t * xs, n);
+    Py_END_ALLOW_THREADS
+    return (PyObject *)q;
+}
+
+// memory yardsticks: copy src into dst (same size), or read src (returns a checksum), on nthreads
+static PyObject *py_mem_bench(PyObject *m, PyObject *args) {
+    PyArrayObject *src, *dst = NULL;
+    int nthreads, copy;
+    if (!PyArg_ParseTuple(args, "pO!iO", &copy, &PyArray_Type, &src, &nthreads, &dst)) return NULL;
+    if (!PyArray_IS_C_CONTIGUOUS(src)) return PyErr_Format(PyExc_ValueError, "src must be C-contiguous");
+    const size_t nbytes = (size_t)PyArray_NBYTES(src);
+    char *out = NULL;
+    if (copy) {
+        if (!PyArray_Check(dst) || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)dst) ||
+            (size_t)PyArray_NBYTES((PyArrayObject *)dst) != nbytes || !PyArray_ISWRITEABLE((PyArrayObject *)dst))
+            return PyErr_Format(PyExc_ValueError, "dst must be a writeable C-contiguous array of src's size");
+        out = PyArray_DATA((PyArrayObject *)dst);
+    }
+    const char *in = PyArray_DATA(src);
+    uint64_t sum = 0;
+    if (nthreads < 1) nthreads = 1;
+    Py_BEGIN_ALLOW_THREADS
+    const size_t chunk = (nbytes / (size_t)nthreads + 63) & ~(size_t)63;
+#pragma omp parallel for num_threads(nthreads) reduction(+ : sum) schedule(static)
+    for (int k = 0; k < nthreads; k++) {
+        const size_t lo = (size_t)k * chunk, hi = lo + chunk < nbytes ? lo + chunk : nbytes;
+        if (lo >= hi) continue;
+        if (copy) {
+            memcpy(out + lo, in + lo, hi - lo);
+        } else {
+            const uint64_t *p = (const uint64_t *)(in + lo);
+            uint64_t s = 0;
+            for (size_t i = 0; i < (hi - lo) / 8; i++) s += p[i];
+            sum += s;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromUnsignedLongLong(sum);
+}
+
+static PyMethodDef vecdot_methods[] = {
+    {"vec_dot", (PyCFunction)(void (*)(void))py_vec_dot, METH_VARARGS | METH_KEYWORDS,
+     "vec_dot(wtype, w_raw_u8[rows, row_bytes], x_f32[tokens, n], nthreads=1, ref=False) -> f32[tokens, rows]:\n"
+     "x quantized to the type's vec_dot_type, then the dispatched kernels (or the scalar references)"},
+    {"matvec", (PyCFunction)(void (*)(void))py_vec_dot, METH_VARARGS | METH_KEYWORDS,
+     "matvec(wtype, w_raw_u8, x_f32[tokens, n], nthreads): vec_dot with OpenMP over row tiles"},
+    {"vec_dot_quantize_x", py_quantize_x, METH_VARARGS,
+     "vec_dot_quantize_x(wtype, x_f32[tokens, n]) -> u8[tokens, row_bytes]: the quantized activations"},
+    {"mem_bench", py_mem_bench, METH_VARARGS,
+     "mem_bench(copy, src, nthreads, dst): memcpy src to dst (copy=True) or read src, split over nthreads"},
+    {NULL}};
+
+int llmb_py_init_vecdot(PyObject *m) { return PyModule_AddFunctions(m, vecdot_methods); }

@@ -1,0 +1,106 @@
+"""The decode kernels (csrc/vecdot*.c, through _core.vec_dot) against NumPy, for every weight type.
+
+- Tight: the kernels multiply the dequantized weights (gguf.quants.dequantize; llmbench's own
+  dequantizer for Q8_K, which gguf lacks) by the dequantized activations (x quantized to the type's
+  vec_dot_type by _core.vec_dot_quantize_x), so against a float64 dot of those two the only
+  difference is float32 summation order:  |y - ref| <= RTOL_SUM * sum_i |w_i xq_i|, RTOL_SUM = 1e-5.
+  Checked for the dispatched kernels (SIMD) and the scalar references (ref=True).
+- Loose: against the float activations the error is the activation quantization, bounded by half a
+  quantization step per element: |y - w.x| <= sum_i |w_i| * STEP * max|x in i's block| / 127 + tight
+  term, STEP = 0.57 for Q8_0 (its scale is rounded to fp16 after quantizing: 0.5 + 127 * 2^-11 steps),
+  0.5 for Q8_1 and Q8_K (float scales), 0 for the float types.
+- Batch invariance: a token's outputs are bit-identical alone or in a batch, on 1 or 2 threads.
+Odd row counts, odd block counts, 1 to 5 tokens.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from llmbench import _core
+from llmbench.quant import dequantize, quantize, type_id
+
+RTOL_SUM = 1e-5
+TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q4_0", "F16", "Q5_K", "Q5_0", "Q4_1", "Q5_1", "BF16", "Q8_K", "F32"]
+ACT = {"Q8_0": "Q8_0", "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "Q8_1", "Q4_K": "Q8_K",
+       "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q8_K": "Q8_K", "F16": "F32", "BF16": "F32", "F32": "F32"}
+STEP = {"Q8_0": 0.57, "Q8_1": 0.5, "Q8_K": 0.5, "F32": 0.0}
+ACT_DTYPE = {
+    "Q8_0": np.dtype([("d", "<f2"), ("qs", "i1", 32)]),
+    "Q8_1": np.dtype([("d", "<f4"), ("s", "<f4"), ("qs", "i1", 32)]),
+    "Q8_K": np.dtype([("d", "<f4"), ("qs", "i1", 256), ("bsums", "<i2", 16)]),
+}
+
+
+def dequant_act(act: str, xq: np.ndarray, n: int) -> np.ndarray:
+    """the quantized activations (tokens, row_bytes) as float64 (tokens, n)"""
+    if act == "F32":
+        return xq.view(np.float32).astype(np.float64)
+    b = xq.reshape(-1).view(ACT_DTYPE[act])
+    return (b["d"].astype(np.float64)[:, None] * b["qs"]).reshape(xq.shape[0], n)
+
+
+def dequant_w(t: str, w: np.ndarray, rows: int, n: int) -> np.ndarray:
+    if t == "Q8_K":
+        return dequantize(w, t, (rows, n)).astype(np.float64)
+    return gguf.quants.dequantize(w, gguf.GGMLQuantizationType[t]).reshape(rows, n).astype(np.float64)
+
+
+def case(t: str, rows: int, nblocks: int, ntok: int, seed: int):
+    rng = np.random.default_rng(seed)
+    n = nblocks * (256 if t in ("Q4_K", "Q5_K", "Q6_K", "Q8_K") else 32)
+    scale = np.exp2(rng.integers(-6, 3, size=(rows, n // 32, 1))).astype(np.float32)
+    w = quantize((rng.standard_normal((rows, n // 32, 32), dtype=np.float32) * scale).reshape(rows, n), t)
+    w = w.reshape(rows, -1)
+    xs = np.exp2(rng.integers(-4, 4, size=(ntok, n // 32, 1))).astype(np.float32)
+    x = (rng.standard_normal((ntok, n // 32, 32), dtype=np.float32) * xs + (rng.random((ntok, n // 32, 1)) < 0.25) * xs)
+    return w, x.reshape(ntok, n).astype(np.float32), n
+
+
+@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("rows,nblocks,ntok", [(1, 1, 1), (7, 3, 5), (13, 11, 2), (5, 40, 3)])
+def test_against_numpy(t: str, rows: int, nblocks: int, ntok: int):
+    w, x, n = case(t, rows, nblocks, ntok, seed=rows * 1000 + nblocks)
+    tid, act = type_id(t), ACT[t]
+    y = _core.vec_dot(tid, w, x)
+    y_ref = _core.vec_dot(tid, w, x, ref=True)
+    assert y.shape == (ntok, rows) and y.dtype == np.float32
+
+    wf = dequant_w(t, w, rows, n)
+    xq = _core.vec_dot_quantize_x(tid, x)
+    xf = dequant_act(act, xq, n)
+    exact = xf @ wf.T
+    mag = np.abs(xf) @ np.abs(wf).T
+    for name, got in (("dispatched", y), ("reference", y_ref)):
+        err = np.abs(got - exact)
+        assert np.all(err <= RTOL_SUM * mag), f"{t} {name}: max err/sum|wx| {np.max(err / mag):.3g}"
+
+    # against the float activations: at most STEP quantization steps per element
+    x64 = x.astype(np.float64)
+    step = np.repeat(np.abs(x64).reshape(ntok, -1, 32).max(axis=2) / 127, 32, axis=1)   # per element
+    bound = STEP[act] * (step @ np.abs(wf).T) + RTOL_SUM * mag + 1e-30
+    err = np.abs(y - x64 @ wf.T)
+    assert np.all(err <= bound), f"{t}: float-x error / bound {np.max(err / bound):.3g}"
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_batch_invariance(t: str):
+    w, x, n = case(t, rows=9, nblocks=3, ntok=6, seed=7)
+    tid = type_id(t)
+    y = _core.vec_dot(tid, w, x)
+    assert np.array_equal(y, _core.vec_dot(tid, w, x, nthreads=2))
+    for k in range(x.shape[0]):
+        assert np.array_equal(y[k], _core.vec_dot(tid, w, x[k:k + 1])[0])
+        assert np.array_equal(y[k], _core.matvec(tid, w, np.ascontiguousarray(x[k:k + 1]), 2)[0])
+
+
+def test_bad_arguments():
+    w, x, n = case("Q4_K", rows=2, nblocks=1, ntok=1, seed=1)
+    with pytest.raises(ValueError, match="do not fit"):
+        _core.vec_dot(type_id("Q4_K"), w, np.zeros((1, 512), np.float32))
+    with pytest.raises(ValueError, match="no dot product"):
+        _core.vec_dot(10, w, x)
+    with pytest.raises(ValueError, match="float32"):
+        _core.vec_dot(type_id("Q4_K"), w, x.astype(np.float64))
