@@ -70,6 +70,7 @@ struct llmb_engine {
     int n_running;
     // batch
     item_t *items;
+    int *run_start;           // attention: first item of each sequence's run (+ end)
     int max_logit_rows;
     // activations (sized for max_batch_tokens tokens, max_logit_rows logits rows)
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *att_scratch;
@@ -217,6 +218,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     e->block_ref = xcalloc((size_t)p->n_blocks, sizeof *e->block_ref, &oom);
     e->free_list = xcalloc((size_t)p->n_blocks, sizeof *e->free_list, &oom);
     e->items = xcalloc((size_t)n, sizeof *e->items, &oom);
+    e->run_start = xcalloc((size_t)n + 1, sizeof *e->run_start, &oom);
     e->running = xcalloc((size_t)p->max_seqs, sizeof *e->running, &oom);
     size_t fl = 0;
 #define ACT(ptr, count) (e->ptr = xcalloc((size_t)(count), sizeof(float), &oom), fl += (size_t)(count))
@@ -231,7 +233,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     ACT(cs, (size_t)n * c->head_dim);
     ACT(xl, (size_t)e->max_logit_rows * c->dim);
     ACT(logits, (size_t)e->max_logit_rows * c->vocab);
-    ACT(att_scratch, (size_t)nt * ((size_t)p->ctx + 2 * (size_t)c->head_dim));
+    ACT(att_scratch, (size_t)nt * (size_t)p->ctx * (2 * (size_t)c->head_dim + 1));
     ACT(work, (size_t)c->vocab);
 #undef ACT
     e->mm.row_cap = (llmb_matmul_row_cap(e->model) + 63) / 64 * 64;
@@ -277,6 +279,7 @@ void llmb_engine_free(llmb_engine *e) {
     free(e->waiting);
     free(e->running);
     free(e->items);
+    free(e->run_start);
     float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->gate, e->up, e->cs, e->xl, e->logits,
                      e->att_scratch, e->work};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
@@ -532,53 +535,73 @@ static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
 
 // ---- forward ----
 
+// Attention of every batch token over its sequence's cached keys and values. Work is split by
+// (run of consecutive batch tokens of one sequence, KV head): the unit converts that head's cached
+// K and V rows up to the run's last position to float once, then serves every query head of the
+// group and every token of the run. Each (token, head) output is computed by the same operations
+// whatever else is in the batch.
+static size_t att_scratch_floats(const llmb_engine *e) {
+    return (size_t)e->p.ctx * (2 * (size_t)e->model->cfg.head_dim + 1);
+}
+
 static void attention(llmb_engine *e, int layer, int n) {
     const llmb_model_config *c = &e->model->cfg;
-    const int hd = c->head_dim, nh = c->n_head, group = c->n_head / c->n_head_kv, B = e->p.block_size;
+    const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = e->p.block_size;
     const int64_t q_dim = (int64_t)nh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const llmb_quant_traits *kq = llmb_quant_traits_get(e->kv_type);
-    const size_t head_bytes = e->kv_row_bytes / (size_t)c->n_head_kv;
-    int64_t work = 0;  // key positions read, summed over tokens; small steps stay on one thread
-    for (int i = 0; i < n; i++) work += (int64_t)(e->items[i].pos + 1) * nh * hd;
+    const size_t head_bytes = e->kv_row_bytes / (size_t)nkv;
+    // runs of consecutive items of one sequence (build_batch emits a sequence's tokens together)
+    int *run_start = e->run_start, n_runs = 0;
+    int64_t work = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || e->items[i].seq != e->items[i - 1].seq) run_start[n_runs++] = i;
+        work += (int64_t)(e->items[i].pos + 1) * nh * hd;
+    }
+    run_start[n_runs] = n;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(e->p.n_threads) if (e->p.n_threads > 1 && work >= (1 << 16))
-    for (int64_t ih = 0; ih < (int64_t)n * nh; ih++) {
-        int i = (int)(ih / nh), h = (int)(ih % nh), kvh = h / group;
-        const item_t *it = &e->items[i];
+    for (int64_t u = 0; u < (int64_t)n_runs * nkv; u++) {
+        const int r = (int)(u / nkv), kvh = (int)(u % nkv);
+        const int i0 = run_start[r], i1 = run_start[r + 1];
+        const seq_t *seq = e->items[i0].seq;
 #ifdef _OPENMP
-        float *sc = e->att_scratch + (size_t)omp_get_thread_num() * ((size_t)e->p.ctx + 2 * (size_t)hd);
+        float *kf = e->att_scratch + (size_t)omp_get_thread_num() * att_scratch_floats(e);
 #else
-        float *sc = e->att_scratch;
+        float *kf = e->att_scratch;
 #endif
-        float *kb = sc + e->p.ctx, *vb = kb + hd;
-        const float *qv = e->q + i * q_dim + (int64_t)h * hd;
-        float mx = -INFINITY;
-        for (int j = 0; j <= it->pos; j++) {
-            const uint8_t *kr = kv_row(e, layer, 0, it->seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
-            const float *kf = (const float *)kr;
-            if (e->kv_type != LLMB_TYPE_F32) {
-                kq->to_float(kr, kb, hd);
-                kf = kb;
+        float *vf = kf + (size_t)e->p.ctx * hd, *sc = vf + (size_t)e->p.ctx * hd;
+        int max_pos = 0;
+        for (int i = i0; i < i1; i++)
+            if (e->items[i].pos > max_pos) max_pos = e->items[i].pos;
+        for (int j = 0; j <= max_pos; j++) {
+            const uint8_t *kr = kv_row(e, layer, 0, seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
+            const uint8_t *vr = kv_row(e, layer, 1, seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
+            if (e->kv_type == LLMB_TYPE_F32) {
+                memcpy(kf + (size_t)j * hd, kr, (size_t)hd * sizeof(float));
+                memcpy(vf + (size_t)j * hd, vr, (size_t)hd * sizeof(float));
+            } else {
+                kq->to_float(kr, kf + (size_t)j * hd, hd);
+                kq->to_float(vr, vf + (size_t)j * hd, hd);
             }
-            sc[j] = llmb_dot_f32(qv, kf, hd) * scale;
-            if (sc[j] > mx) mx = sc[j];
         }
-        float sum = 0;
-        for (int j = 0; j <= it->pos; j++) {
-            sc[j] = expf(sc[j] - mx);
-            sum += sc[j];
-        }
-        float *o = e->att + i * q_dim + (int64_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof *o);
-        for (int j = 0; j <= it->pos; j++) {
-            const uint8_t *vr = kv_row(e, layer, 1, it->seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
-            const float *vf = (const float *)vr;
-            if (e->kv_type != LLMB_TYPE_F32) {
-                kq->to_float(vr, vb, hd);
-                vf = vb;
+        for (int i = i0; i < i1; i++) {
+            const int pos = e->items[i].pos;
+            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                const float *qv = e->q + i * q_dim + (int64_t)h * hd;
+                float mx = -INFINITY;
+                for (int j = 0; j <= pos; j++) {
+                    sc[j] = llmb_dot_f32(qv, kf + (size_t)j * hd, hd) * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                float sum = 0;
+                for (int j = 0; j <= pos; j++) {
+                    sc[j] = expf(sc[j] - mx);
+                    sum += sc[j];
+                }
+                float *o = e->att + i * q_dim + (int64_t)h * hd, inv = 1.0f / sum;
+                memset(o, 0, (size_t)hd * sizeof *o);
+                for (int j = 0; j <= pos; j++) llmb_axpy(o, sc[j] * inv, vf + (size_t)j * hd, hd);
             }
-            float w = sc[j] / sum;
-            for (int d = 0; d < hd; d++) o[d] += w * vf[d];
         }
     }
 }

@@ -12,7 +12,15 @@
 #include "quants.h"
 #include "vecdot.h"
 
-float llmb_dot_f32(const float *a, const float *b, int64_t n) {
+// Compiled for AVX2 and the baseline; both run the same 8-lane operation order, so their results
+// are identical (no FMA contraction under -std=c11).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define LLMB_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LLMB_CLONES
+#endif
+
+LLMB_CLONES float llmb_dot_f32(const float *a, const float *b, int64_t n) {
     float s[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -79,6 +87,10 @@ void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64
         x_stride = c->row_cap;
     }
     llmb_vec_dot_matmul(w->type, w->ne0, w->data, w->row_bytes, w->ne1, xq, x_stride, n_tok, y, ldy, nthreads);
+}
+
+LLMB_CLONES void llmb_axpy(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 void llmb_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {

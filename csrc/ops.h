@@ -37,6 +37,8 @@ static inline void llmb_matmul_forget(llmb_matmul_ctx *c) { c->src = NULL; }
 // Fixed-order float32 dot product (8 interleaved partial sums, combined in a fixed tree).
 float llmb_dot_f32(const float *a, const float *b, int64_t n);
 
+void llmb_axpy(float *y, float a, const float *x, int64_t n); // y += a * x
+
 void llmb_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
 // Rotate `n_heads` heads of size hd in place with the cos/sin table of one position
