@@ -4,7 +4,6 @@ readers, the synthetic vocabulary has the exact size and valid merges and works 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 
 import numpy as np
@@ -16,8 +15,6 @@ from llmbench.dummy import PRESETS, build, dummy_model, metadata, rope_freq_fact
 from llmbench.gguf import GGUFFile
 from llmbench.vocab import build_vocab, bytes_to_unicode, synthetic_merges, tokenizer_style
 
-HAVE_QUANT = importlib.util.find_spec("llmbench.quant") is not None
-needs_quant = pytest.mark.skipif(not HAVE_QUANT, reason="llmbench.quant (the C quantization kernels) is not built yet")
 
 
 # The bytes of `llmbench dummy --preset tiny --type F32`. Cached dummy models are keyed by
@@ -180,7 +177,6 @@ def test_dummy_model_caches(tmp_path, monkeypatch):
         dummy_model("tiny", "Q3_K")
 
 
-@needs_quant
 @pytest.mark.parametrize("mix", ["Q4_K_M", "Q8_0", "BF16"])
 def test_tiny_quantized_build(tmp_path, mix):
     from llmbench.quantize import decode_rows
