@@ -194,9 +194,10 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     e->kv_type = p->kv_type;
     int kv_dim = c->n_head_kv * c->head_dim;
     if (e->kv_type == LLMB_TYPE_Q8_0 && c->head_dim % 32) {
+        int hd = c->head_dim;
         llmb_engine_free(e);
         return llmb_fail(LLMB_E_UNSUPPORTED, "engine: a Q8_0 KV cache needs a head size that is a multiple of 32; "
-                                             "this model's is %d (use kv_dtype f16 or f32)", c->head_dim);
+                                             "this model's is %d (use kv_dtype f16 or f32)", hd);
     }
     if (e->kv_type != LLMB_TYPE_F32 && e->kv_type != LLMB_TYPE_F16 && e->kv_type != LLMB_TYPE_Q8_0) {
         llmb_engine_free(e);
@@ -252,8 +253,9 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     e->seen = xcalloc((size_t)c->vocab, sizeof *e->seen, &oom);
     e->counts = xcalloc((size_t)c->vocab, sizeof *e->counts, &oom);
     if (oom) {
+        int vocab = c->vocab;
         llmb_engine_free(e);
-        return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for activations (max_batch_tokens %d, vocab %d)", n, c->vocab);
+        return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for activations (max_batch_tokens %d, vocab %d)", n, vocab);
     }
     for (int64_t b = 0; b < p->n_blocks; b++) e->free_list[b] = (int32_t)(p->n_blocks - 1 - b);
     e->n_free = p->n_blocks;

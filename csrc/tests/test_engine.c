@@ -1,0 +1,195 @@
+// test_engine.c — the engine under ASan/UBSan on the real stories260K model: the greedy story's
+// first tokens, many concurrent sequences with every sampler option, prefix forks that equal the
+// unshared computation, aborts and releases that return every KV block, and every user error
+// answered with a status code (never a crash).
+#include <stdlib.h>
+#include <string.h>
+
+#include "../engine.h"
+#include "check.h"
+
+static const int32_t GREEDY[24] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421,
+                                   395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292};
+
+static llmb_engine_params params(int kv_type, int64_t n_blocks, int threads) {
+    llmb_engine_params p = {kv_type, 16, n_blocks, 512, 64, 32, threads, 0};
+    return p;
+}
+
+static llmb_sampling greedy(int max_tokens) {
+    llmb_sampling s;
+    memset(&s, 0, sizeof s);
+    s.top_p = 1.0f;
+    s.repetition_penalty = 1.0f;
+    s.max_tokens = max_tokens;
+    s.prompt_logprobs_from = -1;
+    return s;
+}
+
+static int run(llmb_engine *e) {
+    int busy = 1, steps = 0;
+    while (busy && steps < 100000) {
+        if (llmb_engine_step(e, &busy) != LLMB_OK) return -1;
+        steps++;
+    }
+    return steps;
+}
+
+// tokens of sequence `seq` among the polled events (at most max)
+static int collect(llmb_engine *e, int64_t seq, int32_t *out, int max, int *finish) {
+    llmb_event ev[512];
+    int n, k = 0;
+    while ((n = llmb_engine_poll(e, ev, 512, NULL, NULL, 0)) > 0)
+        for (int i = 0; i < n; i++) {
+            if (ev[i].seq != seq) continue;
+            if (ev[i].kind == LLMB_EV_TOKEN && k < max) out[k++] = ev[i].token;
+            if (ev[i].kind == LLMB_EV_FINISH && finish) *finish = ev[i].token;
+        }
+    return k;
+}
+
+static void test_greedy(const llmb_gguf *g, int kv_type, int threads) {
+    llmb_engine *e = NULL;
+    llmb_engine_params p = params(kv_type, 64, threads);
+    CHECK(llmb_engine_create(g, &p, &e) == LLMB_OK, "create: %s", llmb_last_error());
+    if (!e) return;
+    int32_t bos = 1, got[24];
+    llmb_sampling s = greedy(24);
+    int64_t id;
+    CHECK(llmb_engine_add(e, &bos, 1, &s, -1, &id) == LLMB_OK, "add: %s", llmb_last_error());
+    CHECK(run(e) > 0, "run: %s", llmb_last_error());
+    int fin = 0, n = collect(e, id, got, 24, &fin);
+    CHECK(n == 24 && memcmp(got, GREEDY, sizeof got) == 0, "greedy story tokens (kv %d, %d threads)", kv_type, threads);
+    CHECK(fin == LLMB_FINISH_LENGTH, "finish reason %d", fin);
+    CHECK(llmb_engine_release(e, id) == LLMB_OK && llmb_engine_free_blocks(e) == 64, "blocks returned");
+    llmb_engine_free(e);
+}
+
+static void test_many_sequences(const llmb_gguf *g) {
+    llmb_engine *e = NULL;
+    llmb_engine_params p = params(1, 512, 2);
+    if (llmb_engine_create(g, &p, &e) != LLMB_OK) {
+        CHECK(0, "create: %s", llmb_last_error());
+        return;
+    }
+    int64_t ids[40];
+    int32_t stop[2] = {2, 13};
+    for (int i = 0; i < 40; i++) {
+        int32_t prompt[50];
+        int n = 1 + (i * 7) % 50;
+        for (int j = 0; j < n; j++) prompt[j] = (int32_t)(3 + (i * 31 + j * 17) % 500);
+        llmb_sampling s = greedy(1 + i % 30);
+        s.temperature = (float)(i % 4) * 0.4f;
+        s.top_k = i % 5 == 0 ? 10 : 0;
+        s.top_p = i % 3 == 0 ? 0.8f : 1.0f;
+        s.min_p = i % 7 == 0 ? 0.05f : 0.0f;
+        s.repetition_penalty = i % 2 ? 1.3f : 1.0f;
+        s.presence_penalty = i % 6 == 0 ? 0.5f : 0.0f;
+        s.frequency_penalty = i % 8 == 0 ? 0.5f : 0.0f;
+        s.seed = (uint64_t)i;
+        s.n_logprobs = i % 4;
+        s.min_tokens = i % 9 == 0 ? 1 : 0;
+        s.stop_tokens = stop;
+        s.n_stop_tokens = i % 2 ? 2 : 0;
+        CHECK(llmb_engine_add(e, prompt, n, &s, -1, &ids[i]) == LLMB_OK, "add %d: %s", i, llmb_last_error());
+        if (i == 20) CHECK(llmb_engine_step(e, &(int){0}) == LLMB_OK, "step while adding");
+    }
+    CHECK(llmb_engine_abort(e, ids[5]) == LLMB_OK, "abort");
+    CHECK(run(e) > 0, "run: %s", llmb_last_error());
+    llmb_event ev[4096];
+    int32_t topn_ids[4096 * 3];
+    float topn_lp[4096 * 3];
+    int n = llmb_engine_poll(e, ev, 4096, topn_ids, topn_lp, 3), finished = 0, bad_lp = 0;
+    for (int i = 0; i < n; i++) {
+        if (ev[i].kind == LLMB_EV_FINISH) finished++;
+        if (ev[i].kind == LLMB_EV_TOKEN && !(ev[i].logprob <= 0.0f)) bad_lp++;
+    }
+    CHECK(finished == 40, "%d of 40 sequences finished", finished);
+    CHECK(bad_lp == 0, "%d token logprobs were not <= 0", bad_lp);
+    for (int i = 0; i < 40; i++) CHECK(llmb_engine_release(e, ids[i]) == LLMB_OK, "release %d", i);
+    CHECK(llmb_engine_free_blocks(e) == 512, "every block back: %lld", (long long)llmb_engine_free_blocks(e));
+    llmb_engine_free(e);
+}
+
+static void test_forks(const llmb_gguf *g) {
+    llmb_engine *e = NULL;
+    llmb_engine_params p = params(0, 128, 2);
+    if (llmb_engine_create(g, &p, &e) != LLMB_OK) {
+        CHECK(0, "create: %s", llmb_last_error());
+        return;
+    }
+    int32_t ctx[37];
+    ctx[0] = 1;
+    for (int j = 1; j < 37; j++) ctx[j] = GREEDY[(j - 1) % 24];
+    llmb_sampling hold = greedy(0);
+    hold.hold = 1;
+    int64_t parent, shared[3], alone[3];
+    CHECK(llmb_engine_add(e, ctx, 37, &hold, -1, &parent) == LLMB_OK, "parent: %s", llmb_last_error());
+    run(e);
+    llmb_engine_poll(e, (llmb_event[64]){{0}}, 64, NULL, NULL, 0);
+    for (int c = 0; c < 3; c++) {
+        int32_t full[40];
+        memcpy(full, ctx, sizeof ctx);
+        full[37] = 300 + c, full[38] = 301, full[39] = 302 + c;
+        llmb_sampling s = greedy(0);
+        s.prompt_logprobs_from = 36;
+        CHECK(llmb_engine_add(e, full, 40, &s, parent, &shared[c]) == LLMB_OK, "fork: %s", llmb_last_error());
+        CHECK(llmb_engine_add(e, full, 40, &s, -1, &alone[c]) == LLMB_OK, "alone: %s", llmb_last_error());
+    }
+    run(e);
+    for (int c = 0; c < 3; c++) {
+        float a[3], b[3];
+        uint8_t ga[3], gb[3];
+        CHECK(llmb_engine_prompt_logprobs(e, shared[c], a, ga, 3) == LLMB_OK, "logprobs: %s", llmb_last_error());
+        CHECK(llmb_engine_prompt_logprobs(e, alone[c], b, gb, 3) == LLMB_OK, "logprobs: %s", llmb_last_error());
+        CHECK(memcmp(a, b, sizeof a) == 0 && memcmp(ga, gb, 3) == 0, "fork %d equals the unshared computation", c);
+        llmb_engine_release(e, shared[c]);
+        llmb_engine_release(e, alone[c]);
+    }
+    llmb_sampling s = greedy(1);
+    int64_t x;
+    CHECK(llmb_engine_add(e, ctx, 5, &s, alone[0], &x) == LLMB_E_ARG, "fork of a released sequence is refused");
+    CHECK(llmb_engine_release(e, parent) == LLMB_OK && llmb_engine_free_blocks(e) == 128, "blocks returned");
+    llmb_engine_free(e);
+}
+
+static void test_errors(const llmb_gguf *g) {
+    llmb_engine *e = NULL;
+    llmb_engine_params p = params(8, 64, 1);
+    CHECK(llmb_engine_create(g, &p, &e) == LLMB_E_UNSUPPORTED && !e, "Q8_0 KV with 8-wide heads: %s", llmb_last_error());
+    p = params(1, 0, 1);
+    CHECK(llmb_engine_create(g, &p, &e) == LLMB_E_ARG && !e, "zero blocks");
+    p = params(1, 4, 1);
+    if (llmb_engine_create(g, &p, &e) != LLMB_OK) return;
+    int32_t toks[600];
+    for (int i = 0; i < 600; i++) toks[i] = 5;
+    llmb_sampling s = greedy(10);
+    int64_t id;
+    CHECK(llmb_engine_add(e, toks, 600, &s, -1, &id) == LLMB_E_ARG, "longer than ctx");
+    CHECK(llmb_engine_add(e, toks, 100, &s, -1, &id) == LLMB_E_ARG, "more blocks than the pool");
+    toks[3] = 512;
+    CHECK(llmb_engine_add(e, toks, 5, &s, -1, &id) == LLMB_E_ARG, "token outside the vocabulary");
+    toks[3] = 5;
+    CHECK(llmb_engine_add(e, toks, 0, &s, -1, &id) == LLMB_E_ARG, "empty prompt");
+    CHECK(llmb_engine_add(e, toks, 5, &s, 99, &id) == LLMB_E_ARG, "fork of a missing sequence");
+    s.n_logprobs = 21;
+    CHECK(llmb_engine_add(e, toks, 5, &s, -1, &id) == LLMB_E_ARG, "too many logprobs");
+    CHECK(llmb_engine_release(e, 12345) == LLMB_E_ARG && llmb_engine_abort(e, -1) == LLMB_E_ARG, "unknown ids");
+    llmb_engine_free(e);
+}
+
+int main(void) {
+    const char *path = getenv("LLMB_STORIES");
+    llmb_gguf *g = NULL;
+    if (!path || llmb_gguf_open(path, &g) != LLMB_OK) {
+        printf("engine tests skipped: set LLMB_STORIES to stories260K.gguf (%s)\n", path ? llmb_last_error() : "unset");
+        return check_summary();
+    }
+    test_greedy(g, 0, 1);
+    test_greedy(g, 1, 2);
+    test_many_sequences(g);
+    test_forks(g);
+    test_errors(g);
+    llmb_gguf_close(g);
+    return check_summary();
+}
