@@ -47,7 +47,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("python", f"{info['python']} on {info['platform']}"),
         ("compiler", info["build"]["compiler"]),
         ("flags", info["build"]["cflags"]),
-        ("SIMD", f"{info['simd']['active']} (detected {info['simd']['detected']}; cpu: {info['simd']['cpu_features']})"),
+        ("SIMD", f"{info['simd']['active']} (detected {info['simd']['detected']}; "
+                 f"cpu: {info['simd']['cpu_features']})"),
         ("OpenMP", f"{'on' if info['build']['openmp'] else 'off'}, {info['threads']} threads"),
         ("CPU", f"{info['cpu']['model']} ({info['cpu']['logical_cpus']} logical CPUs)"),
         ("memory", f"{_gib(info['memory']['total'])} total, {_gib(info['memory']['available'])} available"),
@@ -180,6 +181,25 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=cmd_dummy)
 
 
+def cmd_membw(args: argparse.Namespace) -> int:
+    from .perf import membw
+
+    if args.backend == "cuda":
+        from .backends import cuda
+
+        gbs = cuda.copy_bandwidth(args.size_mib << 20, args.reps)
+        print(json.dumps({"backend": "cuda", "copy_gbs": gbs}) if args.json else
+              f"CUDA device-to-device copy: {gbs:.1f} GB/s (bytes read + written)")
+        return 0
+    r = membw.measure(args.size_mib << 20, args.reps, args.threads)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print(f"memory bandwidth with {r['threads']} threads, arrays of {args.size_mib} MiB, best of {r['reps']}: "
+              f"read {r['read']:.1f} GB/s, copy {r['copy']:.1f} GB/s, triad {r['triad']:.1f} GB/s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmbench", description="Benchmark large language models: speed and quality.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -190,6 +210,18 @@ def build_parser() -> argparse.ArgumentParser:
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     info.set_defaults(func=cmd_info)
+    mb = sub.add_parser("membw", help="measure this machine's memory bandwidth (STREAM-style)",
+                        description="STREAM-style read, copy and triad bandwidth with the engine's threads: "
+                                    "the denominator of every decode bandwidth fraction llmbench reports.",
+                        epilog="examples:\n  llmbench membw\n  llmbench membw --threads 1 --size-mib 512 --json\n"
+                               "  llmbench membw --backend cuda",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    mb.add_argument("--threads", type=int, default=None, help="threads (default: all CPUs)")
+    mb.add_argument("--size-mib", type=int, default=256, help="size of each of the 3 arrays (default 256)")
+    mb.add_argument("--reps", type=int, default=5, help="repetitions; the best is reported (default 5)")
+    mb.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
+    mb.add_argument("--json", action="store_true", help="print JSON")
+    mb.set_defaults(func=cmd_membw)
     _add_model_commands(sub)
     return p
 
@@ -205,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     except LLMBenchError as e:
         print(f"llmbench {args.command}: error: {e}", file=sys.stderr)
         return 1
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+    except (FileNotFoundError, PermissionError, IsADirectoryError, ValueError) as e:
         print(f"llmbench {args.command}: error: {e}", file=sys.stderr)
         return 1
 

@@ -19,3 +19,22 @@ def test_membw_rejects_bad_arguments():
         membw.measure(100)
     with pytest.raises(ValueError):
         membw.measure(1 << 20, reps=0)
+
+
+def test_membw_command():
+    import json
+    import subprocess
+    import sys
+
+    from llmbench.backends import cuda
+
+    run = lambda *a: subprocess.run([sys.executable, "-m", "llmbench", "membw", *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=120)
+    r = run("--size-mib", "8", "--reps", "1", "--threads", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["read"] > 0
+    r = run("--threads", "0")
+    assert r.returncode == 1 and "threads >= 1" in r.stderr
+    if not cuda.available()[0]:
+        r = run("--backend", "cuda")
+        assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
