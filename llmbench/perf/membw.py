@@ -10,7 +10,7 @@ from .. import _core
 
 def measure(nbytes: int = 256 << 20, reps: int = 5, threads: int | None = None) -> dict[str, float]:
     """Best-of-``reps`` read, copy and triad bandwidth in GB/s over arrays of ``nbytes`` each."""
-    threads = threads or os.cpu_count() or 1
+    threads = (os.cpu_count() or 1) if threads is None else threads
     if nbytes < 4096 or reps < 1 or threads < 1:
         raise ValueError("membw: nbytes >= 4096, reps >= 1 and threads >= 1 are required")
     return {**_core.membw(nbytes, reps, threads), "threads": threads, "array_bytes": nbytes, "reps": reps}
