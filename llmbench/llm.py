@@ -160,13 +160,15 @@ class LLM:
             raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
         self.path = resolve_model(model)
         self.file = GGUFFile(self.path)
-        self.threads = threads or os.cpu_count() or 1
+        self.threads = (os.cpu_count() or 1) if threads is None else threads
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         meta = self.file.metadata
         arch = meta.get("general.architecture", "?")
         ctx_train = int(meta.get(f"{arch}.context_length", 2048))
-        self.ctx = ctx or min(ctx_train, 4096)
+        self.ctx = min(ctx_train, 4096) if ctx is None else ctx
+        if self.ctx < 1:
+            raise ValueError(f"ctx must be >= 1, got {ctx}")
         self.kv_dtype = kv_dtype
         self.block_size = block_size
         # Size the KV pool: bytes per token from the shape, then the budget.

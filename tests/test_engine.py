@@ -141,6 +141,10 @@ def test_errors(stories, tmp_path):
         stories.generate([[1, 999]], SamplingParams(max_tokens=1))
     with pytest.raises(llmbench.UnsupportedError, match="multiple of 32"):
         LLM(STORIES, kv_dtype="q8_0")
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        LLM(STORIES, threads=0)
+    with pytest.raises(ValueError, match="ctx must be >= 1"):
+        LLM(STORIES, ctx=0)
     with pytest.raises(ValueError, match="kv_dtype"):
         LLM(STORIES, kv_dtype="int4")
     with pytest.raises(FileNotFoundError, match="not a dummy preset"):
