@@ -347,12 +347,10 @@ static PyObject *type_traits(PyObject *m, PyObject *noargs) {
         const llmb_type_traits *t = llmb_type_traits_get(i);
         if (!t) continue;
         PyObject *item = Py_BuildValue("(isLL)", i, t->name, (long long)t->blck_size, (long long)t->type_size);
-        if (!item || PyList_Append(list, item) < 0) {
-            Py_XDECREF(item);
+        if (llmb_py_append_new(list, item) < 0) {
             Py_DECREF(list);
             return NULL;
         }
-        Py_DECREF(item);
     }
     return list;
 }
@@ -428,12 +426,10 @@ static PyObject *cuda_devices(PyObject *m, PyObject *noargs) {
                                        (unsigned long long)d.total_mem, "free_memory", (unsigned long long)d.free_mem,
                                        "compute_capability", d.cc_major, d.cc_minor, "multiprocessors",
                                        d.multiprocessors);
-        if (!item || PyList_Append(list, item) < 0) {
-            Py_XDECREF(item);
+        if (llmb_py_append_new(list, item) < 0) {
             Py_DECREF(list);
             return NULL;
         }
-        Py_DECREF(item);
     }
     return list;
 }

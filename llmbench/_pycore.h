@@ -16,6 +16,14 @@
 // Raise the exception matching `s` with the core's last message; returns NULL.
 PyObject *llmb_py_raise(llmb_status s, const char *filename);
 
+// Append a new reference to a list and drop it: 0, or -1 with an exception set (also when item
+// is NULL because building it failed).
+static inline int llmb_py_append_new(PyObject *list, PyObject *item) {
+    int r = item ? PyList_Append(list, item) : -1;
+    Py_XDECREF(item);
+    return r;
+}
+
 // The validated GGUF file behind an llmbench._core.Reader, or NULL with TypeError/ValueError set.
 llmb_gguf *llmb_py_reader_gguf(PyObject *reader);
 

@@ -74,12 +74,10 @@ static PyObject *py_quant_types(PyObject *m, PyObject *noargs) {
         const llmb_quant_traits *q = llmb_quant_traits_get(t);
         if (!q) continue;
         PyObject *item = Py_BuildValue("(iO)", t, q->from_float ? Py_True : Py_False);
-        if (!item || PyList_Append(list, item) < 0) {
-            Py_XDECREF(item);
+        if (llmb_py_append_new(list, item) < 0) {
             Py_DECREF(list);
             return NULL;
         }
-        Py_DECREF(item);
     }
     return list;
 }
