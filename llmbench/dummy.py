@@ -118,6 +118,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     # the K-quants apply as they do on real models.
     Preset("tiny", "llama", 256, 2, 4, 2, 768, 1024, 2048, 500000.0, 1e-5, False, "llama3", n_special=16,
            source="llmbench (Llama 3 layout, scaled down)"),
+    # The same size in the other layouts the engine runs: Llama 3.2's tied output and rope
+    # frequency factors, Qwen2's QKV biases and NeoX-ordered RoPE.
+    Preset("tiny-llama3", "llama", 256, 2, 4, 2, 768, 1024, 131072, 500000.0, 1e-5, True, "llama3", n_special=16,
+           rope=_LLAMA31_ROPE, source="llmbench (Llama 3.2 layout, scaled down)"),
+    Preset("tiny-qwen2", "qwen2", 256, 2, 4, 2, 768, 1024, 32768, 1000000.0, 1e-6, True, "qwen2", n_special=16,
+           qkv_bias=True, source="llmbench (Qwen2 layout, scaled down)"),
     # A GPT-2-small-sized Llama (124.7M parameters) with Llama 2's vocabulary size.
     Preset("llama-125m", "llama", 768, 12, 12, 4, 2048, 32000, 2048, 10000.0, 1e-5, False, "llama3",
            n_special=16, source="llmbench (GPT-2 small dimensions, Llama layers)"),

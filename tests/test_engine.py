@@ -75,6 +75,31 @@ def test_dummy_logits_match_reference(wtype, kv):
     assert np.abs(got - want).max() <= FLOAT_WEIGHTS_MAX_REL[kv] * np.abs(want).max()
 
 
+@pytest.mark.parametrize("preset", ["tiny-llama3", "tiny-qwen2"])
+@pytest.mark.parametrize("wtype", ["F32", "Q4_K_M"])
+def test_layouts_match_reference(preset, wtype):
+    """Llama 3.2's tied output and rope frequency factors; Qwen2's QKV biases and NeoX RoPE."""
+    path = llmbench.dummy_model(preset, wtype)
+    ref = Reference(path)
+    toks = np.random.default_rng(3).integers(0, 1024, 29)
+    want = ref.logits(toks)
+    got = LLM(path, threads=2, kv_dtype="f32", activations="f32").logits(toks)
+    assert np.abs(got - want).max() <= FLOAT_WEIGHTS_MAX_REL["f32"] * np.abs(want).max()
+    if wtype in QUANT_WEIGHTS_NRMSE:
+        got = LLM(path, threads=2, kv_dtype="f32").logits(toks)
+        assert np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)) <= QUANT_WEIGHTS_NRMSE[wtype]
+
+
+def test_long_positions_use_rope_frequency_factors():
+    """At positions past a thousand, Llama 3's frequency factors move the mid-frequency rotations
+    by radians; the logits there still match the reference."""
+    path = llmbench.dummy_model("tiny-llama3", "F32")
+    toks = np.random.default_rng(4).integers(0, 1024, 1200)
+    want = Reference(path).logits(toks)[-16:]
+    got = LLM(path, threads=2, kv_dtype="f32", max_batch_tokens=256).logits(toks)[-16:]
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def test_batch_invariance(stories):
     """A sequence's logits and sampled tokens are identical alone and inside a batch of 64."""
     rng = np.random.default_rng(2)
