@@ -365,6 +365,7 @@ class _Run:
         self.stop_reason: str | int | None = None
         self.text = ""
         self.done = False
+        self.prefix = self.read = 0   # incremental detokenization window (as vLLM's)
 
     def engine_args(self) -> dict:
         sp = self.sp
@@ -399,18 +400,23 @@ class _Run:
                     self.stop_reason = self.tokens[-1]
 
     def _text_update(self, tok: int, on_token: Callable[[int, int, str], None] | None) -> None:
+        """Extend the text by the new token's characters, decoding only a short window of tokens,
+        and end the request at a stop string. Skipped when nobody looks at partial text."""
         tk = self.llm.tokenizer
-        if tk is None:
+        if tk is None or not (on_token or self.sp.stop):
             if on_token:
                 on_token(self.index, tok, "")
             return
-        text = tk.decode(self.tokens)
-        if text.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its other bytes
+        new = tk.decode(self.tokens[self.prefix:])
+        if new.endswith("\ufffd"):  # an incomplete UTF-8 character: wait for its other bytes
             if on_token:
                 on_token(self.index, tok, "")
             return
+        delta = new[len(tk.decode(self.tokens[self.prefix:self.read])):]
+        self.prefix, self.read = self.read, len(self.tokens)
+        text = self.text + delta
         for s in self.sp.stop:
-            at = text.find(s, max(0, len(self.text) - len(s)))
+            at = text.find(s, max(0, len(self.text) - len(s) + 1))
             if at >= 0:
                 text = text[: at + len(s)] if self.sp.include_stop_str_in_output else text[:at]
                 self.reason, self.stop_reason, self.done = "stop", s, True
@@ -421,6 +427,8 @@ class _Run:
             on_token(self.index, tok, delta)
 
     def result(self) -> Completion:
+        if self.llm.tokenizer is not None and self.stop_reason not in self.sp.stop:
+            self.text = self.llm.tokenizer.decode(self.tokens)  # the whole output, decoded once
         return Completion(self.prompt, self.text, self.tokens, self.lps, self.top if self.sp.logprobs else None,
                           self.reason or "abort", self.stop_reason, self.arrival, self.admit,
                           np.asarray(self.times, dtype=np.uint64), self.finish_ns, self.cached)
