@@ -182,7 +182,7 @@ def _peak_per_second(done: Sequence[RequestTiming]) -> tuple[float, int]:
         return 0.0, 0
     t0 = min(r.arrival_ns for r in done)
     t1 = max(r.last_token_ns for r in done)
-    n = int(math.ceil((t1 - t0) / NS_PER_S)) + 1
+    n = math.ceil((t1 - t0) / NS_PER_S) + 1
     tokens = np.zeros(n)
     live = np.zeros(n, dtype=np.int64)
     for r in done:
@@ -277,7 +277,7 @@ def llama_bench_stats(tokens: int, seconds_list: Sequence[float]) -> dict:
         raise ValueError("llama_bench_stats: no repetitions")
     if not all(math.isfinite(s) and s > 0 for s in secs):
         raise ValueError("llama_bench_stats: every repetition needs a positive, finite time")
-    ns = [int(round(s * NS_PER_S)) for s in secs]
+    ns = [round(s * NS_PER_S) for s in secs]
     ts = [tokens / s for s in secs]
     return {"n_tokens": int(tokens),
             "avg_ns": math.fsum(ns) / len(ns), "stddev_ns": sample_std(ns),

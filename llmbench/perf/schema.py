@@ -1,0 +1,205 @@
+"""The JSON Schema (draft 2020-12) of one llmbench benchmark result, and ``validate``.
+
+SCHEMA below is the single source; docs/result.schema.json is written from it
+(``python -m llmbench.perf.schema > docs/result.schema.json``) and tests/test_schema.py checks that the
+two agree, that a full example passes and that broken ones fail with the JSON path of the problem.
+Metric keys are vLLM's (see llmbench/perf/metrics.py); llama-bench entries use llama-bench's keys.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+_num = {"type": "number"}
+_num_or_null = {"type": ["number", "null"]}
+_count = {"type": "integer", "minimum": 0}
+_str_or_null = {"type": ["string", "null"]}
+_ns = {"type": "integer"}  # monotonic clock, any origin
+
+_model = {
+    "type": "object",
+    "description": "The model measured. For an external server only name is known; the rest is null.",
+    "required": ["file", "size_bytes", "sha256", "weight_types"],
+    "properties": {
+        "file": {**_str_or_null, "description": "GGUF file name (base name), or null"},
+        "name": {**_str_or_null, "description": "architecture preset for a dummy, served name for a server"},
+        "dummy": {"type": ["boolean", "null"], "description": "seeded random weights (llmbench's dummy)"},
+        "size_bytes": {"type": ["integer", "null"], "minimum": 0},
+        "sha256": {"oneOf": [{"type": "string", "pattern": "^[0-9a-f]{64}$"}, {"type": "null"}]},
+        "weight_types": {"type": ["array", "null"], "items": {"type": "string"},
+                         "description": "tensor types present, e.g. [\"Q4_K\", \"Q6_K\", \"F32\"]"},
+    },
+}
+
+_environment = {
+    "type": "object",
+    "description": "What produced the numbers. Extra keys (os, python, numpy, ...) are allowed.",
+    "required": ["model", "kv_dtype", "backend", "threads", "cpu_model", "gpu_name", "build_flags",
+                 "cuda_graphs"],
+    "properties": {
+        "model": _model,
+        "kv_dtype": _str_or_null,
+        "backend": {"type": "string", "description": "cpu, cuda, or openai (an external server)"},
+        "threads": {"type": ["integer", "null"], "minimum": 1},
+        "cpu_model": _str_or_null,
+        "gpu_name": _str_or_null,
+        "build_flags": {"type": ["string", "array", "null"], "items": {"type": "string"}},
+        "cuda_graphs": {"type": ["boolean", "null"],
+                        "description": "whether CUDA Graphs were really used; null where not applicable"},
+        "prefix_cache": {"type": ["boolean", "null"]},
+    },
+}
+
+_config = {
+    "type": "object",
+    "description": "How the run was set up. Scenario parameters (batch, input_len, output_len, "
+                   "request_rate, burstiness, max_concurrency, dataset, ...) are extra keys.",
+    "required": ["warmup", "repetitions", "seed"],
+    "properties": {
+        "warmup": _count,
+        "repetitions": {"type": "integer", "minimum": 1},
+        "seed": {"type": ["integer", "null"]},
+        "scenario": {"type": "string"},
+        "percentiles": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 100}},
+        "goodput": {"type": "object", "additionalProperties": False,
+                    "properties": {k: {"type": "number", "minimum": 0} for k in ("ttft", "tpot", "e2el")},
+                    "description": "SLOs in ms; a request is good if it meets all of them"},
+    },
+}
+
+_metrics = {
+    "type": "object",
+    "description": "vLLM's serving-benchmark keys. Times in ms, duration in s, throughputs per s; "
+                   "null where no sample exists (vLLM writes 0 there).",
+    "required": ["duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+                 "request_throughput", "output_throughput", "total_token_throughput"],
+    "properties": {
+        "duration": {"type": "number", "minimum": 0},
+        "completed": _count,
+        "failed": _count,
+        "total_input_tokens": _count,
+        "total_output_tokens": _count,
+        "request_throughput": _num_or_null,
+        "request_goodput": _num_or_null,
+        "output_throughput": _num_or_null,
+        "total_token_throughput": _num_or_null,
+        "max_output_tokens_per_s": _num,
+        "max_concurrent_requests": _count,
+    },
+    "patternProperties": {
+        r"^(mean|median|std|min|max|p[0-9]+(\.[0-9]+)?)_(ttft|tpot|itl|e2el)_ms$": _num_or_null,
+    },
+    "additionalProperties": False,
+}
+
+_llama_bench_entry = {
+    "type": "object",
+    "description": "One llama-bench-style test: pp n_prompt, tg n_gen, or both, at context depth n_depth.",
+    "required": ["test", "n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "samples_ts",
+                 "avg_ns", "stddev_ns", "samples_ns"],
+    "properties": {
+        "test": {"type": "string", "description": "e.g. pp512, tg128, pp512+tg128, tg128@d4096"},
+        "n_prompt": _count,
+        "n_gen": _count,
+        "n_depth": _count,
+        "n_tokens": _count,
+        "avg_ts": _num,
+        "stddev_ts": _num,
+        "samples_ts": {"type": "array", "items": _num, "minItems": 1},
+        "avg_ns": _num,
+        "stddev_ns": _num,
+        "samples_ns": {"type": "array", "items": _ns, "minItems": 1},
+    },
+}
+
+_request = {
+    "type": "object",
+    "description": "Raw timings of one request (llmbench.perf.metrics.RequestTiming.to_dict()).",
+    "required": ["arrival_ns", "first_token_ns", "token_ns", "finish_ns", "prompt_tokens",
+                 "output_tokens", "error"],
+    "properties": {
+        "id": {"type": ["integer", "string"]},
+        "arrival_ns": _ns,
+        "first_token_ns": {"type": ["integer", "null"]},
+        "token_ns": {"type": "array", "items": _ns},
+        "finish_ns": {"type": ["integer", "null"]},
+        "prompt_tokens": _count,
+        "output_tokens": _count,
+        "error": _str_or_null,
+    },
+    "additionalProperties": False,
+}
+
+_bandwidth = {
+    "type": "object",
+    "description": "Decode memory bandwidth (llmbench.perf.metrics.decode_bandwidth).",
+    "required": ["bytes_per_step", "step_s", "achieved_gbps", "measured_gbps", "fraction"],
+    "properties": {
+        "bytes_per_step": {"type": "number", "minimum": 0},
+        "step_s": {"type": "number", "exclusiveMinimum": 0},
+        "steps": {"type": "integer", "minimum": 1},
+        "achieved_gbps": {"type": "number", "minimum": 0},
+        "measured_gbps": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        "fraction": {"type": ["number", "null"], "minimum": 0},
+    },
+}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://llmbench.dev/schemas/result-1.json",
+    "title": "llmbench benchmark result",
+    "description": "One benchmark run: environment, configuration, metrics and raw samples. "
+                   "A run has serving metrics, llama-bench tests, or both.",
+    "type": "object",
+    "required": ["schema_version", "llmbench_version", "commit", "created", "environment", "config"],
+    "anyOf": [{"required": ["metrics"]}, {"required": ["llama_bench"]}],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "llmbench_version": {"type": "string", "minLength": 1},
+        "commit": {"oneOf": [{"type": "string", "pattern": "^[0-9a-f]{7,40}(-dirty)?$"}, {"type": "null"}],
+                   "description": "git commit of llmbench, null outside a checkout"},
+        "created": {"type": "string", "format": "date-time",
+                    "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$",
+                    "description": "ISO 8601 / RFC 3339 time with zone, e.g. 2025-01-31T12:00:00Z"},
+        "environment": _environment,
+        "config": _config,
+        "metrics": _metrics,
+        "llama_bench": {"type": "array", "items": _llama_bench_entry},
+        "bandwidth": _bandwidth,
+        "memory": {"type": "object", "description": "peak RSS, weight/KV/scratch bytes, GPU peak",
+                   "additionalProperties": {"type": ["integer", "null"], "minimum": 0}},
+        "requests": {"type": "array", "items": _request},
+        "tokens": {"type": "object",
+                   "description": "optional raw per-token samples, e.g. decode_step_ns",
+                   "additionalProperties": {"type": "array", "items": _num}},
+    },
+    "additionalProperties": False,
+}
+
+
+def validate(result: Any) -> None:
+    """Raise ValueError naming the JSON path (``$.environment.threads``) of the problem if ``result``
+    does not match SCHEMA; return None if it does. Where several problems exist the most specific
+    one is named (jsonschema's best_match)."""
+    try:
+        import jsonschema
+        from jsonschema.exceptions import best_match
+    except ImportError:  # pragma: no cover
+        raise ImportError("validating a result needs jsonschema: pip install jsonschema") from None
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    error = best_match(validator.iter_errors(result))
+    if error is not None:
+        raise ValueError(f"result does not match the llmbench result schema at {error.json_path}: "
+                         f"{error.message}")
+
+
+def schema_json() -> str:
+    return json.dumps(SCHEMA, indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(schema_json())
