@@ -189,6 +189,13 @@ def test_request_timing_checks():
     r = RequestTiming(0, 5, token_ns=np.array([5, 9]), output_tokens=2, finish_ns=10)
     assert RequestTiming.from_dict(json.loads(json.dumps(r.to_dict()))) == r
     assert RequestTiming(3, 5, output_tokens=1).e2el_ns == 2   # empty token_ns means [first_token_ns]
+    # token counts a server did not report: fine on a failed request, an error on a good one
+    failed = RequestTiming(0, 5, [5], 9, None, None, error="no usage")
+    assert serving_metrics([failed, req(0, [7], prompt=2)])["total_input_tokens"] == 2
+    with pytest.raises(ValueError, match="usage"):
+        RequestTiming(0, 5, [5], 9, prompt_tokens=None, output_tokens=1)
+    # extra keys (e.g. asdict of the openai backend's RequestResult) are ignored
+    assert RequestTiming.from_dict({**r.to_dict(), "text": "hi", "index": 3}) == r
 
 
 def test_custom_percentiles_keys():

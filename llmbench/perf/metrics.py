@@ -62,16 +62,20 @@ class RequestTiming:
     first_token_ns: int | None
     token_ns: Sequence[int] | np.ndarray = field(default_factory=list)
     finish_ns: int | None = None
-    prompt_tokens: int = 0
-    output_tokens: int = 0
+    prompt_tokens: int | None = 0     # None allowed on a failed request only
+    output_tokens: int | None = 0
     error: str | None = None
 
     def __post_init__(self) -> None:
         self.token_ns = [int(t) for t in np.asarray(self.token_ns, dtype=np.int64).ravel()]
-        if self.prompt_tokens < 0 or self.output_tokens < 0:
+        if any(n is not None and n < 0 for n in (self.prompt_tokens, self.output_tokens)):
             raise ValueError("RequestTiming: token counts must be >= 0")
         if self.error is not None:
             return
+        if self.prompt_tokens is None or self.output_tokens is None:
+            raise ValueError("RequestTiming: a request without error needs prompt_tokens and output_tokens "
+                             "(from an external server: its usage report; with none, mark the request "
+                             "failed or count its tokens another way, e.g. the engine's tokenizer)")
         if self.first_token_ns is None:
             raise ValueError("RequestTiming: a request without error needs first_token_ns; "
                              "set error='...' for a request that produced no token")
@@ -119,11 +123,13 @@ class RequestTiming:
                 "first_token_ns": None if self.first_token_ns is None else int(self.first_token_ns),
                 "token_ns": list(self.token_ns),
                 "finish_ns": None if self.finish_ns is None else int(self.finish_ns),
-                "prompt_tokens": int(self.prompt_tokens), "output_tokens": int(self.output_tokens),
+                "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
                 "error": self.error}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> RequestTiming:
+        """From ``to_dict()`` output, or any mapping with these keys (extra keys are ignored, so
+        ``dataclasses.asdict`` of llmbench.backends.openai.RequestResult works too)."""
         return cls(**{k: d.get(k) for k in ("arrival_ns", "first_token_ns", "finish_ns", "error")},
                    token_ns=d.get("token_ns") or [], prompt_tokens=d.get("prompt_tokens", 0),
                    output_tokens=d.get("output_tokens", 0))
@@ -223,8 +229,8 @@ def serving_metrics(
     def per_s(n: float) -> float | None:
         return n / dur if dur > 0 else None
 
-    total_in = sum(r.prompt_tokens for r in done)
-    total_out = sum(r.output_tokens for r in done)
+    total_in = sum(int(r.prompt_tokens) for r in done)  # type: ignore[arg-type]
+    total_out = sum(int(r.output_tokens) for r in done)  # type: ignore[arg-type]
     good = None
     if slos:
         _check_slos(slos)

@@ -127,8 +127,8 @@ _request = {
         "first_token_ns": {"type": ["integer", "null"]},
         "token_ns": {"type": "array", "items": _ns},
         "finish_ns": {"type": ["integer", "null"]},
-        "prompt_tokens": _count,
-        "output_tokens": _count,
+        "prompt_tokens": {"type": ["integer", "null"], "minimum": 0, "description": "null: not reported"},
+        "output_tokens": {"type": ["integer", "null"], "minimum": 0},
         "error": _str_or_null,
     },
     "additionalProperties": False,
@@ -150,7 +150,7 @@ _bandwidth = {
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "$id": "https://llmbench.dev/schemas/result-1.json",
+    "$id": "urn:llmbench:schema:result:1",
     "title": "llmbench benchmark result",
     "description": "One benchmark run: environment, configuration, metrics and raw samples. "
                    "A run has serving metrics, llama-bench tests, or both.",
