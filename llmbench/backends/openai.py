@@ -1,0 +1,351 @@
+"""Streaming client for OpenAI-compatible servers (vLLM, SGLang, llama.cpp's server, Ollama, ...).
+
+One request = one POST to /v1/completions or /v1/chat/completions with ``stream: true`` and
+``stream_options: {"include_usage": true}``; the Server-Sent Events are parsed here, timed with
+``time.monotonic_ns()`` at the network read that delivered them, and turned into a `RequestResult`:
+
+- arrival_ns      just before the request is sent (after any client-side concurrency wait; the
+                  runner's planned send time is kept in ``scheduled_ns``)
+- first_token_ns  the first event whose choice carries non-empty text (completions ``text``, chat
+                  ``delta.content`` or a reasoning delta): a role-only or empty chunk is not a token
+- token_ns        every event that carries text, the first included (so ITL = diff(token_ns)); an
+                  event can hold several tokens, so ITL is per chunk, as in vLLM's benchmark
+- finish_ns       when the stream ended (``[DONE]``, or the end of the body after a finish_reason)
+- prompt_tokens / output_tokens   from the server's ``usage`` block only; None when the server sent
+                  none (``usage_reported`` is False) -- never re-tokenized guesses
+
+Nothing a server does (HTTP error, dropped connection, malformed event, error event, timeout) raises:
+it lands in ``error`` with a message, and the timings gathered so far are kept.
+
+Tested against a real local HTTP server in tests/test_openai_backend.py (tests/sse_server.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+__all__ = ["OpenAIClient", "RequestResult", "SSEParser"]
+
+
+@dataclass
+class RequestResult:
+    """Timings (monotonic ns) and server-reported token counts of one streamed request.
+
+    The first seven fields are `llmbench.perf.metrics.RequestTiming`'s, in its order.
+    """
+
+    arrival_ns: int
+    first_token_ns: int | None = None
+    token_ns: list[int] = field(default_factory=list)    # every text-carrying event, first included
+    finish_ns: int | None = None
+    prompt_tokens: int | None = None                       # usage.prompt_tokens, None if not reported
+    output_tokens: int | None = None                       # usage.completion_tokens, None if not reported
+    error: str | None = None
+    text: str = ""
+    index: int = 0                                         # position in the run's input
+    scheduled_ns: int | None = None                        # when the runner planned to send it
+    usage_reported: bool = False                           # False: the server sent no usage block
+    finish_reason: str | None = None
+    http_status: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- Server-Sent Events ----
+
+class SSEParser:
+    """Incremental SSE decoder (WHATWG event-stream rules): feed bytes, get completed events.
+
+    Handles \\n, \\r\\n and \\r line ends split across reads, multi-line ``data:``, comments (``:``
+    pings) and a UTF-8 character split across reads. Returns (event type, data) pairs.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buf = ""
+        self._data: list[str] = []
+        self._event = ""
+
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        self._buf += self._decoder.decode(chunk)
+        out: list[tuple[str, str]] = []
+        start = 0
+        n = len(self._buf)
+        i = 0
+        while i < n:
+            c = self._buf[i]
+            if c == "\n" or c == "\r":
+                if c == "\r" and i + 1 == n:
+                    break                       # might be the first half of \r\n: wait for more
+                self._line(self._buf[start:i], out)
+                i += 2 if (c == "\r" and self._buf[i + 1] == "\n") else 1
+                start = i
+            else:
+                i += 1
+        self._buf = self._buf[start:]
+        return out
+
+    def close(self) -> list[tuple[str, str]]:
+        """End of stream: an unterminated last line or event is delivered rather than dropped
+        (servers that close right after their last event without a blank line exist)."""
+        out: list[tuple[str, str]] = []
+        self._buf += self._decoder.decode(b"", final=True)
+        if self._buf.rstrip("\r"):
+            self._line(self._buf.rstrip("\r"), out)
+        self._buf = ""
+        self._line("", out)
+        return out
+
+    def _line(self, line: str, out: list[tuple[str, str]]) -> None:
+        if not line:                            # blank line: dispatch
+            if self._data:
+                out.append((self._event or "message", "\n".join(self._data)))
+            self._data, self._event = [], ""
+            return
+        if line.startswith(":"):                # comment / keep-alive ping
+            return
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+
+
+# ---- client ----
+
+def _endpoint(base_url: str, api: str) -> str:
+    url = base_url.rstrip("/")
+    for suffix in ("/chat/completions", "/completions"):
+        url = url.removesuffix(suffix)
+    if not url.endswith("/v1"):
+        url += "/v1"
+    return url + ("/chat/completions" if api == "chat" else "/completions")
+
+
+def _error_message(body: bytes) -> str:
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        obj = json.loads(text)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or err)
+        return str(err)
+    except ValueError:
+        return text[:500]
+
+
+class OpenAIClient:
+    """Streams completions from one OpenAI-compatible server and times them.
+
+    >>> async with OpenAIClient("http://127.0.0.1:8000", "my-model", max_tokens=128,
+    ...                         ignore_eos=True) as client:             # doctest: +SKIP
+    ...     r = await client.send("Once upon a time")
+    ...     ttft_ms = (r.first_token_ns - r.arrival_ns) / 1e6
+
+    ``base_url`` may end in ``/v1`` or not. ``api`` is "completions" (prompt text) or "chat" (a
+    string becomes one user message; a list of {"role", "content"} dicts is sent as is).
+    ``sampling`` is passed through into the request body (top_p, top_k, seed, min_tokens, ...),
+    as are per-call ``**overrides``. ``ignore_eos`` is a vLLM/SGLang/llama.cpp extra, sent only when
+    True. The API key defaults to $OPENAI_API_KEY. ``timeout`` bounds each whole request (connect to
+    last byte), in seconds. ``trust_env=False`` ignores proxy variables, which would add their own
+    latency to every timing.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api: Literal["completions", "chat"] = "completions",
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        ignore_eos: bool = False,
+        sampling: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        trust_env: bool = False,
+    ) -> None:
+        if api not in ("completions", "chat"):
+            raise ValueError(f"api must be 'completions' or 'chat', not {api!r}")
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https:// (got {base_url!r}), "
+                             "e.g. http://127.0.0.1:8000/v1")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 (got {max_tokens})")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds (got {timeout})")
+        if sampling and sampling.get("n", 1) != 1:
+            raise ValueError("only n=1 is supported: one stream is one request")
+        self.url = _endpoint(base_url, api)
+        self.model, self.api = model, api
+        self.max_tokens, self.temperature, self.ignore_eos = max_tokens, temperature, ignore_eos
+        self.sampling = dict(sampling or {})
+        self.timeout = float(timeout)
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.headers = {"Accept": "text/event-stream",
+                        "Accept-Encoding": "identity"}   # a compressing proxy/server would batch events
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
+        self.headers.update(headers or {})
+        # No pool limit: the runner's semaphore is the concurrency limit, and a request must never
+        # wait for a connection after its arrival was stamped.
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self.timeout),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            trust_env=trust_env,
+        )
+
+    async def __aenter__(self) -> OpenAIClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def payload(self, prompt: str | list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model}
+        if self.api == "chat":
+            body["messages"] = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
+                                else list(prompt))
+        else:
+            if not isinstance(prompt, str):
+                raise TypeError("the completions API takes a prompt string; use api='chat' for messages")
+            body["prompt"] = prompt
+        # max_tokens (not chat's newer max_completion_tokens): every server named above reads it.
+        body["max_tokens"] = self.max_tokens
+        body["temperature"] = self.temperature
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        body.update(self.sampling)
+        body.update(overrides)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        return body
+
+    async def send(
+        self,
+        prompt: str | list[dict[str, Any]],
+        *,
+        index: int = 0,
+        scheduled_ns: int | None = None,
+        **overrides: Any,
+    ) -> RequestResult:
+        """Send one streaming request and return its timings. Never raises for server behaviour."""
+        body = self.payload(prompt, **overrides)
+        result = RequestResult(arrival_ns=time.monotonic_ns(), index=index, scheduled_ns=scheduled_ns)
+        try:
+            await asyncio.wait_for(self._stream(body, result), self.timeout)
+        except asyncio.TimeoutError:
+            result.error = (f"timed out after {self.timeout:g} s "
+                            f"({len(result.token_ns)} text chunks received)")
+        except httpx.TimeoutException as e:
+            result.error = (f"timed out after {self.timeout:g} s "
+                            f"({len(result.token_ns)} text chunks received): {type(e).__name__}")
+        except httpx.ConnectError as e:
+            result.error = f"cannot connect to {self.url}: {e}; is the server running?"
+        except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+            where = "mid-stream" if result.http_status == 200 else "before a response"
+            result.error = (f"connection dropped {where} after {len(result.token_ns)} text chunks: "
+                            f"{type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 -- one bad request must never end a benchmark run
+            result.error = f"{type(e).__name__}: {e}"
+        if result.error is not None and result.finish_ns is None:
+            result.finish_ns = time.monotonic_ns()
+        return result
+
+    async def _stream(self, body: dict[str, Any], r: RequestResult) -> None:
+        async with self._client.stream("POST", self.url, json=body, headers=self.headers) as resp:
+            r.http_status = resp.status_code
+            if resp.status_code != 200:
+                raw = b""
+                async for part in resp.aiter_bytes():
+                    raw += part
+                    if len(raw) > 4096:
+                        break
+                r.error = f"HTTP {resp.status_code} {resp.reason_phrase}: {_error_message(raw)}"
+                return
+            parser = SSEParser()
+            done = False
+            async for chunk in resp.aiter_bytes():
+                t = time.monotonic_ns()         # when these bytes reached us: the events' time
+                for event, data in parser.feed(chunk):
+                    done = self._event(event, data, t, r)
+                    if done or r.error:
+                        break
+                if done or r.error:
+                    break
+            if not done and not r.error:
+                t = time.monotonic_ns()
+                for event, data in parser.close():
+                    done = self._event(event, data, t, r)
+                    if done or r.error:
+                        break
+            if r.finish_ns is None:
+                r.finish_ns = time.monotonic_ns()
+        if r.error:
+            return
+        if not done and r.finish_reason is None:
+            r.error = (f"stream ended without [DONE] or a finish_reason after {len(r.token_ns)} "
+                       "text chunks (connection closed early?)")
+        elif r.first_token_ns is None:
+            r.error = (f"no event carried text, so there is no first token to time "
+                       f"(finish_reason={r.finish_reason!r}, output_tokens={r.output_tokens!r})")
+
+    def _event(self, event: str, data: str, t: int, r: RequestResult) -> bool:
+        """Apply one SSE event to the result; True at [DONE]."""
+        if data.strip() == "[DONE]":
+            r.finish_ns = t
+            return True
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            r.error = f"malformed SSE event (data is not JSON): {data[:200]!r}"
+            return False
+        if not isinstance(obj, dict):
+            r.error = f"malformed SSE event (expected a JSON object): {data[:200]!r}"
+            return False
+        if event == "error" or obj.get("error"):
+            err = obj.get("error", obj)
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            r.error = f"server sent an error mid-stream after {len(r.token_ns)} text chunks: {msg}"
+            return False
+        for choice in obj.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            if self.api == "chat":
+                delta = choice.get("delta") or {}
+                content = delta.get("content") or ""
+                piece = content or delta.get("reasoning_content") or delta.get("reasoning") or ""
+            else:
+                content = piece = choice.get("text") or ""
+            if piece:
+                if r.first_token_ns is None:
+                    r.first_token_ns = t
+                r.token_ns.append(t)
+                r.text += content
+            if choice.get("finish_reason"):
+                r.finish_reason = choice["finish_reason"]
+        usage = obj.get("usage")
+        if isinstance(usage, dict):             # the last block wins (some servers send one per chunk)
+            r.usage_reported = True
+            r.prompt_tokens = usage.get("prompt_tokens")
+            r.output_tokens = usage.get("completion_tokens")
+        return False
