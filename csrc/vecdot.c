@@ -272,7 +272,7 @@ static void tile_ref(llmb_vec_dot_fn dot, int64_t n, const void *w, size_t ws, i
 REF_TILE(f32) REF_TILE(f16) REF_TILE(bf16) REF_TILE(q4_0) REF_TILE(q4_1) REF_TILE(q5_0) REF_TILE(q5_1)
 REF_TILE(q8_0) REF_TILE(q4_K) REF_TILE(q5_K) REF_TILE(q6_K) REF_TILE(q8_K)
 
-#define REF(name) {dot_##name##_ref, tile_##name##_ref}
+#define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL}
 static const llmb_vec_dot_kernels ref_table[LLMB_TYPE_COUNT] = {
     [LLMB_TYPE_F32] = REF(f32),   [LLMB_TYPE_F16] = REF(f16),   [LLMB_TYPE_BF16] = REF(bf16),
     [LLMB_TYPE_Q4_0] = REF(q4_0), [LLMB_TYPE_Q4_1] = REF(q4_1), [LLMB_TYPE_Q5_0] = REF(q5_0),
@@ -351,10 +351,31 @@ void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, i
                          size_t x_stride, int ntok, float *y, int64_t ldy, int nthreads) {
     const llmb_vec_dot_kernels *k = kernels(wtype);
     assert(k);
-    const int64_t n_tiles = (nrows + LLMB_TILE_MAX_R - 1) / LLMB_TILE_MAX_R;
 #ifdef _OPENMP
     if (nthreads <= 0) nthreads = omp_get_max_threads();
 #endif
+    if (ntok > 1 && k->panel) {   // prefill: token blocks outside, this thread's row panels inside
+        const int64_t n_panels = (nrows + LLMB_PANEL_R - 1) / LLMB_PANEL_R;
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+        {
+            int id = 0, nt = 1;
+#ifdef _OPENMP
+            id = omp_get_thread_num(), nt = omp_get_num_threads();
+#endif
+            const int64_t p0 = n_panels * id / nt, p1 = n_panels * (id + 1) / nt;
+            for (int t0 = 0; t0 < ntok; t0 += LLMB_PANEL_TOKENS) {
+                const int nc = ntok - t0 < LLMB_PANEL_TOKENS ? ntok - t0 : LLMB_PANEL_TOKENS;
+                for (int64_t p = p0; p < p1; p++) {
+                    const int64_t r0 = p * LLMB_PANEL_R;
+                    const int nr = (int)(nrows - r0 < LLMB_PANEL_R ? nrows - r0 : LLMB_PANEL_R);
+                    k->panel(n, (const char *)w + r0 * w_stride, w_stride, nr, (const char *)xq + t0 * x_stride,
+                             x_stride, nc, y + t0 * ldy + r0, ldy);
+                }
+            }
+        }
+        return;
+    }
+    const int64_t n_tiles = (nrows + LLMB_TILE_MAX_R - 1) / LLMB_TILE_MAX_R;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
     for (int64_t tile = 0; tile < n_tiles; tile++) {
         const int64_t r0 = tile * LLMB_TILE_MAX_R;

@@ -2,11 +2,12 @@
 // type and one activation row quantized once per token to that type's `vec_dot_type` (as ggml):
 //   Q4_0, Q5_0, Q8_0 -> Q8_0      Q4_1, Q5_1 -> Q8_1 (below)      Q4_K, Q5_K, Q6_K, Q8_K -> Q8_K
 //   F32, F16, BF16   -> F32 (the weight is converted on the fly)
-// plus a tile kernel for prefill (nr <= 4 weight rows x nc <= 4 tokens, loads reused).
+// plus a tile kernel for prefill (nr <= 4 weight rows x nc <= 4 tokens, loads reused) and, where a
+// level has one, a panel kernel (nr <= LLMB_PANEL_R rows decoded once, then any number of tokens).
 //
 // Batch invariance: at a given SIMD level the value for (row r, token t) is bit-identical whether
-// it comes from llmb_vec_dot_get(...) or from llmb_gemm_tile at any nr, nc and tile position (the
-// tile runs the very same per-output operation sequence). The x86 levels (AVX2, AVX-512 with or
+// it comes from llmb_vec_dot_get(...), from llmb_gemm_tile at any nr, nc and tile position, or from a
+// panel inside llmb_vec_dot_matmul (each runs the very same per-output operation sequence). The x86 levels (AVX2, AVX-512 with or
 // without VNNI) all give identical results too: the integer dots are exact and the float
 // accumulation is the same. SIMD results differ from the scalar reference (ggml's reference loops,
 // different summation order) within the tolerances stated in csrc/tests/test_vecdot.c.
@@ -30,6 +31,8 @@ extern "C" {
 #define LLMB_TYPE_Q8_1 9
 #define LLMB_TILE_MAX_R 4   // weight rows per llmb_gemm_tile call
 #define LLMB_TILE_MAX_C 4   // tokens per llmb_gemm_tile call
+#define LLMB_PANEL_R 4      // weight rows per panel call (llmb_vec_dot_matmul, several tokens)
+#define LLMB_PANEL_TOKENS 64   // tokens per panel call: their activations stay in L2 while the rows are reused
 
 // Activations of Q4_1/Q5_1 dot products: x = d*q, s = d*sum(q). Internal to the engine (never in a
 // file); float d and s as in ggml's original block_q8_1, whose 40 bytes are still gguf's size for
@@ -66,7 +69,9 @@ LLMB_API void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_strid
                              size_t x_stride, int nc, float *y, int64_t ldy);
 
 // Y[t*ldy + r] = dot(row r, token t) for r < nrows, t < ntok: row tiles of 4 split over `nthreads`
-// OpenMP threads (0: the OpenMP default), token tiles of 4. One token: single dots row after row,
+// OpenMP threads (0: the OpenMP default), token tiles of 4; where the level has a panel kernel for
+// the type, each thread takes a contiguous range of row panels and runs them for LLMB_PANEL_TOKENS
+// tokens at a time (rows decoded once per panel call). One token: single dots row after row,
 // which keeps the weight reads one sequential stream (from DRAM the 4 interleaved streams of a
 // 4x1 tile are up to 1.5x slower); same bits. xq holds ntok quantized rows x_stride bytes apart.
 LLMB_API void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows,
@@ -79,9 +84,12 @@ LLMB_API int llmb_cpu_has(const char *feature);
 
 typedef void (*llmb_gemm_tile_fn)(int64_t n, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride,
                                   int nc, float *y, int64_t ldy);
+// y[c*ldy + r] for r < nr <= LLMB_PANEL_R, c < nc (any nc >= 1): same bits as the single dot
+typedef llmb_gemm_tile_fn llmb_gemm_panel_fn;
 typedef struct {
     llmb_vec_dot_fn dot;
     llmb_gemm_tile_fn tile;
+    llmb_gemm_panel_fn panel;   // NULL: llmb_vec_dot_matmul runs tiles
 } llmb_vec_dot_kernels;
 
 // Internal (vecdot_simd.c): overwrite the entries of `table` (indexed by weight type) that have a

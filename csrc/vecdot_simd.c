@@ -132,6 +132,122 @@ AVX2 INLINE float w_scalar(const int type, const uint8_t *p) {
 #undef VD
 #undef DOTACC
 #undef LLMB_VECDOT_BODY
+
+// ---- prefill panels (AVX-512 VNNI, 512-bit integer parts) ----
+// A panel decodes up to LLMB_PANEL_R weight rows once (4-bit values to bytes, scales to int16
+// vectors) and runs every token over them, 4 tokens x NR rows per register tile. Per output it does
+// what the single dot (q45_K_body) does: the same eight int32 lane sums per super-block (integer and
+// exact, so how the products inside a lane are grouped does not matter: here lane l of a 512-bit
+// sum covers values 64j+4l.. of the low nibbles and lane 8+l the high ones, folded at the end of the
+// super-block), then the same fmadd, fnmadd and final hsum_ps. Hence the same bits.
+#define VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define PANEL_MAX_SB 64   // super-blocks per row decoded on the stack (n <= 16384); longer rows run tiles
+
+typedef struct {
+    __m512i q[4];    // values 64j .. 64j+63 (0..15) of the super-block, one byte each
+    __m512i sc[4];   // int16: 16 x the scale of sub-block 2j, then 16 x that of sub-block 2j+1
+    __m128i mins;    // the 8 mins as int16
+    float d, dmin;
+} q4k_dec;
+
+VNNI512 static void q4k_decode(const uint8_t *blk, q4k_dec *o) {
+    const llmb_block_q4_K *b = (const llmb_block_q4_K *)blk;
+    uint32_t u[4];   // 8 scale bytes, then 8 min bytes (as q45_K_body)
+    memcpy(u, b->scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    const uint32_t uaux = u[1] & 0x3f3f3f3f;
+    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    u[2] = uaux;
+    u[0] &= 0x3f3f3f3f;
+    uint8_t s8[16];
+    memcpy(s8, u, 16);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < 4; j++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * j));
+        o->q[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, m4)),
+                                     _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), 1);
+        o->sc[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(s8[2 * j])),
+                                      _mm256_set1_epi16(s8[2 * j + 1]), 1);
+    }
+    o->mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(s8 + 8)));
+    o->d = half_at(blk), o->dmin = half_at(blk + 2);
+}
+
+// NR decoded rows (dec[r*nsb + i]) x NC tokens
+INLINE VNNI512 void q4k_panel_body(const q4k_dec *dec, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
+                                   const int NR, const int NC) {
+    __m256 acc[LLMB_PANEL_R][4];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const llmb_block_q8_K *xb[4];
+        __m512i s[LLMB_PANEL_R][4];
+        for (int c = 0; c < NC; c++) {
+            xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i;
+            for (int r = 0; r < NR; r++) s[r][c] = _mm512_setzero_si512();
+        }
+        for (int j = 0; j < 4; j++) {
+            __m512i xv[4];
+            for (int c = 0; c < NC; c++) xv[c] = _mm512_loadu_si512((const void *)(xb[c]->qs + 64 * j));
+            for (int r = 0; r < NR; r++) {
+                const q4k_dec *o = dec + r * nsb + i;
+                for (int c = 0; c < NC; c++)
+                    s[r][c] = _mm512_dpwssd_epi32(s[r][c], _mm512_maddubs_epi16(o->q[j], xv[c]), o->sc[j]);
+            }
+        }
+        for (int c = 0; c < NC; c++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);
+            const __m128i hb = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            for (int r = 0; r < NR; r++) {
+                const q4k_dec *o = dec + r * nsb + i;
+                const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(s[r][c]), _mm512_extracti64x4_epi64(s[r][c], 1));
+                const __m128i prod = _mm_madd_epi16(o->mins, hb);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(o->d * xb[c]->d), _mm256_cvtepi32_ps(si), acc[r][c]);
+                acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(o->dmin * xb[c]->d),
+                                             _mm256_cvtepi32_ps(_mm256_set_m128i(_mm_setzero_si128(), prod)), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
+                                      float *y, int64_t ldy) {
+    const uint8_t *w = vw, *x = vx;
+    const int64_t nsb = n / LLMB_QK_K;
+    if (nsb > PANEL_MAX_SB) {
+        for (int c0 = 0; c0 < nc; c0 += 4)
+            q4_K_tile_vnni(n, w, ws, nr, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4, y + c0 * ldy, ldy);
+        return;
+    }
+    q4k_dec dec[LLMB_PANEL_R * PANEL_MAX_SB];
+    for (int r = 0; r < nr; r++)
+        for (int64_t i = 0; i < nsb; i++) q4k_decode(w + r * ws + i * sizeof(llmb_block_q4_K), &dec[r * nsb + i]);
+    for (int c0 = 0; c0 < nc; c0 += 4) {
+        const uint8_t *xc = x + c0 * xs;
+        float *yc = y + c0 * ldy;
+        switch ((nr - 1) * 4 + (nc - c0 < 4 ? nc - c0 : 4) - 1) {
+        case 0: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 1, 1); break;
+        case 1: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 1, 2); break;
+        case 2: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 1, 3); break;
+        case 3: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 1, 4); break;
+        case 4: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 2, 1); break;
+        case 5: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 2, 2); break;
+        case 6: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 2, 3); break;
+        case 7: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 2, 4); break;
+        case 8: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 3, 1); break;
+        case 9: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 3, 2); break;
+        case 10: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 3, 3); break;
+        case 11: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 3, 4); break;
+        case 12: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 4, 1); break;
+        case 13: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 4, 2); break;
+        case 14: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 4, 3); break;
+        case 15: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 4, 4); break;
+        default: break;
+        }
+    }
+}
 #endif // x86-64
 
 
@@ -310,7 +426,10 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
 #if defined(__x86_64__) && defined(__GNUC__)
     case LLMB_SIMD_AVX2: SET_ALL(avx2); break;
     case LLMB_SIMD_AVX512:   // the AVX2 kernels (installed first by vecdot.c), or the same math with VNNI
-        if (llmb_cpu_has("avx512vnni")) { SET_ALL(vnni); }
+        if (llmb_cpu_has("avx512vnni")) {
+            SET_ALL(vnni);
+            t[LLMB_TYPE_Q4_K].panel = q4_K_panel_vnni512;
+        }
         break;
 #endif
 #if defined(__aarch64__)

@@ -9,7 +9,8 @@
   quantization step per element: |y - w.x| <= sum_i |w_i| * STEP * max|x in i's block| / 127 + tight
   term, STEP = 0.57 for Q8_0 (its scale is rounded to fp16 after quantizing: 0.5 + 127 * 2^-11 steps),
   0.5 for Q8_1 and Q8_K (float scales), 0 for the float types.
-- Batch invariance: a token's outputs are bit-identical alone or in a batch, on 1 or 2 threads.
+- Batch invariance: a token's outputs are bit-identical alone or in a batch, on 1 or 2 threads, also
+  in batches of more than one token block (64 tokens) of the prefill panels.
 Odd row counts, odd block counts, 1 to 5 tokens.
 """
 
@@ -94,6 +95,18 @@ def test_batch_invariance(t: str):
     for k in range(x.shape[0]):
         assert np.array_equal(y[k], _core.vec_dot(tid, w, x[k:k + 1])[0])
         assert np.array_equal(y[k], _core.matvec(tid, w, np.ascontiguousarray(x[k:k + 1]), 2)[0])
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_batch_invariance_panels(t: str):
+    # 70 tokens: two token blocks of the prefill panels, ragged groups of 4; 9 rows: ragged row panels
+    w, x, n = case(t, rows=9, nblocks=2, ntok=70, seed=11)
+    tid = type_id(t)
+    y = _core.vec_dot(tid, w, x, nthreads=2)
+    assert np.array_equal(y, _core.vec_dot(tid, w, x))
+    for k in (0, 3, 63, 64, 69):
+        assert np.array_equal(y[k], _core.vec_dot(tid, w, x[k:k + 1])[0])
+    assert np.array_equal(y[5:68], _core.vec_dot(tid, w, x[5:68]))
 
 
 def test_bad_arguments():

@@ -5,7 +5,9 @@
 //   - SIMD dot vs reference:       |simd - ref| <= ATOL + RTOL * sum_i |w_i x_i|
 //   - reference vs a float64 dot of the dequantized rows, same bound (the references are right);
 //   - the tile kernel, every nr x nc shape at every position, bit-identical to the single dot;
-//   - llmb_vec_dot_matmul with 1 and 2 threads bit-identical to the single dot;
+//   - llmb_vec_dot_matmul with 1 and 2 threads bit-identical to the single dot, also with enough
+//     rows and tokens for several row panels and token blocks, and rows too long for a panel's
+//     stack buffer (its fallback to tiles);
 //   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other;
 //   - the SIMD activation quantizer byte-identical to its reference.
 // Prints the largest |simd - ref| / sum|w x| seen per type.
@@ -188,6 +190,35 @@ static void check_type(size_t ti, int64_t n) {
     free(w), free(xq), free(xq2), free(x), free(wf), free(xf);
 }
 
+// llmb_vec_dot_matmul over PR rows x PT tokens (several row panels, two token blocks, ragged ends)
+// bit-identical to single dots at every level, on 1 and 2 threads
+#define PR 9
+#define PT (LLMB_PANEL_TOKENS + 6)
+static void check_panels(int t, int64_t n) {
+    const llmb_type_traits *tt = llmb_type_traits_get(t);
+    const size_t ws = (size_t)(n / tt->blck_size * tt->type_size), xs = llmb_vec_dot_row_bytes(t, n);
+    uint8_t *w = malloc(ws * PR), *xq = malloc(xs * PT);
+    float *x = malloc(sizeof(float) * n * PT), *one = malloc(sizeof(float) * PR * PT), *y = malloc(sizeof(float) * PR * PT);
+    random_weights(t, w, n * PR);
+    random_x(x, n * PT);
+    for (int c = 0; c < PT; c++) llmb_vec_dot_quantize_x(t, x + c * n, xq + c * xs, n);
+    const llmb_simd_level levels[] = {LLMB_SIMD_SCALAR, LLMB_SIMD_NEON, LLMB_SIMD_AVX2, LLMB_SIMD_AVX512};
+    for (size_t k = 0; k < sizeof levels / sizeof levels[0]; k++) {
+        if (llmb_simd_set(levels[k]) != LLMB_OK) continue;
+        llmb_vec_dot_fn dot = llmb_vec_dot_get(t);
+        for (int c = 0; c < PT; c++)
+            for (int r = 0; r < PR; r++) dot(n, &one[c * PR + r], w + r * ws, xq + c * xs);
+        for (int nt = 1; nt <= 2; nt++)
+            for (int ntok = PT - 1; ntok <= PT; ntok++) {   // 69 and 70 tokens: ragged token groups
+                llmb_vec_dot_matmul(t, n, w, ws, PR, xq, xs, ntok, y, PR, nt);
+                CHECK(memcmp(y, one, sizeof(float) * PR * ntok) == 0, "%s %s n=%lld: matmul of %d x %d on %d threads "
+                      "differs from the single dot", llmb_simd_name(levels[k]), tname(t), (long long)n, PR, ntok, nt);
+            }
+    }
+    llmb_simd_set(llmb_simd_detected());
+    free(w), free(xq), free(x), free(one), free(y);
+}
+
 int main(void) {
     for (size_t ti = 0; ti < NTYPES; ti++) {
         const int t = types[ti], bs = llmb_type_traits_get(t)->blck_size;
@@ -195,9 +226,12 @@ int main(void) {
         if (bs == 256) {
             const int64_t ks[] = {1, 3, 8, 11};
             for (size_t k = 0; k < 4; k++) check_type(ti, 256 * ks[k]);
+            check_panels(t, 256 * 5);
+            check_panels(t, 256 * 65);   // beyond a panel's 64 decoded super-blocks
         } else {
             const int64_t ks[] = {1, 3, 8, 37, 64};
             for (size_t k = 0; k < 5; k++) check_type(ti, 32 * ks[k]);
+            check_panels(t, 32 * 13);
             if (bs == 1) {   // tails of the float kernels
                 const int64_t odd[] = {1, 7, 13, 45, 133};
                 for (size_t k = 0; k < 5; k++) check_type(ti, odd[k]);
