@@ -181,6 +181,58 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=cmd_dummy)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .perf.bench import BenchConfig, run
+    from .perf.metrics import parse_slos
+
+    cfg = BenchConfig(model=args.model, threads=args.threads, kv_dtype=args.kv_dtype, pp=args.pp, tg=args.tg,
+                      batch=args.batch, input_len=args.input_len, output_len=args.output_len, warmup=args.warmup,
+                      repetitions=args.reps, seed=args.seed,
+                      percentiles=tuple(float(p) for p in args.percentiles.split(",")),
+                      goodput=parse_slos(args.goodput) if args.goodput else {})
+    if cfg.repetitions < 1 or cfg.warmup < 0 or min(cfg.pp, cfg.tg, cfg.batch) < 0:
+        raise ValueError("--reps must be >= 1; --warmup, --pp, --tg and --batch >= 0")
+    console = Console(stderr=True)
+    with console.status("starting") as status:
+        result = run(cfg, lambda msg: status.update(msg))
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    env = result["environment"]
+    t = Table(title=f"llmbench bench: {env['model']['name']} ({', '.join(env['model']['weight_types'])}), "
+                    f"{env['threads']} threads, KV {env['kv_dtype']}, SIMD {env['simd']}")
+    t.add_column("metric", style="bold cyan")
+    t.add_column("value", justify="right")
+    for test in result.get("llama_bench", []):
+        t.add_row(f"{test['test']} tokens/s", f"{test['avg_ts']:.1f} ± {test['stddev_ts']:.1f}")
+    m = result.get("metrics")
+    if m:
+        p = cfg.percentiles[-1]
+        pk = f"p{p:g}"
+        for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2el")):
+            mean, tail = m.get(f"mean_{key}_ms"), m.get(f"{pk}_{key}_ms")
+            if mean is not None:
+                t.add_row(f"{name} ms (mean / {pk})", f"{mean:.2f} / {tail:.2f}")
+        t.add_row("output tokens/s (latency run)", f"{m['output_throughput']:.1f}")
+    bw = result.get("bandwidth")
+    if bw:
+        t.add_row("decode bandwidth", f"{bw['achieved_gbps']:.1f} GB/s = {bw['fraction']:.0%} of "
+                                      f"{bw['measured_gbps']:.1f} GB/s measured")
+    t.add_row("memory: weights / KV / peak RSS",
+              f"{_gib(result['memory']['weights_bytes'])} / {_gib(result['memory']['kv_cache_bytes'])} / "
+              f"{_gib(result['memory']['peak_rss_bytes'])}")
+    Console().print(t)
+    if args.output:
+        print(f"result: {args.output}")
+    return 0
+
+
 def cmd_membw(args: argparse.Namespace) -> int:
     from .perf import membw
 
@@ -210,6 +262,32 @@ def build_parser() -> argparse.ArgumentParser:
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     info.set_defaults(func=cmd_info)
+    b = sub.add_parser("bench", help="benchmark a model: pp/tg tokens/s, TTFT/TPOT/ITL, decode bandwidth",
+                       description="Benchmark a GGUF model (default: the llama-125m Q4_K_M dummy, built on first "
+                                   "use) on llmbench's engine: llama-bench-style pp and tg tokens/s, a latency "
+                                   "run with vLLM's TTFT/TPOT/ITL/E2E, and the decode bandwidth as a fraction "
+                                   "of this machine's measured bandwidth. Writes one JSON result "
+                                   "(docs/result.schema.json).",
+                       epilog="examples:\n  llmbench bench\n  llmbench bench --model llama-1b:Q8_0 --threads 2 -o r.json\n"
+                              "  llmbench bench --model path/to/model.gguf --pp 512 --tg 128 --batch 8 "
+                              "--goodput ttft:500 tpot:50",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--model", default="llama-125m:Q4_K_M", help="GGUF file or dummy preset[:type]")
+    b.add_argument("--threads", type=int, default=None, help="engine threads (default: all CPUs)")
+    b.add_argument("--kv-dtype", default="f16", choices=("f16", "f32", "q8_0"))
+    b.add_argument("--pp", type=int, default=512, help="prompt tokens of the pp test (0 skips it)")
+    b.add_argument("--tg", type=int, default=128, help="generated tokens of the tg test (0 skips it)")
+    b.add_argument("--batch", type=int, default=1, help="concurrent requests in the latency run (0 skips it)")
+    b.add_argument("--input-len", type=int, default=128)
+    b.add_argument("--output-len", type=int, default=128)
+    b.add_argument("--warmup", type=int, default=1)
+    b.add_argument("--reps", type=int, default=5, help="repetitions of each test")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--percentiles", default="50,90,95,99")
+    b.add_argument("--goodput", nargs="*", metavar="SLO", help="SLOs in ms, e.g. ttft:500 tpot:50")
+    b.add_argument("-o", "--output", help="write the JSON result here")
+    b.add_argument("--json", action="store_true", help="print the JSON result instead of the table")
+    b.set_defaults(func=cmd_bench)
     mb = sub.add_parser("membw", help="measure this machine's memory bandwidth (STREAM-style)",
                         description="STREAM-style read, copy and triad bandwidth with the engine's threads: "
                                     "the denominator of every decode bandwidth fraction llmbench reports.",

@@ -1,0 +1,40 @@
+"""`llmbench bench` end to end on a tiny dummy model: a schema-valid result whose numbers are
+consistent with each other (no timing claims)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from llmbench.perf.schema import validate
+
+
+def test_bench_command_writes_a_valid_result(tmp_path):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "llmbench", "bench", "--model", "tiny:Q8_0", "--threads", "1", "--pp", "32",
+           "--tg", "8", "--batch", "3", "--input-len", "8", "--output-len", "5", "--reps", "2", "--goodput",
+           "ttft:100000", "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "pp32 tokens/s" in r.stdout and "decode bandwidth" in r.stdout
+    res = json.loads(out.read_text())
+    validate(res)
+    assert [t["test"] for t in res["llama_bench"]] == ["pp32", "tg8"]
+    assert len(res["llama_bench"][0]["samples_ts"]) == 2
+    m = res["metrics"]
+    assert m["completed"] == 6 and m["failed"] == 0 and m["total_output_tokens"] == 30
+    assert m["request_goodput"] == m["request_throughput"]  # a 100 s TTFT SLO holds for all
+    assert 0 < m["mean_ttft_ms"] <= m["mean_e2el_ms"]
+    assert res["environment"]["model"]["weight_types"] == ["F32", "Q8_0"]
+    assert 0 < res["bandwidth"]["fraction"] and res["bandwidth"]["steps"] == 2 * 7
+    assert len(res["requests"]) == 6 and all(len(q["token_ns"]) == 5 for q in res["requests"])
+
+
+def test_bench_rejects_bad_arguments():
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--model", "tiny:F32", "--reps", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "--reps must be >= 1" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--model", "no-such-model"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "not a dummy preset" in r.stderr
