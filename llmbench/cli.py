@@ -185,19 +185,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .perf.bench import BenchConfig, run
+    from .perf.bench import BenchConfig, run, run_openai
     from .perf.metrics import parse_slos
 
     cfg = BenchConfig(model=args.model, threads=args.threads, kv_dtype=args.kv_dtype, pp=args.pp, tg=args.tg,
                       batch=args.batch, input_len=args.input_len, output_len=args.output_len, warmup=args.warmup,
                       repetitions=args.reps, seed=args.seed,
                       percentiles=tuple(float(p) for p in args.percentiles.split(",")),
-                      goodput=parse_slos(args.goodput) if args.goodput else {})
+                      goodput=parse_slos(args.goodput) if args.goodput else {}, backend=args.backend,
+                      base_url=args.base_url, api=args.api, request_rate=args.request_rate,
+                      burstiness=args.burstiness, max_concurrency=args.max_concurrency)
     if cfg.repetitions < 1 or cfg.warmup < 0 or min(cfg.pp, cfg.tg, cfg.batch) < 0:
         raise ValueError("--reps must be >= 1; --warmup, --pp, --tg and --batch >= 0")
     console = Console(stderr=True)
     with console.status("starting") as status:
-        result = run(cfg, lambda msg: status.update(msg))
+        result = (run_openai if cfg.backend == "openai" else run)(cfg, lambda msg: status.update(msg))
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=1)
@@ -205,8 +207,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=1))
         return 0
     env = result["environment"]
-    t = Table(title=f"llmbench bench: {env['model']['name']} ({', '.join(env['model']['weight_types'])}), "
-                    f"{env['threads']} threads, KV {env['kv_dtype']}, SIMD {env['simd']}")
+    if env["backend"] == "openai":
+        title = f"llmbench bench: {env['model']['name']} at {env['base_url']}"
+    else:
+        title = (f"llmbench bench: {env['model']['name']} ({', '.join(env['model']['weight_types'])}), "
+                 f"{env['threads']} threads, KV {env['kv_dtype']}, SIMD {env['simd']}")
+    t = Table(title=title)
     t.add_column("metric", style="bold cyan")
     t.add_column("value", justify="right")
     for test in result.get("llama_bench", []):
@@ -220,13 +226,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if mean is not None:
                 t.add_row(f"{name} ms (mean / {pk})", f"{mean:.2f} / {tail:.2f}")
         t.add_row("output tokens/s (latency run)", f"{m['output_throughput']:.1f}")
+        t.add_row("requests completed / failed", f"{m['completed']} / {m['failed']}")
     bw = result.get("bandwidth")
     if bw:
         t.add_row("decode bandwidth", f"{bw['achieved_gbps']:.1f} GB/s = {bw['fraction']:.0%} of "
                                       f"{bw['measured_gbps']:.1f} GB/s measured")
-    t.add_row("memory: weights / KV / peak RSS",
-              f"{_gib(result['memory']['weights_bytes'])} / {_gib(result['memory']['kv_cache_bytes'])} / "
-              f"{_gib(result['memory']['peak_rss_bytes'])}")
+    if "memory" in result:
+        t.add_row("memory: weights / KV / peak RSS",
+                  f"{_gib(result['memory']['weights_bytes'])} / {_gib(result['memory']['kv_cache_bytes'])} / "
+                  f"{_gib(result['memory']['peak_rss_bytes'])}")
     Console().print(t)
     if args.output:
         print(f"result: {args.output}")
@@ -270,7 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(docs/result.schema.json).",
                        epilog="examples:\n  llmbench bench\n  llmbench bench --model llama-1b:Q8_0 --threads 2 -o r.json\n"
                               "  llmbench bench --model path/to/model.gguf --pp 512 --tg 128 --batch 8 "
-                              "--goodput ttft:500 tpot:50",
+                              "--goodput ttft:500 tpot:50\n"
+                              "  llmbench bench --backend openai --base-url http://localhost:8000/v1 --model NAME "
+                              "--batch 64 --request-rate 8",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--model", default="llama-125m:Q4_K_M", help="GGUF file or dummy preset[:type]")
     b.add_argument("--threads", type=int, default=None, help="engine threads (default: all CPUs)")
@@ -285,6 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--percentiles", default="50,90,95,99")
     b.add_argument("--goodput", nargs="*", metavar="SLO", help="SLOs in ms, e.g. ttft:500 tpot:50")
+    b.add_argument("--backend", choices=("cpu", "openai"), default="cpu",
+                   help="cpu: llmbench's engine; openai: an OpenAI-compatible server (vLLM, llama.cpp, Ollama)")
+    b.add_argument("--base-url", help="server URL for --backend openai, e.g. http://localhost:8000/v1")
+    b.add_argument("--api", choices=("completions", "chat"), default="completions")
+    b.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (default: all at once)")
+    b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps; 1 = Poisson")
+    b.add_argument("--max-concurrency", type=int, default=None)
     b.add_argument("-o", "--output", help="write the JSON result here")
     b.add_argument("--json", action="store_true", help="print the JSON result instead of the table")
     b.set_defaults(func=cmd_bench)

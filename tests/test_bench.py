@@ -38,3 +38,24 @@ def test_bench_rejects_bad_arguments():
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--model", "no-such-model"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "not a dummy preset" in r.stderr
+
+
+def test_bench_against_a_local_openai_server(tmp_path):
+    """--backend openai against a real local SSE server: token counts come from its usage report.
+    (Per-request failures are covered by tests/test_openai_backend.py.)"""
+    from sse_server import SSEServer
+
+    out = tmp_path / "r.json"
+    with SSEServer(ttft_s=0.02, itl_s=0.002) as srv:
+        cmd = [sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url", srv.base_url,
+               "--model", "test-model", "--batch", "4", "--input-len", "6", "--output-len", "5", "--reps", "2",
+               "--warmup", "0", "-o", str(out)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    validate(res)
+    m = res["metrics"]
+    assert m["completed"] == 8 and m["failed"] == 0
+    assert m["total_input_tokens"] == 8 * (1000 + 6)  # the server's usage, not a guess
+    assert m["total_output_tokens"] == 8 * 5 and m["mean_ttft_ms"] >= 20
+    assert res["environment"]["backend"] == "openai"

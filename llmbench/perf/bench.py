@@ -43,6 +43,13 @@ class BenchConfig:
     seed: int = 0
     percentiles: tuple[float, ...] = (50, 90, 95, 99)
     goodput: dict[str, float] = field(default_factory=dict)
+    # external OpenAI-compatible server (backend "openai")
+    backend: str = "cpu"
+    base_url: str | None = None
+    api: str = "completions"
+    request_rate: float = float("inf")  # requests/s with gamma gaps; inf: all at once
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
 
 
 def _random_prompt(rng: np.random.Generator, vocab: int, n: int) -> list[int]:
@@ -149,5 +156,72 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
                         "weights_bytes": mem["weights"], "kv_cache_bytes": mem["kv_cache"],
                         "scratch_bytes": mem["scratch"], "gpu_peak_bytes": None}
     result["tokens"] = {"decode_step_s": step_s}
+    validate(result)
+    return result
+
+
+# ---- external OpenAI-compatible servers ----
+
+_WORDS = ("the quick brown fox jumps over a lazy dog while seven bright stars watch from far above "
+          "quiet hills and rivers that run toward an open sea under morning light").split()
+
+
+def synthetic_prompt(rng: np.random.Generator, n_words: int) -> str:
+    """Random common English words: the server's own tokenizer decides the token count, which the
+    result takes from the server's usage report."""
+    return " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), n_words))
+
+
+def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
+    """The latency scenario against an OpenAI-compatible server: ``batch`` requests per repetition
+    at ``request_rate`` (gamma gaps), streaming; errors are counted per request, never fatal."""
+    import asyncio
+
+    from ..backends.openai import OpenAIClient
+    from .arrivals import gamma_arrivals, run_requests
+
+    if not cfg.base_url:
+        raise ValueError("--backend openai needs --base-url (e.g. http://localhost:8000/v1)")
+    if cfg.batch < 1:
+        raise ValueError("--batch must be >= 1 with --backend openai")
+    rng = np.random.default_rng(cfg.seed)
+
+    async def one_run(prompts: list[str]):
+        async with OpenAIClient(cfg.base_url, cfg.model, api=cfg.api, max_tokens=cfg.output_len, temperature=0.0,
+                                ignore_eos=True) as client:
+            sched = gamma_arrivals(len(prompts), cfg.request_rate, cfg.burstiness, seed=cfg.seed)
+            return await run_requests(client.send, prompts, sched, cfg.max_concurrency, progress=False)
+
+    reqs: list[RequestTiming] = []
+    duration = 0.0
+    errors: list[str] = []
+    for r in range(cfg.warmup + cfg.repetitions):
+        progress(f"{'warmup' if r < cfg.warmup else 'run'} {r + 1}: {cfg.batch} requests to {cfg.base_url}")
+        out = asyncio.run(one_run([synthetic_prompt(rng, cfg.input_len) for _ in range(cfg.batch)]))
+        if r < cfg.warmup:
+            continue
+        duration += out.duration_s
+        for res in out.results:
+            if isinstance(res, BaseException):
+                reqs.append(RequestTiming(out.start_ns, None, [], out.end_ns, None, None, error=repr(res)))
+                continue
+            ok = res.ok and res.output_tokens is not None
+            err = res.error or (None if ok else "the server reported no token usage (enable stream usage)")
+            if err:
+                errors.append(err)
+            reqs.append(RequestTiming(res.arrival_ns, res.first_token_ns if ok else None, res.token_ns if ok else [],
+                                      res.finish_ns, res.prompt_tokens, res.output_tokens if ok else None, error=err))
+    result = {
+        "schema_version": 1, "llmbench_version": __version__, "commit": (_core.build_info()["commit"] or None),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+        "environment": {
+            "model": {"file": None, "name": cfg.model, "size_bytes": None, "sha256": None, "weight_types": None},
+            "kv_dtype": None, "backend": "openai", "base_url": cfg.base_url, "api": cfg.api, "threads": None,
+            "cpu_model": None, "gpu_name": None, "build_flags": None, "cuda_graphs": None, "prefix_cache": None,
+        },
+        "config": {**asdict(cfg), "percentiles": list(cfg.percentiles), "errors": sorted(set(errors))[:20]},
+        "metrics": serving_metrics(reqs, cfg.percentiles, cfg.goodput or None, duration_s=duration),
+        "requests": [q.to_dict() for q in reqs],
+    }
     validate(result)
     return result
