@@ -77,6 +77,12 @@ def _environment(llm: LLM, cfg: BenchConfig) -> dict:
     }
 
 
+def _header() -> dict:
+    """The fields every result starts with."""
+    return {"schema_version": 1, "llmbench_version": __version__, "commit": (_core.build_info()["commit"] or None),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")}
+
+
 def _membw_elsewhere(threads: int) -> dict:
     """membw in a child process, so its arrays do not count in this process's peak memory."""
     r = subprocess.run([sys.executable, "-m", "llmbench", "membw", "--json", "--reps", "3", "--threads", str(threads)],
@@ -103,9 +109,7 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
     progress("measuring memory bandwidth")
     bw = _membw_elsewhere(llm.threads)
     result: dict = {
-        "schema_version": 1, "llmbench_version": __version__,
-        "commit": (_core.build_info()["commit"] or None),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+        **_header(),
         "environment": _environment(llm, cfg),
         "config": {**asdict(cfg), "percentiles": list(cfg.percentiles), "membw": bw},
     }
@@ -212,8 +216,7 @@ def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: Non
             reqs.append(RequestTiming(res.arrival_ns, res.first_token_ns if ok else None, res.token_ns if ok else [],
                                       res.finish_ns, res.prompt_tokens, res.output_tokens if ok else None, error=err))
     result = {
-        "schema_version": 1, "llmbench_version": __version__, "commit": (_core.build_info()["commit"] or None),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+        **_header(),
         "environment": {
             "model": {"file": None, "name": cfg.model, "size_bytes": None, "sha256": None, "weight_types": None},
             "kv_dtype": None, "backend": "openai", "base_url": cfg.base_url, "api": cfg.api, "threads": None,
