@@ -143,6 +143,32 @@ AVX2 INLINE float w_scalar(const int type, const uint8_t *p) {
 #define VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define PANEL_MAX_SB 64   // super-blocks per row decoded on the stack (n <= 16384); longer rows run tiles
 
+// every group of 4 tokens (fewer at the end) over the nr decoded rows, shapes specialized
+#define PANEL_TOKENS_LOOP(body)                                                                                     \
+    for (int c0 = 0; c0 < nc; c0 += 4) {                                                                            \
+        const uint8_t *xc = x + c0 * xs;                                                                            \
+        float *yc = y + c0 * ldy;                                                                                   \
+        switch ((nr - 1) * 4 + (nc - c0 < 4 ? nc - c0 : 4) - 1) {                                                   \
+        case 0: body(dec, nsb, xc, xs, yc, ldy, 1, 1); break;                                                       \
+        case 1: body(dec, nsb, xc, xs, yc, ldy, 1, 2); break;                                                       \
+        case 2: body(dec, nsb, xc, xs, yc, ldy, 1, 3); break;                                                       \
+        case 3: body(dec, nsb, xc, xs, yc, ldy, 1, 4); break;                                                       \
+        case 4: body(dec, nsb, xc, xs, yc, ldy, 2, 1); break;                                                       \
+        case 5: body(dec, nsb, xc, xs, yc, ldy, 2, 2); break;                                                       \
+        case 6: body(dec, nsb, xc, xs, yc, ldy, 2, 3); break;                                                       \
+        case 7: body(dec, nsb, xc, xs, yc, ldy, 2, 4); break;                                                       \
+        case 8: body(dec, nsb, xc, xs, yc, ldy, 3, 1); break;                                                       \
+        case 9: body(dec, nsb, xc, xs, yc, ldy, 3, 2); break;                                                       \
+        case 10: body(dec, nsb, xc, xs, yc, ldy, 3, 3); break;                                                      \
+        case 11: body(dec, nsb, xc, xs, yc, ldy, 3, 4); break;                                                      \
+        case 12: body(dec, nsb, xc, xs, yc, ldy, 4, 1); break;                                                      \
+        case 13: body(dec, nsb, xc, xs, yc, ldy, 4, 2); break;                                                      \
+        case 14: body(dec, nsb, xc, xs, yc, ldy, 4, 3); break;                                                      \
+        case 15: body(dec, nsb, xc, xs, yc, ldy, 4, 4); break;                                                      \
+        default: break;                                                                                             \
+        }                                                                                                           \
+    }
+
 typedef struct {
     __m512i q[4];    // values 64j .. 64j+63 (0..15) of the super-block, one byte each
     __m512i sc[4];   // int16: 16 x the scale of sub-block 2j, then 16 x that of sub-block 2j+1
@@ -224,29 +250,92 @@ VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
     q4k_dec dec[LLMB_PANEL_R * PANEL_MAX_SB];
     for (int r = 0; r < nr; r++)
         for (int64_t i = 0; i < nsb; i++) q4k_decode(w + r * ws + i * sizeof(llmb_block_q4_K), &dec[r * nsb + i]);
-    for (int c0 = 0; c0 < nc; c0 += 4) {
-        const uint8_t *xc = x + c0 * xs;
-        float *yc = y + c0 * ldy;
-        switch ((nr - 1) * 4 + (nc - c0 < 4 ? nc - c0 : 4) - 1) {
-        case 0: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 1, 1); break;
-        case 1: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 1, 2); break;
-        case 2: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 1, 3); break;
-        case 3: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 1, 4); break;
-        case 4: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 2, 1); break;
-        case 5: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 2, 2); break;
-        case 6: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 2, 3); break;
-        case 7: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 2, 4); break;
-        case 8: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 3, 1); break;
-        case 9: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 3, 2); break;
-        case 10: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 3, 3); break;
-        case 11: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 3, 4); break;
-        case 12: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 4, 1); break;
-        case 13: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 4, 2); break;
-        case 14: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 4, 3); break;
-        case 15: q4k_panel_body(dec, nsb, xc, xs, yc, ldy, 4, 4); break;
-        default: break;
-        }
+    PANEL_TOKENS_LOOP(q4k_panel_body);
+}
+
+typedef struct {
+    __m512i q[4];    // values 64m .. 64m+63 (0..63, not yet minus 32) of the super-block, one byte each
+    __m512i sc[4];   // int16: 8 x each of scales 4m .. 4m+3
+    float d;
+} q6k_dec;
+
+VNNI512 static void q6k_decode(const llmb_block_q6_K *b, q6k_dec *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+    for (int half = 0; half < 2; half++) {   // the unpacking of q6_K_body
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * half));
+        const __m256i l32 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * half + 32));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * half));
+        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l32, m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l32, 4), m4),
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+        o->q[2 * half] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+        o->q[2 * half + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(q2), q3, 1);
     }
+    for (int m = 0; m < 4; m++) {
+        int16_t s16[32];
+        for (int l = 0; l < 32; l++) s16[l] = b->scales[4 * m + l / 8];
+        o->sc[m] = _mm512_loadu_si512((const void *)s16);
+    }
+    o->d = half_at((const uint8_t *)&b->d);
+}
+
+// As q6_K_body per output: lane l of the eight int32 sums gathers scale * (maddubs(q, x) - maddubs(32, x))
+// over values 4l..4l+3 of every 32; here 64 values at a time (lanes 8..15: the second 32), folded per
+// super-block; then the same fmadd and hsum_ps.
+INLINE VNNI512 void q6k_panel_body(const q6k_dec *dec, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
+                                   const int NR, const int NC) {
+    const __m512i m32 = _mm512_set1_epi8(32);
+    __m256 acc[LLMB_PANEL_R][4];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const llmb_block_q8_K *xb[4];
+        __m512i s[LLMB_PANEL_R][4];
+        for (int c = 0; c < NC; c++) {
+            xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i;
+            for (int r = 0; r < NR; r++) s[r][c] = _mm512_setzero_si512();
+        }
+        for (int m = 0; m < 4; m++) {
+            __m512i xv[4], x32[4];
+            for (int c = 0; c < NC; c++) {
+                xv[c] = _mm512_loadu_si512((const void *)(xb[c]->qs + 64 * m));
+                x32[c] = _mm512_maddubs_epi16(m32, xv[c]);
+            }
+            for (int r = 0; r < NR; r++) {
+                const q6k_dec *o = dec + r * nsb + i;
+                for (int c = 0; c < NC; c++)
+                    s[r][c] = _mm512_dpwssd_epi32(s[r][c], _mm512_sub_epi16(_mm512_maddubs_epi16(o->q[m], xv[c]), x32[c]),
+                                                  o->sc[m]);
+            }
+        }
+        for (int c = 0; c < NC; c++)
+            for (int r = 0; r < NR; r++) {
+                const q6k_dec *o = dec + r * nsb + i;
+                const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(s[r][c]), _mm512_extracti64x4_epi64(s[r][c], 1));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(o->d * xb[c]->d), _mm256_cvtepi32_ps(si), acc[r][c]);
+            }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+}
+
+VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
+                                      float *y, int64_t ldy) {
+    const uint8_t *w = vw, *x = vx;
+    const int64_t nsb = n / LLMB_QK_K;
+    if (nsb > PANEL_MAX_SB) {
+        for (int c0 = 0; c0 < nc; c0 += 4)
+            q6_K_tile_vnni(n, w, ws, nr, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4, y + c0 * ldy, ldy);
+        return;
+    }
+    q6k_dec dec[LLMB_PANEL_R * PANEL_MAX_SB];
+    for (int r = 0; r < nr; r++)
+        for (int64_t i = 0; i < nsb; i++) q6k_decode((const llmb_block_q6_K *)(w + r * ws) + i, &dec[r * nsb + i]);
+    PANEL_TOKENS_LOOP(q6k_panel_body);
 }
 #endif // x86-64
 
@@ -429,6 +518,7 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         if (llmb_cpu_has("avx512vnni")) {
             SET_ALL(vnni);
             t[LLMB_TYPE_Q4_K].panel = q4_K_panel_vnni512;
+            t[LLMB_TYPE_Q6_K].panel = q6_K_panel_vnni512;
         }
         break;
 #endif
