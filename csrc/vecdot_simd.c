@@ -115,6 +115,15 @@ AVX2 INLINE float w_scalar(const int type, const uint8_t *p) {
     }
 }
 
+// the 32 signed weights of a Q4_0 (-8..7), Q5_0 (-16..15) or Q8_0 block
+AVX2 INLINE __m256i legacy0_weights(const int type, const uint8_t *blk) {
+    if (type == LLMB_TYPE_Q4_0) return _mm256_sub_epi8(nibbles_32(blk + 2), _mm256_set1_epi8(8));
+    if (type == LLMB_TYPE_Q5_0)   // (q | h<<4) - 16 == q | 0xF0 where h is 0
+        return _mm256_or_si256(nibbles_32(blk + 6), _mm256_andnot_si256(bytes_from_bits_32(blk + 2),
+                                                                         _mm256_set1_epi8((char)0xF0)));
+    return _mm256_loadu_si256((const __m256i *)(blk + 2));
+}
+
 #define LLMB_VECDOT_BODY
 #define VD_T AVX2
 #define VD(f) f##_avx2
@@ -337,6 +346,89 @@ VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
         for (int64_t i = 0; i < nsb; i++) q6k_decode((const llmb_block_q6_K *)(w + r * ws) + i, &dec[r * nsb + i]);
     PANEL_TOKENS_LOOP(q6k_panel_body);
 }
+
+// Q4_0, Q5_0, Q8_0: pairs of blocks as 64 bytes w + 128 (unsigned), against x with vpdpbusd:
+// sum (w + 128) x - 128 sum x == sum w x per 4 values, exact, the lanes of legacy0_body's two
+// accumulators side by side (lanes 0..7 the even block, 8..15 the odd one); the float steps are
+// theirs too (d = d_w * d_x, one fmadd per block, the halves added before hsum_ps).
+#define L0_MAX_PAIRS 256   // n <= 16384 decoded on the stack; longer rows run tiles
+
+typedef struct {
+    __m512i wu;   // the 64 weights of blocks 2p, 2p+1, plus 128 (zero weights for a missing odd block)
+    __m512 dv;    // 8 x the scale of block 2p, then 8 x that of block 2p+1 (0 if missing)
+} l0_dec;
+
+INLINE VNNI512 void l0_panel_body(const l0_dec *dec, int64_t nb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
+                                  const int NR, const int NC) {
+    const int64_t np = (nb + 1) / 2;
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    __m512 acc[LLMB_PANEL_R][4];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; p++) {
+        const int odd = 2 * p + 1 < nb;
+        const __mmask16 km = odd ? 0xFFFF : 0x00FF;
+        __m512i xv[4], xn[4];
+        __m512 xd[4];
+        for (int c = 0; c < NC; c++) {
+            const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + 2 * p;
+            uint16_t h0, h1 = 0;
+            memcpy(&h0, &xb[0].d, 2);
+            __m256i x1 = _mm256_setzero_si256();
+            if (odd) memcpy(&h1, &xb[1].d, 2), x1 = _mm256_loadu_si256((const __m256i *)xb[1].qs);
+            xv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].qs)), x1, 1);
+            xn[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, xv[c]));
+            xd[c] = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)h0)),
+                                                            _mm_set1_epi16((short)h1), 1));
+        }
+        for (int r = 0; r < NR; r++) {
+            const l0_dec *o = dec + r * np + p;
+            for (int c = 0; c < NC; c++) {
+                const __m512i s = _mm512_dpbusd_epi32(xn[c], o->wu, xv[c]);
+                acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(o->dv, xd[c]), _mm512_cvtepi32_ps(s), acc[r][c], km);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++)
+            y[c * ldy + r] = hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
+                                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1))));
+}
+
+INLINE VNNI512 void legacy0_panel(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                                  size_t xs, int nc, float *y, int64_t ldy) {
+    const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0)
+                    : type == LLMB_TYPE_Q5_0 ? sizeof(llmb_block_q5_0) : sizeof(llmb_block_q8_0);
+    const int64_t nb = n / LLMB_QK, np = (nb + 1) / 2, nsb = nb;   // PANEL_TOKENS_LOOP passes nsb: the block count
+    l0_dec dec[LLMB_PANEL_R * L0_MAX_PAIRS];
+    for (int r = 0; r < nr; r++)
+        for (int64_t p = 0; p < np; p++) {
+            const uint8_t *blk = w + r * ws + 2 * p * wb;
+            const int odd = 2 * p + 1 < nb;
+            const __m256i w1 = odd ? legacy0_weights(type, blk + wb) : _mm256_setzero_si256();
+            l0_dec *o = &dec[r * np + p];
+            o->wu = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(legacy0_weights(type, blk)), w1, 1),
+                                     _mm512_set1_epi8((char)0x80));
+            o->dv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(half_at(blk)))),
+                                                        _mm256_castps_pd(_mm256_set1_ps(odd ? half_at(blk + wb) : 0.0f)), 1));
+        }
+    PANEL_TOKENS_LOOP(l0_panel_body);
+}
+
+#define L0_PANEL(name, T)                                                                                           \
+    VNNI512 static void name##_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, \
+                                             int nc, float *y, int64_t ldy) {                                        \
+        if (n / LLMB_QK > 2 * L0_MAX_PAIRS) {                                                                       \
+            for (int c0 = 0; c0 < nc; c0 += 4)                                                                      \
+                name##_tile_vnni(n, vw, ws, nr, (const uint8_t *)vx + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,       \
+                                 y + c0 * ldy, ldy);                                                                \
+            return;                                                                                                 \
+        }                                                                                                           \
+        legacy0_panel(T, n, vw, ws, nr, vx, xs, nc, y, ldy);                                                        \
+    }
+L0_PANEL(q4_0, LLMB_TYPE_Q4_0)
+L0_PANEL(q5_0, LLMB_TYPE_Q5_0)
+L0_PANEL(q8_0, LLMB_TYPE_Q8_0)
 #endif // x86-64
 
 
@@ -519,6 +611,9 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
             SET_ALL(vnni);
             t[LLMB_TYPE_Q4_K].panel = q4_K_panel_vnni512;
             t[LLMB_TYPE_Q6_K].panel = q6_K_panel_vnni512;
+            t[LLMB_TYPE_Q4_0].panel = q4_0_panel_vnni512;
+            t[LLMB_TYPE_Q5_0].panel = q5_0_panel_vnni512;
+            t[LLMB_TYPE_Q8_0].panel = q8_0_panel_vnni512;
         }
         break;
 #endif
@@ -537,40 +632,37 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
 
 // Every body: y[c*ldy + r] = dot(row r, token c) for r < NR, c < NC (constants once inlined).
 
-// Q4_0, Q5_0, Q8_0 x Q8_0: signed weights w in -16..15 (or -128..127), x * sign(w) against |w|
+// Q4_0, Q5_0, Q8_0 x Q8_0: signed weights w in -16..15 (or -128..127), x * sign(w) against |w|.
+// Two float accumulators per output, even blocks in the first, odd in the second (the two halves of
+// the 512-bit accumulator of the VNNI panel), added before the horizontal sum.
 INLINE VD_T void VD(legacy0_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                                   float *y, int64_t ldy, const int NR, const int NC) {
     const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0)
                     : type == LLMB_TYPE_Q5_0 ? sizeof(llmb_block_q5_0) : sizeof(llmb_block_q8_0);
-    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    const int64_t nb = n / LLMB_QK;
+    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C][2];
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *blk = w + r * ws + ib * wb;
-            if (ib % 2 == 0) prefetch_w(blk, 2 * wb);
-            __m256i wq;
-            if (type == LLMB_TYPE_Q4_0) {
-                wq = _mm256_sub_epi8(nibbles_32(blk + 2), _mm256_set1_epi8(8));
-            } else if (type == LLMB_TYPE_Q5_0) {   // (q | h<<4) - 16 == q | 0xF0 where h is 0
-                wq = _mm256_or_si256(nibbles_32(blk + 6), _mm256_andnot_si256(bytes_from_bits_32(blk + 2),
-                                                                             _mm256_set1_epi8((char)0xF0)));
-            } else {
-                wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
-            }
-            const __m256i wa = _mm256_abs_epi8(wq);
-            const float wd = half_at(blk);
-            for (int c = 0; c < NC; c++) {
-                const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + ib;
-                const __m256i xq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), wq);
-                const __m256i p = DOTACC(_mm256_setzero_si256(), wa, xq);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * half_at((const uint8_t *)&xb->d)), _mm256_cvtepi32_ps(p),
-                                            acc[r][c]);
+        for (int c = 0; c < NC; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
+    for (int64_t ib0 = 0; ib0 < nb; ib0 += 2)
+        for (int e = 0; e < 2 && ib0 + e < nb; e++) {
+            const int64_t ib = ib0 + e;
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *blk = w + r * ws + ib * wb;
+                if (e == 0) prefetch_w(blk, 2 * wb);
+                const __m256i wq = legacy0_weights(type, blk);
+                const __m256i wa = _mm256_abs_epi8(wq);
+                const float wd = half_at(blk);
+                for (int c = 0; c < NC; c++) {
+                    const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + ib;
+                    const __m256i xq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), wq);
+                    const __m256i p = DOTACC(_mm256_setzero_si256(), wa, xq);
+                    acc[r][c][e] = _mm256_fmadd_ps(_mm256_set1_ps(wd * half_at((const uint8_t *)&xb->d)),
+                                                   _mm256_cvtepi32_ps(p), acc[r][c][e]);
+                }
             }
         }
-    }
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
 }
 
 // Q4_1, Q5_1 x Q8_1: unsigned weights 0..31 against x, plus min * (d_x * sum q_x)
