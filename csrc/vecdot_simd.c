@@ -429,6 +429,76 @@ INLINE VNNI512 void legacy0_panel(const int type, int64_t n, const uint8_t *w, s
 L0_PANEL(q4_0, LLMB_TYPE_Q4_0)
 L0_PANEL(q5_0, LLMB_TYPE_Q5_0)
 L0_PANEL(q8_0, LLMB_TYPE_Q8_0)
+
+// F32, F16, BF16: rows converted to float once; 16 values per 512-bit fmadd, whose low and high
+// halves are float_body's two accumulators (values i..i+7 and i+8..i+15), the 8-value step masked to
+// the low half, then float_body's scalar tail and final sum: the same operations per output.
+#define FL_MAX_N 8192   // values per row converted on the stack; longer rows run tiles
+
+INLINE VNNI512 void fl_panel_body(const float *dec, int64_t n, const uint8_t *x, size_t xs, float *y, int64_t ldy,
+                                  const int NR, const int NC) {
+    __m512 acc[LLMB_PANEL_R][4];
+    float tail[LLMB_PANEL_R][4];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps(), tail[r][c] = 0.0f;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 xv[4];
+        for (int c = 0; c < NC; c++) xv[c] = _mm512_loadu_ps((const float *)(x + c * xs) + i);
+        for (int r = 0; r < NR; r++) {
+            const __m512 wv = _mm512_loadu_ps(dec + r * n + i);
+            for (int c = 0; c < NC; c++) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
+        }
+    }
+    if (i + 8 <= n) {
+        for (int r = 0; r < NR; r++) {
+            const __m512 wv = _mm512_maskz_loadu_ps(0x00FF, dec + r * n + i);
+            for (int c = 0; c < NC; c++)
+                acc[r][c] = _mm512_mask3_fmadd_ps(wv, _mm512_maskz_loadu_ps(0x00FF, (const float *)(x + c * xs) + i),
+                                                  acc[r][c], 0x00FF);
+        }
+        i += 8;
+    }
+    for (; i < n; i++)
+        for (int r = 0; r < NR; r++)
+            for (int c = 0; c < NC; c++) tail[r][c] += dec[r * n + i] * ((const float *)(x + c * xs))[i];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++)
+            y[c * ldy + r] = hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
+                                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1)))) +
+                             tail[r][c];
+}
+
+INLINE VNNI512 void float_panel(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                                size_t xs, int nc, float *y, int64_t ldy) {
+    const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
+    const int64_t nsb = n;   // PANEL_TOKENS_LOOP passes nsb: the row length
+    float dec[LLMB_PANEL_R * FL_MAX_N] __attribute__((aligned(64)));
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = w + r * ws;
+        float *o = dec + r * n;
+        int64_t i = 0;
+        if (type == LLMB_TYPE_F16)
+            for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * i))));
+        for (; i < n; i++) o[i] = w_scalar(type, row + i * es);
+    }
+    PANEL_TOKENS_LOOP(fl_panel_body);
+}
+
+#define FL_PANEL(name, T)                                                                                           \
+    VNNI512 static void name##_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, \
+                                             int nc, float *y, int64_t ldy) {                                        \
+        if (n > FL_MAX_N) {                                                                                         \
+            for (int c0 = 0; c0 < nc; c0 += 4)                                                                      \
+                name##_tile_vnni(n, vw, ws, nr, (const uint8_t *)vx + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,       \
+                                 y + c0 * ldy, ldy);                                                                \
+            return;                                                                                                 \
+        }                                                                                                           \
+        float_panel(T, n, vw, ws, nr, vx, xs, nc, y, ldy);                                                          \
+    }
+FL_PANEL(f32, LLMB_TYPE_F32)
+FL_PANEL(f16, LLMB_TYPE_F16)
+FL_PANEL(bf16, LLMB_TYPE_BF16)
 #endif // x86-64
 
 
@@ -614,6 +684,9 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
             t[LLMB_TYPE_Q4_0].panel = q4_0_panel_vnni512;
             t[LLMB_TYPE_Q5_0].panel = q5_0_panel_vnni512;
             t[LLMB_TYPE_Q8_0].panel = q8_0_panel_vnni512;
+            t[LLMB_TYPE_F32].panel = f32_panel_vnni512;
+            t[LLMB_TYPE_F16].panel = f16_panel_vnni512;
+            t[LLMB_TYPE_BF16].panel = bf16_panel_vnni512;
         }
         break;
 #endif
