@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import os as _os
 
-from . import _core
+# The engine's OpenMP threads meet at a barrier after every matrix product. libgomp's default is to
+# spin ~300k iterations at a barrier before sleeping; when another process holds a core, the
+# spinner keeps the thread it waits for off the CPU and decode slows down 5-30x (measured on a
+# shared 2-core machine). A short spin keeps the uncontended hand-off fast and degrades gently.
+# Must be set before libgomp loads (with _core); an explicit setting wins.
+_os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+
+from . import _core  # noqa: E402
 from ._core import (
     BackendUnavailableError,
     DeviceError,

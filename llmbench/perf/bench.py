@@ -74,6 +74,7 @@ def _environment(llm: LLM, cfg: BenchConfig) -> dict:
         "kv_dtype": cfg.kv_dtype, "backend": "cpu", "threads": llm.threads, "cpu_model": cpu_model(),
         "gpu_name": None, "build_flags": _core.build_info()["cflags"], "cuda_graphs": None,
         "prefix_cache": False, "simd": _core.simd_info()["active"], "activations": llm.activations,
+        "omp": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND")},
     }
 
 
