@@ -85,9 +85,12 @@ def _header() -> dict:
 
 
 def _membw_elsewhere(threads: int) -> dict:
-    """membw in a child process, so its arrays do not count in this process's peak memory."""
+    """membw in a child process, so its arrays do not count in this process's peak memory. The child
+    runs from the folder that holds this llmbench, so a source tree in the working directory cannot
+    shadow it."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     r = subprocess.run([sys.executable, "-m", "llmbench", "membw", "--json", "--reps", "3", "--threads", str(threads)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, cwd=here)
     if r.returncode != 0:  # fall back to measuring here rather than reporting no fraction
         return membw.measure(256 << 20, 3, threads)
     return json.loads(r.stdout)
