@@ -80,6 +80,8 @@ LLMB_API llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t seq, fl
 // After a sequence with prompt_logits finished prefill: n_prompt x vocab floats.
 LLMB_API llmb_status llmb_engine_prompt_logits(llmb_engine *e, int64_t seq, float *out, int64_t n);
 LLMB_API void llmb_engine_get_stats(const llmb_engine *e, llmb_engine_stats *st);
+// Mean ns of one clock read and of one logged event (the engine's timing overhead), over n of each.
+LLMB_API llmb_status llmb_engine_timing_cost(llmb_engine *e, int n, double *clock_ns, double *event_ns);
 LLMB_API void llmb_engine_reset_stats(llmb_engine *e);
 
 #endif

@@ -251,6 +251,16 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *noargs) {
                          "prefill_tokens", st.prefill_tokens, "decode_tokens", st.decode_tokens);
 }
 
+static PyObject *Engine_timing_cost(EngineObject *self, PyObject *args) {
+    ENGINE(self);
+    int n = 10000;
+    if (!PyArg_ParseTuple(args, "|i", &n)) return NULL;
+    double clock_ns = 0, event_ns = 0;
+    llmb_status s = llmb_engine_timing_cost(self->e, n, &clock_ns, &event_ns);
+    if (s != LLMB_OK) return llmb_py_raise(s, NULL);
+    return Py_BuildValue("{s:d,s:d,s:i}", "clock_ns", clock_ns, "event_ns", event_ns, "n", n);
+}
+
 static PyObject *Engine_reset_stats(EngineObject *self, PyObject *noargs) {
     ENGINE(self);
     llmb_engine_reset_stats(self->e);
@@ -268,6 +278,7 @@ static PyMethodDef Engine_methods[] = {
     {"prompt_logprobs", (PyCFunction)Engine_prompt_logprobs, METH_VARARGS, "(logprobs, is_greedy) of prompt tokens."},
     {"prompt_logits", (PyCFunction)Engine_prompt_logits, METH_VARARGS, "Full logits of every prompt position."},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "Phase times (ns) and token counts."},
+    {"timing_cost", (PyCFunction)Engine_timing_cost, METH_VARARGS, "Mean ns of one clock read and one logged event."},
     {"reset_stats", (PyCFunction)Engine_reset_stats, METH_NOARGS, "Zero the phase times and counts."},
     {NULL}};
 

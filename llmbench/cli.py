@@ -181,22 +181,98 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=cmd_dummy)
 
 
+def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
+    """The base BenchConfig and the swept axes (the options given several values)."""
+    from .perf.bench import BenchConfig
+    from .perf.metrics import parse_slos
+    from .perf.sweep import parse_list
+
+    lists = {"model": parse_list(args.model, str), "kv_dtype": parse_list(args.kv_dtype, str),
+             "threads": parse_list(args.threads) if args.threads else [None],
+             "batch": parse_list(args.batch), "input_len": parse_list(args.input_len)}
+    for v in lists["kv_dtype"]:
+        if v not in ("f16", "f32", "q8_0"):
+            raise ValueError(f"--kv-dtype {v!r}: choose f16, f32 or q8_0")
+    cfg = BenchConfig(model=lists["model"][0], threads=lists["threads"][0], kv_dtype=lists["kv_dtype"][0],
+                      pp=args.pp, tg=args.tg, depth=tuple(parse_list(args.depth)), batch=lists["batch"][0],
+                      input_len=lists["input_len"][0], output_len=args.output_len, dataset=args.dataset,
+                      warmup=args.warmup, repetitions=args.reps, seed=args.seed,
+                      percentiles=tuple(float(p) for p in args.percentiles.split(",")),
+                      goodput=parse_slos(args.goodput) if args.goodput else {},
+                      cuda_graphs=None if args.cuda_graphs is None else args.cuda_graphs == "on",
+                      backend=args.backend, base_url=args.base_url, api=args.api, request_rate=args.request_rate,
+                      burstiness=args.burstiness, max_concurrency=args.max_concurrency)
+    return cfg, {k: v for k, v in lists.items() if len(v) > 1}
+
+
+def _run_sweep(args: argparse.Namespace, cfg, axes: dict) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .perf.report import fit_lines, fmt, rows
+    from .perf.sweep import Sweep, run_sweep
+
+    directory = args.resume or args.out_dir
+    if not directory:
+        import datetime
+
+        directory = "llmbench-sweep-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    sweep = None if args.resume else Sweep(cfg, axes or {"batch": [cfg.batch]}, args.knee_threshold)
+    if sweep is not None and cfg.backend != "cpu":
+        raise ValueError("sweeps run on llmbench's engine (--backend cpu); against a server, run one "
+                         "configuration per command")
+    console = Console(stderr=True)
+    columns = (TextColumn("[bold]points"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("starting", total=None)
+            result = run_sweep(sweep, directory, resume=bool(args.resume),
+                               progress=lambda msg: bar.update(task, description=msg),
+                               advance=lambda done, total: bar.update(task, completed=done, total=total))
+    except KeyboardInterrupt:
+        print(f"llmbench bench: interrupted; the finished points are in {directory}/points.jsonl: continue "
+              f"with  llmbench bench --resume {directory}", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    from rich.table import Table
+
+    head, body = rows(result)
+    tail = head[-3].split("_")[0]   # the highest percentile's key, e.g. p99
+    show = {**{a: a for a in result["sweep"]["axes"]}, "output_throughput": "out tok/s",
+            "total_token_throughput": "total tok/s", "median_ttft_ms": "TTFT ms", f"{tail}_ttft_ms": f"{tail} TTFT",
+            "median_tpot_ms": "TPOT ms", f"{tail}_tpot_ms": f"{tail} TPOT", "decode_gbps": "decode GB/s",
+            "bandwidth_fraction": "of membw"}
+    t = Table(title=f"llmbench sweep: {len(body)} points in {directory} (latencies: medians and {tail})")
+    for h in show.values():
+        t.add_column(h, justify="right")
+    for row in body:
+        cells = dict(zip(head, row))
+        t.add_row(*("–" if cells[k] is None else f"{cells[k]:.0%}" if k == "bandwidth_fraction" else
+                    fmt(cells[k]) for k in show))
+    Console().print(t)
+    for line in fit_lines(result):
+        print(line)
+    files = result["sweep"]["files"]
+    print(f"result: {os.path.join(directory, 'result.json')}; also {files['csv']}, {files['markdown']}, "
+          f"{', '.join(files['plots'])}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .perf.bench import BenchConfig, run, run_openai
-    from .perf.metrics import parse_slos
+    from .perf.bench import run, run_openai
 
-    cfg = BenchConfig(model=args.model, threads=args.threads, kv_dtype=args.kv_dtype, pp=args.pp, tg=args.tg,
-                      batch=args.batch, input_len=args.input_len, output_len=args.output_len, warmup=args.warmup,
-                      repetitions=args.reps, seed=args.seed,
-                      percentiles=tuple(float(p) for p in args.percentiles.split(",")),
-                      goodput=parse_slos(args.goodput) if args.goodput else {}, backend=args.backend,
-                      base_url=args.base_url, api=args.api, request_rate=args.request_rate,
-                      burstiness=args.burstiness, max_concurrency=args.max_concurrency)
-    if cfg.repetitions < 1 or cfg.warmup < 0 or min(cfg.pp, cfg.tg, cfg.batch) < 0:
-        raise ValueError("--reps must be >= 1; --warmup, --pp, --tg and --batch >= 0")
+    if args.resume:
+        return _run_sweep(args, None, {})
+    cfg, axes = _bench_config(args)
+    if axes or args.out_dir:
+        return _run_sweep(args, cfg, axes)
+    cfg.check()
     console = Console(stderr=True)
     with console.status("starting") as status:
         result = (run_openai if cfg.backend == "openai" else run)(cfg, lambda msg: status.update(msg))
@@ -231,6 +307,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bw:
         t.add_row("decode bandwidth", f"{bw['achieved_gbps']:.1f} GB/s = {bw['fraction']:.0%} of "
                                       f"{bw['measured_gbps']:.1f} GB/s measured")
+    ov = result.get("timing_overhead")
+    if ov:
+        t.add_row("timing overhead per decode step", f"{ov['per_step_ns']:.0f} ns = {ov['fraction_of_decode_step']:.4%}")
     if "memory" in result:
         t.add_row("memory: weights / KV / peak RSS",
                   f"{_gib(result['memory']['weights_bytes'])} / {_gib(result['memory']['kv_cache_bytes'])} / "
@@ -270,33 +349,51 @@ def build_parser() -> argparse.ArgumentParser:
                           formatter_class=argparse.RawDescriptionHelpFormatter)
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     info.set_defaults(func=cmd_info)
-    b = sub.add_parser("bench", help="benchmark a model: pp/tg tokens/s, TTFT/TPOT/ITL, decode bandwidth",
+    b = sub.add_parser("bench", help="benchmark a model: pp/tg tokens/s, TTFT/TPOT/ITL, decode bandwidth, sweeps",
                        description="Benchmark a GGUF model (default: the llama-125m Q4_K_M dummy, built on first "
                                    "use) on llmbench's engine: llama-bench-style pp and tg tokens/s, a latency "
                                    "run with vLLM's TTFT/TPOT/ITL/E2E, and the decode bandwidth as a fraction "
                                    "of this machine's measured bandwidth. Writes one JSON result "
-                                   "(docs/result.schema.json).",
+                                   "(docs/result.schema.json). Give --model, --kv-dtype, --threads, --batch or "
+                                   "--input-len several values (1,2,4 or 1..64 for powers of two) to sweep: each "
+                                   "point runs the latency scenario and is saved as it finishes to DIR/points.jsonl; "
+                                   "batch sweeps get a power-law fit and a knee; DIR also gets result.json, a CSV, "
+                                   "a markdown report and PNG plots.",
                        epilog="examples:\n  llmbench bench\n  llmbench bench --model llama-1b:Q8_0 --threads 2 -o r.json\n"
-                              "  llmbench bench --model path/to/model.gguf --pp 512 --tg 128 --batch 8 "
+                              "  llmbench bench --model path/to/model.gguf --pp 512 --tg 128 --depth 0,4096 --batch 8 "
                               "--goodput ttft:500 tpot:50\n"
+                              "  llmbench bench --batch 1..64 --out-dir sweep-125m      # batch sweep, fit, plots\n"
+                              "  llmbench bench --resume sweep-125m                     # continue an interrupted sweep\n"
+                              "  llmbench bench --model llama-125m:Q4_K_M,llama-125m:Q8_0 --input-len 512,2048 "
+                              "--batch 1,8\n"
+                              "  llmbench bench --dataset prompts.jsonl --batch 16      # ShareGPT/JSONL prompts\n"
                               "  llmbench bench --backend openai --base-url http://localhost:8000/v1 --model NAME "
                               "--batch 64 --request-rate 8",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("--model", default="llama-125m:Q4_K_M", help="GGUF file or dummy preset[:type]")
-    b.add_argument("--threads", type=int, default=None, help="engine threads (default: all CPUs)")
-    b.add_argument("--kv-dtype", default="f16", choices=("f16", "f32", "q8_0"))
+    b.add_argument("--model", default="llama-125m:Q4_K_M", help="GGUF file or dummy preset[:type]; a list sweeps")
+    b.add_argument("--threads", default=None, help="engine threads (default: all CPUs); a list sweeps")
+    b.add_argument("--kv-dtype", default="f16", help="f16, f32 or q8_0; a list sweeps")
     b.add_argument("--pp", type=int, default=512, help="prompt tokens of the pp test (0 skips it)")
     b.add_argument("--tg", type=int, default=128, help="generated tokens of the tg test (0 skips it)")
-    b.add_argument("--batch", type=int, default=1, help="concurrent requests in the latency run (0 skips it)")
-    b.add_argument("--input-len", type=int, default=128)
-    b.add_argument("--output-len", type=int, default=128)
+    b.add_argument("--depth", default="0", help="context depths of the pp/tg tests, e.g. 0,4096 (llama-bench -d)")
+    b.add_argument("--batch", default="1", help="concurrent requests in the latency run (0 skips it); a list sweeps")
+    b.add_argument("--input-len", default="128", help="prompt tokens per request; a list sweeps")
+    b.add_argument("--output-len", type=int, default=128, help="output tokens per request (EOS ignored)")
+    b.add_argument("--dataset", help="JSONL/JSON prompts for the latency run (prompt/text/question keys, "
+                                     "MT-Bench turns, ShareGPT conversations, OpenAI messages)")
     b.add_argument("--warmup", type=int, default=1)
     b.add_argument("--reps", type=int, default=5, help="repetitions of each test")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--percentiles", default="50,90,95,99")
     b.add_argument("--goodput", nargs="*", metavar="SLO", help="SLOs in ms, e.g. ttft:500 tpot:50")
-    b.add_argument("--backend", choices=("cpu", "openai"), default="cpu",
-                   help="cpu: llmbench's engine; openai: an OpenAI-compatible server (vLLM, llama.cpp, Ollama)")
+    b.add_argument("--out-dir", help="sweep folder (default llmbench-sweep-DATE when sweeping)")
+    b.add_argument("--resume", metavar="DIR", help="continue the sweep saved in DIR (its settings are reused)")
+    b.add_argument("--knee-threshold", type=float, default=0.1,
+                   help="knee: first batch after which doubling gains less than this fraction (default 0.1)")
+    b.add_argument("--backend", choices=("cpu", "cuda", "openai"), default="cpu",
+                   help="cpu: llmbench's engine; cuda: its GPU backend; openai: an OpenAI-compatible server "
+                        "(vLLM, llama.cpp, Ollama, SGLang)")
+    b.add_argument("--cuda-graphs", choices=("on", "off"), default=None, help="--backend cuda: decode with CUDA Graphs")
     b.add_argument("--base-url", help="server URL for --backend openai, e.g. http://localhost:8000/v1")
     b.add_argument("--api", choices=("completions", "chat"), default="completions")
     b.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (default: all at once)")

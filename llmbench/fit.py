@@ -31,9 +31,31 @@ class FitResult:
     r2: float
     n: int              # data points
     dof: int            # n - number of parameters
+    cov: list[list[float]] | None = None   # covariance of the parameters, in the order of params
 
     def predict(self, x: Sequence[float] | np.ndarray | float) -> np.ndarray:
         return _MODELS[self.model](np.asarray(x, dtype=np.float64), *self.params.values())
+
+    def band(self, x: Sequence[float] | np.ndarray | float, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """Confidence band of the fitted curve at ``x`` (the mean prediction, not new data): the delta
+        method with the parameter covariance (numerical gradient), Student's t with ``dof``."""
+        if self.cov is None:
+            raise ValueError("band: this fit has no covariance")
+        x = np.asarray(x, dtype=np.float64)
+        p = np.array(list(self.params.values()))
+        f = _MODELS[self.model]
+        grads = []
+        for i in range(p.size):
+            h = 1e-6 * max(abs(p[i]), 1e-12)
+            up, dn = p.copy(), p.copy()
+            up[i] += h
+            dn[i] -= h
+            grads.append((f(x, *up) - f(x, *dn)) / (2 * h))
+        g = np.array(grads)                       # [n_params, len(x)]
+        var = np.einsum("i...,ij,j...->...", g, np.asarray(self.cov), g)
+        half = float(stats.t.ppf(0.5 + level / 2, self.dof)) * np.sqrt(np.clip(var, 0, None))
+        y = f(x, *p)
+        return y - half, y + half
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,7 +106,9 @@ def _fit(model: str, formula: str, names: tuple[str, ...], x: np.ndarray, y: np.
                      params={n: float(p) for n, p in zip(names, popt)},
                      stderr={n: float(s) for n, s in zip(names, se)},
                      ci95={n: [float(p - t * s), float(p + t * s)] for n, p, s in zip(names, popt, se)},
-                     r2=r2, n=int(x.size), dof=int(dof))
+                     r2=r2, n=int(x.size), dof=int(dof),
+                     cov=[[float(v) for v in row] for row in pcov]
+                     if np.all(np.isfinite(pcov)) else None)
 
 
 # ---- power law ----

@@ -178,8 +178,8 @@ class LLM:
         head_dim = int(meta.get(f"{arch}.attention.key_length", int(meta.get(f"{arch}.embedding_length", 1)) // n_head))
         per_tok = 2 * n_layer * n_kv * head_dim * {"f32": 4, "f16": 2, "q8_0": 34 / 32}[kv_dtype]
         if kv_budget is None:
-            budget = min(max_seqs * self.ctx * per_tok, _available_memory() // 4)
-            budget = max(budget, self.ctx * per_tok)
+            full = -(-self.ctx // block_size) * block_size * per_tok   # one full-context sequence, whole blocks
+            budget = max(min(max_seqs * full, _available_memory() // 4), full)
         else:
             budget = _parse_bytes(kv_budget)
         n_blocks = int(budget // (per_tok * block_size))
@@ -231,23 +231,51 @@ class LLM:
 
     # ---- generation ----
 
+    def hold_prefix(self, prompt: str | Sequence[int]) -> Prefix:
+        """Compute a prompt prefix once and keep its KV cache: ``generate(..., prefix=p)`` then
+        forks it (copy on write) for each request instead of recomputing it. Release it with
+        ``p.release()`` or use it as a context manager."""
+        ids = self._prompt_ids(prompt)
+        if not ids:
+            raise ValueError("hold_prefix: the prefix is empty")
+        seq = self.engine.add(ids, max_tokens=0, hold=True)
+        try:
+            while self.engine.step():
+                pass
+            self.engine.poll()
+        except BaseException:
+            self.engine.release(seq)
+            raise
+        return Prefix(self, ids, seq)
+
     def generate(self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 on_token: Callable[[int, int, str], None] | None = None) -> list[Completion]:
+                 on_token: Callable[[int, int, str], None] | None = None,
+                 prefix: Prefix | None = None) -> list[Completion]:
         """Generate for one prompt or a batch (text or token ids); all run concurrently in the engine.
 
-        ``on_token(request_index, token_id, text_delta)`` is called as tokens arrive."""
+        ``on_token(request_index, token_id, text_delta)`` is called as tokens arrive. With
+        ``prefix`` (from ``hold_prefix``) each prompt continues that prefix: the request's prompt is
+        prefix + prompt, and the prefix's KV cache is shared rather than recomputed (a prompt given
+        as text is then tokenized without BOS)."""
         single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], (int, np.integer)))
         batch = [prompts] if single else list(prompts)
         plist = params if isinstance(params, Sequence) else [params or SamplingParams()] * len(batch)
         if len(plist) != len(batch):
             raise ValueError(f"{len(plist)} SamplingParams for {len(batch)} prompts")
-        runs = [_Run(self, self._prompt_ids(p), sp) for p, sp in zip(batch, plist)]
+        if prefix is not None and (prefix.llm is not self or prefix.seq is None):
+            raise ValueError("generate: prefix was released or belongs to another LLM")
+        if prefix is None:
+            runs = [_Run(self, self._prompt_ids(p), sp) for p, sp in zip(batch, plist)]
+        else:
+            runs = [_Run(self, prefix.ids + (self.tokenize(p, add_bos=False) if isinstance(p, str) else
+                                             [int(t) for t in p]), sp) for p, sp in zip(batch, plist)]
+        fork = -1 if prefix is None else prefix.seq
         by_seq = {}
         try:
             for i, r in enumerate(runs):
                 r.index = i
-                r.seq = self.engine.add(r.prompt, **r.engine_args())
+                r.seq = self.engine.add(r.prompt, **r.engine_args(), fork_from=fork)
                 by_seq[r.seq] = r
             self._drive(by_seq, on_token)
         finally:
@@ -346,6 +374,27 @@ class LLM:
         finally:
             for p in parents.values():
                 self.engine.release(p)
+
+
+class Prefix:
+    """A prompt prefix held in the engine's KV cache (see ``LLM.hold_prefix``)."""
+
+    def __init__(self, llm: LLM, ids: list[int], seq: int):
+        self.llm, self.ids, self.seq = llm, ids, seq
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def release(self) -> None:
+        if self.seq is not None:
+            self.llm.engine.release(self.seq)
+            self.seq = None
+
+    def __enter__(self) -> Prefix:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class _Run:

@@ -150,6 +150,33 @@ def test_loglikelihood_matches_reference(stories_path, stories):
     assert stories.loglikelihood([(ctx + " ", "and played")]) == stories.loglikelihood([(ctx, cont)])
 
 
+def test_held_prefix_is_shared_and_changes_nothing(stories):
+    ctx = stories.tokenize("Once upon a time, there was a little girl")
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=2)
+    free = stories.memory()["free_blocks"]
+    with stories.hold_prefix(ctx) as prefix:
+        assert len(prefix) == len(ctx) and stories.memory()["free_blocks"] < free
+        forked = stories.generate([" named", " who"], params, prefix=prefix)
+    whole = stories.generate([ctx + stories.tokenize(" named", add_bos=False),
+                              ctx + stories.tokenize(" who", add_bos=False)], params)
+    for f, w in zip(forked, whole):
+        assert f.prompt_token_ids == w.prompt_token_ids
+        assert f.token_ids == w.token_ids and f.logprobs == w.logprobs   # bit-identical
+        assert f.cached_tokens >= len(ctx) - stories.block_size and w.cached_tokens == 0
+    assert stories.memory()["free_blocks"] == free    # released on leaving the block
+    with pytest.raises(ValueError, match="released"):
+        stories.generate([" named"], params, prefix=prefix)
+
+
+def test_timing_cost_is_measured_and_leaves_no_event(stories):
+    stories.engine.poll()
+    c = stories.engine.timing_cost(20000)
+    assert 0 < c["clock_ns"] < 1e5 and 0 < c["event_ns"] < 1e5 and c["n"] == 20000
+    assert stories.engine.poll() == []   # the probe's events were taken back out
+    with pytest.raises(ValueError, match="n >= 1"):
+        stories.engine.timing_cost(0)
+
+
 def test_events_and_timestamps(stories):
     out = stories.generate(["Once upon", "Lily"], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
     for o in out:

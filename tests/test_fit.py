@@ -100,3 +100,23 @@ def test_knee_uneven_spacing():
     assert knee(x, 5 * x**0.5, threshold=0.1).x is None          # 2**0.5 - 1 = 0.41 per doubling
     with pytest.raises(ValueError, match="distinct"):
         knee([1, 1, 2], [1, 2, 3])
+
+
+def test_power_law_band_covers_the_true_curve():
+    # The 95% band of the fitted curve (delta method with the parameter covariance) holds the true
+    # curve at a given batch in about 95% of repeated experiments; it is narrowest inside the data.
+    a, k, trials = 40.0, 0.6, 300
+    hits = np.zeros(3)
+    xs = np.array([1.0, 6.0, 64.0])
+    for seed in range(trials):
+        rng = np.random.default_rng(1000 + seed)
+        y = a * BATCHES**k * (1 + 0.05 * rng.standard_normal(BATCHES.size))
+        f = power_law(BATCHES, y, relative=True)
+        lo, hi = f.band(xs)
+        hits += (lo < a * xs**k) & (a * xs**k < hi)
+    assert np.all(hits / trials > 0.88) and np.all(hits / trials < 0.995), hits / trials
+    f = power_law(BATCHES, a * BATCHES**k * (1 + 0.05 * np.random.default_rng(0).standard_normal(BATCHES.size)),
+                  relative=True)
+    lo, hi = f.band(np.array([1.0, 8.0]))
+    assert (hi - lo)[1] / f.predict(8.0) < (hi - lo)[0] / f.predict(1.0)
+    assert json.loads(json.dumps(f.to_dict()))["cov"] == f.cov

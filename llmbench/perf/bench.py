@@ -21,9 +21,13 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import LLM, SamplingParams, __version__, _core
+from .. import LLM, SamplingParams, UnsupportedError, __version__, _core
+from ..gguf import GGUFFile
 from ..info import cpu_model
+from ..llm import Prefix, resolve_model
+from ..tokenizer import Tokenizer
 from . import membw
+from .dataset import load_prompts, sample
 from .metrics import RequestTiming, decode_bandwidth, decode_step_bytes, llama_bench_stats, serving_metrics
 from .schema import validate
 
@@ -35,14 +39,17 @@ class BenchConfig:
     kv_dtype: str = "f16"
     pp: int = 512                      # llama-bench pp test (0: skip)
     tg: int = 128                      # llama-bench tg test (0: skip)
+    depth: tuple[int, ...] = (0,)      # llama-bench -d: context already in the KV cache before pp/tg
     batch: int = 1                     # latency scenario: concurrent requests (0: skip)
     input_len: int = 128
     output_len: int = 128
+    dataset: str | None = None         # JSONL/JSON prompts instead of random tokens (latency scenario)
     warmup: int = 1
     repetitions: int = 5
     seed: int = 0
     percentiles: tuple[float, ...] = (50, 90, 95, 99)
     goodput: dict[str, float] = field(default_factory=dict)
+    cuda_graphs: bool | None = None    # backend cuda only
     # external OpenAI-compatible server (backend "openai")
     backend: str = "cpu"
     base_url: str | None = None
@@ -50,6 +57,21 @@ class BenchConfig:
     request_rate: float = float("inf")  # requests/s with gamma gaps; inf: all at once
     burstiness: float = 1.0
     max_concurrency: int | None = None
+
+    def check(self) -> None:
+        """Raise ValueError naming the first bad setting."""
+        if self.repetitions < 1 or self.warmup < 0:
+            raise ValueError("--reps must be >= 1 and --warmup >= 0")
+        if min(self.pp, self.tg, self.batch) < 0 or min(self.depth, default=0) < 0:
+            raise ValueError("--pp, --tg, --batch and --depth must be >= 0")
+        if self.batch and (self.input_len < 1 or self.output_len < 1) and not (self.dataset and self.output_len >= 1):
+            raise ValueError("--input-len and --output-len must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("--threads must be >= 1")
+        if self.cuda_graphs is not None and self.backend != "cuda":
+            raise ValueError("--cuda-graphs applies to --backend cuda only")
+        if not (self.pp or self.tg or self.batch):
+            raise ValueError("nothing to run: --pp, --tg and --batch are all 0")
 
 
 def _random_prompt(rng: np.random.Generator, vocab: int, n: int) -> list[int]:
@@ -64,101 +86,226 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _environment(llm: LLM, cfg: BenchConfig) -> dict:
+_SHA_CACHE: dict[tuple[str, float, int], str] = {}
+
+
+def environment(llm: LLM, cfg: BenchConfig) -> dict:
+    """The environment block of a result for the local engine."""
     path = str(llm.path)
+    st = os.stat(path)
+    key = (path, st.st_mtime, st.st_size)
+    if key not in _SHA_CACHE:
+        _SHA_CACHE[key] = _sha256(path)
     name = cfg.model if not os.path.exists(cfg.model) else os.path.basename(path)
     return {
         "model": {"file": os.path.basename(path), "name": name, "dummy": not os.path.exists(cfg.model),
-                  "size_bytes": os.path.getsize(path), "sha256": _sha256(path),
+                  "size_bytes": st.st_size, "sha256": _SHA_CACHE[key],
                   "weight_types": sorted({t.type for t in llm.file.tensors.values()})},
         "kv_dtype": cfg.kv_dtype, "backend": "cpu", "threads": llm.threads, "cpu_model": cpu_model(),
         "gpu_name": None, "build_flags": _core.build_info()["cflags"], "cuda_graphs": None,
-        "prefix_cache": False, "simd": _core.simd_info()["active"], "activations": llm.activations,
+        "prefix_cache": any(d > 0 for d in cfg.depth) if (cfg.pp or cfg.tg) else False,
+        "simd": _core.simd_info()["active"], "activations": llm.activations,
         "omp": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND")},
     }
 
 
-def _header() -> dict:
+def header() -> dict:
     """The fields every result starts with."""
     return {"schema_version": 1, "llmbench_version": __version__, "commit": (_core.build_info()["commit"] or None),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")}
 
 
-def _membw_elsewhere(threads: int) -> dict:
-    """membw in a child process, so its arrays do not count in this process's peak memory. The child
-    runs from the folder that holds this llmbench, so a source tree in the working directory cannot
-    shadow it."""
+_MEMBW_CACHE: dict[int, dict] = {}
+
+
+def membw_elsewhere(threads: int) -> dict:
+    """membw in a child process, so its arrays do not count in this process's peak memory (measured
+    once per thread count in a process). The child runs from the folder that holds this llmbench,
+    so a source tree in the working directory cannot shadow it."""
+    if threads in _MEMBW_CACHE:
+        return _MEMBW_CACHE[threads]
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     r = subprocess.run([sys.executable, "-m", "llmbench", "membw", "--json", "--reps", "3", "--threads", str(threads)],
                        capture_output=True, text=True, timeout=600, cwd=here)
-    if r.returncode != 0:  # fall back to measuring here rather than reporting no fraction
-        return membw.measure(256 << 20, 3, threads)
-    return json.loads(r.stdout)
+    # fall back to measuring here rather than reporting no fraction
+    _MEMBW_CACHE[threads] = json.loads(r.stdout) if r.returncode == 0 else membw.measure(256 << 20, 3, threads)
+    return _MEMBW_CACHE[threads]
 
 
-def _timed(llm: LLM, prompts: list[list[int]], n_gen: int):
+def _timed(llm: LLM, prompts: list[list[int]], n_gen: int, prefix: Prefix | None = None):
     """Run prompts together; return the completions (KV blocks are released afterwards)."""
     params = SamplingParams(temperature=0, max_tokens=n_gen, ignore_eos=True)
-    return llm.generate(prompts, params)
+    return llm.generate(prompts, params, prefix=prefix)
+
+
+def matrix_bytes(llm: LLM) -> int:
+    """Bytes of the weight matrices one decode step reads (the embedding table only when it is also
+    the output projection; a step reads one row of it otherwise)."""
+    return sum(t.nbytes for name, t in llm.file.tensors.items()
+               if len(t.shape) == 2 and (name != "token_embd.weight" or llm.info["tied_output"]))
+
+
+def _test_name(kind: str, n: int, depth: int) -> str:
+    return f"{kind}{n}" + (f" @ d{depth}" if depth else "")   # llama-bench's spelling
+
+
+def llama_bench_tests(llm: LLM, cfg: BenchConfig, rng: np.random.Generator,
+                      progress: Callable[[str], None]) -> tuple[list[dict], list[float]]:
+    """llama-bench's pp and tg tests at each depth: tokens/s per repetition. At depth d the first d
+    tokens are computed once, untimed, and held; each repetition forks them (so only the test's
+    own tokens are timed, over a KV cache of d + n tokens) and releases its blocks afterwards.
+    Returns the test entries and the decode step times of the depth-0 tg test."""
+    vocab = llm.info["vocab"]
+    tests, step_s = [], []
+    for depth in cfg.depth:
+        prefix = llm.hold_prefix(_random_prompt(rng, vocab, depth)) if depth else None
+        try:
+            for kind, n_prompt, n_gen in (("pp", cfg.pp, 0), ("tg", 1, cfg.tg)):
+                if not (cfg.pp if kind == "pp" else cfg.tg):
+                    continue
+                name = _test_name(kind, cfg.pp if kind == "pp" else cfg.tg, depth)
+                progress(name)
+                secs = []
+                for r in range(cfg.warmup + cfg.repetitions):
+                    c = _timed(llm, [_random_prompt(rng, vocab, n_prompt)], n_gen, prefix)[0]
+                    if r < cfg.warmup:
+                        continue
+                    secs.append((c.finish_ns - c.admit_ns) / 1e9)
+                    if kind == "tg" and depth == 0:
+                        step_s += (np.diff(c.token_ns.astype(np.int64)) / 1e9).tolist()  # pure decode steps
+                tests.append({"test": name, "n_prompt": cfg.pp if kind == "pp" else 0,
+                              "n_gen": cfg.tg if kind == "tg" else 0, "n_depth": depth,
+                              **llama_bench_stats(cfg.pp if kind == "pp" else cfg.tg, secs)})
+        finally:
+            if prefix is not None:
+                prefix.release()
+    return tests, step_s
+
+
+def latency_prompts(cfg: BenchConfig, tokenize: Callable[[str], list[int]] | None, vocab: int,
+                    ctx_limit: int) -> list[list[list[int]]]:
+    """The prompts of every run (warmup first), ``batch`` each: seeded random tokens of
+    ``input_len``, or prompts drawn from ``cfg.dataset`` (tokenized, cut to fit ``ctx_limit`` with
+    the output)."""
+    rng = np.random.default_rng([cfg.seed, 1])
+    runs = cfg.warmup + cfg.repetitions
+    if not cfg.dataset:
+        return [[_random_prompt(rng, vocab, cfg.input_len) for _ in range(cfg.batch)] for _ in range(runs)]
+    if tokenize is None:
+        raise UnsupportedError(f"{cfg.model} has no tokenizer in its metadata, so dataset prompts cannot be used")
+    items = load_prompts(cfg.dataset)
+    keep = max(1, ctx_limit - cfg.output_len - 1)
+    return [[tokenize(p.text)[:keep] for p in sample(items, cfg.batch, rng)] for _ in range(runs)]
+
+
+def _decode_steps(outs) -> tuple[list[float], int]:
+    """Decode step times of a batch run: the token gaps of its first request once every request
+    has its first token (all sequences decoding together), and the mean KV context of those steps
+    summed over the batch."""
+    start = max(int(o.token_ns[0]) for o in outs if len(o.token_ns))
+    t = outs[0].token_ns.astype(np.int64)
+    t = t[t >= start]
+    steps = (np.diff(t) / 1e9).tolist()
+    mid = len(outs[0].token_ns) - len(t) + len(steps) / 2
+    return steps, int(sum(len(o.prompt_token_ids) for o in outs) + len(outs) * mid)
+
+
+def latency_run(llm: LLM, cfg: BenchConfig, prompts: list[list[list[int]]], progress: Callable[[str], None],
+                bw: dict | None = None) -> dict:
+    """The latency scenario: ``batch`` requests at once per run, fixed output length (EOS ignored).
+    Returns metrics (vLLM keys), raw requests, per-run output throughputs and, from the steps where
+    every sequence decodes, the decode bandwidth."""
+    reqs: list[RequestTiming] = []
+    duration = 0.0
+    per_run: list[float] = []
+    steps: list[float] = []
+    ctx_tokens: list[int] = []
+    for r, batch in enumerate(prompts):
+        progress(f"{'warmup' if r < cfg.warmup else 'run'} {r + 1}/{len(prompts)}: batch {len(batch)}, "
+                 f"{len(batch[0])} in, {cfg.output_len} out")
+        outs = _timed(llm, batch, cfg.output_len)
+        if r < cfg.warmup:
+            continue
+        run_reqs = [RequestTiming(o.arrival_ns, int(o.token_ns[0]), o.token_ns.astype(np.int64).tolist(),
+                                  o.finish_ns, len(o.prompt_token_ids), len(o.token_ids)) for o in outs]
+        secs = (max(o.finish_ns for o in outs) - min(o.arrival_ns for o in outs)) / 1e9
+        duration += secs
+        per_run.append(sum(len(o.token_ids) for o in outs) / secs)
+        s, ctx = _decode_steps(outs)
+        steps += s
+        ctx_tokens.append(ctx)
+        reqs += run_reqs
+    out = {"metrics": serving_metrics(reqs, cfg.percentiles, cfg.goodput or None, duration_s=duration),
+           "requests": [q.to_dict() for q in reqs], "output_throughput_runs": per_run, "decode_step_s": steps}
+    if steps:
+        step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], int(np.mean(ctx_tokens)))
+        out["bandwidth"] = decode_bandwidth(step_bytes, steps, measured_gbps=(bw or {}).get("read"))
+    return out
+
+
+def timing_overhead(llm: LLM, step_s: float, batch: int) -> dict:
+    """What the engine's own timing costs per decode step: 4 clock reads (phase accumulators) plus
+    one logged event per sequence, measured on the real event log, as a fraction of the step."""
+    c = llm.engine.timing_cost(10000)
+    per_step = 4 * c["clock_ns"] + batch * c["event_ns"]
+    return {"clock_ns": c["clock_ns"], "event_ns": c["event_ns"], "per_step_ns": per_step,
+            "decode_step_ns": step_s * 1e9, "fraction_of_decode_step": per_step / (step_s * 1e9)}
+
+
+def load(cfg: BenchConfig, ctx: int, max_seqs: int) -> LLM:
+    return LLM(cfg.model, threads=cfg.threads, ctx=ctx, kv_dtype=cfg.kv_dtype,
+               max_batch_tokens=max(512, min(cfg.pp, 2048)), max_seqs=max(max_seqs, 4))
+
+
+def model_tokenizer(model: str) -> tuple[Callable[[str], list[int]] | None, int]:
+    """The tokenizer (encode) and training context of a model, without loading the engine."""
+    path = resolve_model(model)
+    with GGUFFile(path) as f:
+        meta = f.metadata
+    arch = meta.get("general.architecture", "?")
+    try:
+        tok = Tokenizer.from_gguf(meta)
+    except UnsupportedError:
+        return None, int(meta.get(f"{arch}.context_length", 2048))
+    return tok.encode, int(meta.get(f"{arch}.context_length", 2048))
 
 
 def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run the whole benchmark on the local engine; returns a schema-valid result dict."""
-    ctx = max(cfg.pp + 8, cfg.tg + 8, cfg.input_len + cfg.output_len + 8)
+    cfg.check()
+    if cfg.backend == "cuda":
+        LLM(cfg.model, backend="cuda")   # raises BackendUnavailableError / UnsupportedError with the reason
+    progress(f"preparing {cfg.model}")
+    tokenize, ctx_train = model_tokenizer(cfg.model)
+    prompts = latency_prompts(cfg, tokenize, 10**9, ctx_train) if cfg.batch and cfg.dataset else None
+    longest = max((len(p) for run_ in prompts or [] for p in run_), default=cfg.input_len if cfg.batch else 0)
+    ctx = max(cfg.pp + max(cfg.depth) + 8, cfg.tg + max(cfg.depth) + 8, longest + cfg.output_len + 8)
     progress(f"loading {cfg.model}")
-    llm = LLM(cfg.model, threads=cfg.threads, ctx=ctx, kv_dtype=cfg.kv_dtype,
-              max_batch_tokens=max(512, min(cfg.pp, 2048)), max_seqs=max(cfg.batch, 4))
-    vocab = llm.info["vocab"]
+    llm = load(cfg, ctx, cfg.batch)
+    if prompts is None and cfg.batch:
+        prompts = latency_prompts(cfg, tokenize, llm.info["vocab"], ctx)
     rng = np.random.default_rng(cfg.seed)
     progress("measuring memory bandwidth")
-    bw = _membw_elsewhere(llm.threads)
+    bw = membw_elsewhere(llm.threads)
     result: dict = {
-        **_header(),
-        "environment": _environment(llm, cfg),
-        "config": {**asdict(cfg), "percentiles": list(cfg.percentiles), "membw": bw},
+        **header(),
+        "environment": environment(llm, cfg),
+        "config": {**asdict(cfg), "depth": list(cfg.depth), "percentiles": list(cfg.percentiles), "membw": bw},
     }
-    tests = []
-    if cfg.pp:
-        progress(f"pp{cfg.pp}")
-        secs = []
-        for r in range(cfg.warmup + cfg.repetitions):
-            c = _timed(llm, [_random_prompt(rng, vocab, cfg.pp)], 0)[0]
-            if r >= cfg.warmup:
-                secs.append((c.finish_ns - c.admit_ns) / 1e9)
-        tests.append({"test": f"pp{cfg.pp}", "n_prompt": cfg.pp, "n_gen": 0, "n_depth": 0,
-                      **llama_bench_stats(cfg.pp, secs)})
-    step_s: list[float] = []
-    if cfg.tg:
-        progress(f"tg{cfg.tg}")
-        secs = []
-        for r in range(cfg.warmup + cfg.repetitions):
-            c = _timed(llm, [_random_prompt(rng, vocab, 1)], cfg.tg)[0]
-            if r >= cfg.warmup:
-                secs.append((c.finish_ns - c.admit_ns) / 1e9)
-                step_s += (np.diff(c.token_ns.astype(np.int64)) / 1e9).tolist()  # pure decode steps
-        tests.append({"test": f"tg{cfg.tg}", "n_prompt": 0, "n_gen": cfg.tg, "n_depth": 0,
-                      **llama_bench_stats(cfg.tg, secs)})
+    tests, step_s = llama_bench_tests(llm, cfg, rng, progress) if (cfg.pp or cfg.tg) else ([], [])
     if tests:
         result["llama_bench"] = tests
     if step_s:
-        matrices = sum(t.nbytes for name, t in llm.file.tensors.items()
-                       if len(t.shape) == 2 and (name != "token_embd.weight" or llm.info["tied_output"]))
-        step_bytes = decode_step_bytes(matrices, llm.memory()["kv_per_token"], 1 + cfg.tg // 2)
+        step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], 1 + cfg.tg // 2)
         result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=bw["read"])
     if cfg.batch:
-        progress(f"latency: batch {cfg.batch}, {cfg.input_len} in, {cfg.output_len} out")
-        reqs: list[RequestTiming] = []
-        duration = 0.0
-        for r in range(cfg.warmup + cfg.repetitions):
-            outs = _timed(llm, [_random_prompt(rng, vocab, cfg.input_len) for _ in range(cfg.batch)], cfg.output_len)
-            if r < cfg.warmup:
-                continue
-            run_reqs = [RequestTiming(o.arrival_ns, int(o.token_ns[0]), o.token_ns.astype(np.int64).tolist(),
-                                      o.finish_ns, len(o.prompt_token_ids), len(o.token_ids)) for o in outs]
-            duration += (max(o.finish_ns for o in outs) - min(o.arrival_ns for o in outs)) / 1e9
-            reqs += run_reqs
-        result["metrics"] = serving_metrics(reqs, cfg.percentiles, cfg.goodput or None, duration_s=duration)
-        result["requests"] = [q.to_dict() for q in reqs]
+        lat = latency_run(llm, cfg, prompts, progress, bw)
+        result["metrics"], result["requests"] = lat["metrics"], lat["requests"]
+        if "bandwidth" not in result and "bandwidth" in lat:
+            result["bandwidth"] = lat["bandwidth"]
+    if "bandwidth" in result:
+        result["timing_overhead"] = timing_overhead(llm, result["bandwidth"]["step_s"],
+                                                    1 if step_s else cfg.batch)
     mem = llm.memory()
     result["memory"] = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                         "weights_bytes": mem["weights"], "kv_cache_bytes": mem["kv_cache"],
@@ -193,6 +340,7 @@ def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: Non
     if cfg.batch < 1:
         raise ValueError("--batch must be >= 1 with --backend openai")
     rng = np.random.default_rng(cfg.seed)
+    dataset = load_prompts(cfg.dataset) if cfg.dataset else None
 
     async def one_run(prompts: list[str]):
         async with OpenAIClient(cfg.base_url, cfg.model, api=cfg.api, max_tokens=cfg.output_len, temperature=0.0,
@@ -205,7 +353,9 @@ def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: Non
     errors: list[str] = []
     for r in range(cfg.warmup + cfg.repetitions):
         progress(f"{'warmup' if r < cfg.warmup else 'run'} {r + 1}: {cfg.batch} requests to {cfg.base_url}")
-        out = asyncio.run(one_run([synthetic_prompt(rng, cfg.input_len) for _ in range(cfg.batch)]))
+        texts = ([p.text for p in sample(dataset, cfg.batch, rng)] if dataset else
+                 [synthetic_prompt(rng, cfg.input_len) for _ in range(cfg.batch)])
+        out = asyncio.run(one_run(texts))
         if r < cfg.warmup:
             continue
         duration += out.duration_s
@@ -220,13 +370,14 @@ def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: Non
             reqs.append(RequestTiming(res.arrival_ns, res.first_token_ns if ok else None, res.token_ns if ok else [],
                                       res.finish_ns, res.prompt_tokens, res.output_tokens if ok else None, error=err))
     result = {
-        **_header(),
+        **header(),
         "environment": {
             "model": {"file": None, "name": cfg.model, "size_bytes": None, "sha256": None, "weight_types": None},
             "kv_dtype": None, "backend": "openai", "base_url": cfg.base_url, "api": cfg.api, "threads": None,
             "cpu_model": None, "gpu_name": None, "build_flags": None, "cuda_graphs": None, "prefix_cache": None,
         },
-        "config": {**asdict(cfg), "percentiles": list(cfg.percentiles), "errors": sorted(set(errors))[:20]},
+        "config": {**asdict(cfg), "depth": list(cfg.depth), "percentiles": list(cfg.percentiles),
+                   "errors": sorted(set(errors))[:20]},
         "metrics": serving_metrics(reqs, cfg.percentiles, cfg.goodput or None, duration_s=duration),
         "requests": [q.to_dict() for q in reqs],
     }

@@ -102,7 +102,7 @@ _llama_bench_entry = {
     "required": ["test", "n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "samples_ts",
                  "avg_ns", "stddev_ns", "samples_ns"],
     "properties": {
-        "test": {"type": "string", "description": "e.g. pp512, tg128, pp512+tg128, tg128@d4096"},
+        "test": {"type": "string", "description": "llama-bench's name, e.g. pp512, tg128, pp512 @ d4096"},
         "n_prompt": _count,
         "n_gen": _count,
         "n_depth": _count,
@@ -148,15 +148,67 @@ _bandwidth = {
     },
 }
 
+_timing_overhead = {
+    "type": "object",
+    "description": "What the engine's own timing costs per decode step: 4 clock reads plus one logged "
+                   "event per sequence, measured on the engine's event log.",
+    "required": ["clock_ns", "event_ns", "per_step_ns", "decode_step_ns", "fraction_of_decode_step"],
+    "properties": {k: {"type": "number", "minimum": 0}
+                   for k in ("clock_ns", "event_ns", "per_step_ns", "decode_step_ns", "fraction_of_decode_step")},
+}
+
+_point = {
+    "type": "object",
+    "description": "One sweep point: its parameters (the swept axes), environment, vLLM metrics, "
+                   "output tokens/s of each repetition, decode bandwidth and raw requests.",
+    "required": ["kind", "params", "environment", "metrics", "output_throughput_runs", "bandwidth", "requests"],
+    "properties": {
+        "kind": {"const": "point"},
+        "params": {"type": "object", "minProperties": 1},
+        "environment": _environment,
+        "metrics": _metrics,
+        "output_throughput_runs": {"type": "array", "items": _num, "minItems": 1},
+        "bandwidth": {"oneOf": [_bandwidth, {"type": "null"}]},
+        "timing_overhead": _timing_overhead,
+        "memory": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "requests": {"type": "array", "items": _request},
+    },
+}
+
+_fit = {
+    "type": "object",
+    "description": "llmbench.fit.FitResult.to_dict(): params, stderr, ci95 [low, high], r2, n, dof.",
+    "required": ["model", "formula", "params", "stderr", "ci95", "r2", "n", "dof"],
+}
+
+_sweep = {
+    "type": "object",
+    "description": "A parameter sweep (llmbench.perf.sweep): axes, every point, and per group of points "
+                   "that differ only in batch the power law output_throughput = a * batch**k and the knee.",
+    "required": ["axes", "points", "fits"],
+    "properties": {
+        "axes": {"type": "object", "additionalProperties": {"type": "array", "minItems": 1}},
+        "points": {"type": "array", "items": _point, "minItems": 1},
+        "fits": {"type": "array", "items": {
+            "type": "object",
+            "required": ["group", "batch", "output_throughput", "power_law", "knee", "error"],
+            "properties": {"power_law": {"oneOf": [_fit, {"type": "null"}]},
+                           "knee": {"type": ["object", "null"], "required": ["x", "threshold", "gains"]},
+                           "error": _str_or_null}}},
+        "max_timing_overhead": _num_or_null,
+        "files": {"type": "object", "description": "CSV, markdown and plots written beside the result"},
+    },
+}
+
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "urn:llmbench:schema:result:1",
     "title": "llmbench benchmark result",
     "description": "One benchmark run: environment, configuration, metrics and raw samples. "
-                   "A run has serving metrics, llama-bench tests, or both.",
+                   "A run has serving metrics, llama-bench tests, or both; a sweep has its points instead.",
     "type": "object",
     "required": ["schema_version", "llmbench_version", "commit", "created", "environment", "config"],
-    "anyOf": [{"required": ["metrics"]}, {"required": ["llama_bench"]}],
+    "anyOf": [{"required": ["metrics"]}, {"required": ["llama_bench"]}, {"required": ["sweep"]}],
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
         "llmbench_version": {"type": "string", "minLength": 1},
@@ -170,6 +222,8 @@ SCHEMA: dict[str, Any] = {
         "metrics": _metrics,
         "llama_bench": {"type": "array", "items": _llama_bench_entry},
         "bandwidth": _bandwidth,
+        "timing_overhead": _timing_overhead,
+        "sweep": _sweep,
         "memory": {"type": "object", "description": "peak RSS, weight/KV/scratch bytes, GPU peak",
                    "additionalProperties": {"type": ["integer", "null"], "minimum": 0}},
         "requests": {"type": "array", "items": _request},

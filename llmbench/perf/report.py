@@ -1,0 +1,223 @@
+"""Reports of a sweep result: CSV, markdown and PNG plots (matplotlib, no display needed).
+
+- ``points.csv``: one row per point, its parameters and the headline metrics.
+- ``report.md``: the same table in markdown plus the power-law fits and knees.
+- ``throughput_vs_batch.png``: output tokens/s against batch (log-log) with the fitted power law
+  and its 95% band, the knee marked; ``latency_vs_batch.png``: TTFT and TPOT (median and the
+  highest percentile) against batch; ``latency_percentiles.png``: TTFT/TPOT/ITL/E2E at every
+  percentile for each point; ``ttft_vs_context.png``: TTFT against input length when the sweep has
+  several input lengths.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+
+from .. import fit
+from .stats import percentile_key
+
+_METRICS = ("output_throughput", "total_token_throughput", "request_throughput")
+_LATENCY = ("ttft", "tpot", "itl", "e2el")
+
+
+def _tail_key(result: dict) -> str:
+    return percentile_key(max(result["config"]["percentiles"]))
+
+
+def rows(result: dict) -> tuple[list[str], list[list]]:
+    """Header and rows of the per-point table."""
+    axes = list(result["sweep"]["axes"])
+    tail = _tail_key(result)
+    head = [*axes, *_METRICS]
+    for m in _LATENCY:
+        head += [f"median_{m}_ms", f"{tail}_{m}_ms"]
+    head += ["decode_gbps", "bandwidth_fraction"]
+    out = []
+    for r in result["sweep"]["points"]:
+        m, bw = r["metrics"], r.get("bandwidth") or {}
+        row = [r["params"][a] for a in axes] + [m[k] for k in _METRICS]
+        for k in _LATENCY:
+            row += [m.get(f"median_{k}_ms"), m.get(f"{tail}_{k}_ms")]
+        row += [bw.get("achieved_gbps"), bw.get("fraction")]
+        out.append(row)
+    return head, out
+
+
+def write_csv(result: dict, path: str) -> None:
+    head, body = rows(result)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(head)
+        w.writerows(body)
+
+
+def fmt(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)
+
+
+def fit_lines(result: dict) -> list[str]:
+    """One sentence per batch fit: the law with intervals, R², and the knee."""
+    lines = []
+    for f in result["sweep"]["fits"]:
+        group = ", ".join(f"{k} {v}" for k, v in f["group"].items()) or "all points"
+        if f["power_law"]:
+            p, ci = f["power_law"]["params"], f["power_law"]["ci95"]
+            law = (f"output tok/s = {p['a']:.4g} · batch^{p['k']:.3f} (95% CI a [{ci['a'][0]:.4g}, {ci['a'][1]:.4g}], "
+                   f"k [{ci['k'][0]:.3f}, {ci['k'][1]:.3f}]; R² {f['power_law']['r2']:.3f})")
+        else:
+            law = f"no power-law fit ({f['error']})"
+        knee = f["knee"]
+        if knee is None:
+            kn = ""
+        elif knee["x"] is None:
+            kn = f"; no knee: every doubling still gains at least {knee['threshold']:.0%}"
+        else:
+            kn = f"; knee at batch {knee['x']:g} (the next doubling gains < {knee['threshold']:.0%})"
+        lines.append(f"{group}: {law}{kn}")
+    return lines
+
+
+def write_markdown(result: dict, path: str, plots: list[str]) -> None:
+    head, body = rows(result)
+    env = result["environment"]
+    out = [f"# llmbench sweep ({result['created']})", "",
+           f"llmbench {result['llmbench_version']} (commit {result['commit']}), backend {env['backend']}, "
+           f"CPU {env.get('cpu_model')}, {result['config']['repetitions']} repetitions after "
+           f"{result['config']['warmup']} warmup, output length {result['config']['output_len']} (EOS ignored).", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in body]
+    fits = fit_lines(result)
+    if fits:
+        out += ["", "## Throughput against batch", ""] + [f"- {line}" for line in fits]
+    if result["sweep"].get("max_timing_overhead") is not None:
+        out += ["", f"The engine's own timing cost at most {result['sweep']['max_timing_overhead']:.3%} of a decode step."]
+    if plots:
+        out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def _series(result: dict, axis: str) -> dict[str, list[dict]]:
+    """Points grouped by every axis but ``axis``, each group sorted along ``axis``."""
+    groups: dict[str, list[dict]] = {}
+    for r in result["sweep"]["points"]:
+        label = ", ".join(f"{k} {v}" for k, v in r["params"].items() if k != axis) or "all"
+        groups.setdefault(label, []).append(r)
+    for g in groups.values():
+        g.sort(key=lambda r: r["params"][axis])
+    return groups
+
+
+def plot_throughput(result: dict, path: str) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fits = {", ".join(f"{k} {v}" for k, v in f["group"].items()) or "all": f for f in result["sweep"]["fits"]}
+    for label, pts in _series(result, "batch").items():
+        x = np.array([r["params"]["batch"] for r in pts], dtype=float)
+        y = np.array([r["metrics"]["output_throughput"] for r in pts])
+        err = np.array([np.std(r["output_throughput_runs"], ddof=1) if len(r["output_throughput_runs"]) > 1 else 0
+                        for r in pts])
+        line = ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=f"{label} measured")[0]
+        f = fits.get(label)
+        if f and f["power_law"]:
+            xs = np.geomspace(x.min(), x.max(), 100)
+            a, k = f["power_law"]["params"]["a"], f["power_law"]["params"]["k"]
+            ax.plot(xs, a * xs ** k, "-", color=line.get_color(), label=f"fit {a:.4g}·b^{k:.3f}")
+            if f["power_law"].get("cov"):
+                lo, hi = fit.FitResult(**f["power_law"]).band(xs)
+                ax.fill_between(xs, np.maximum(lo, 1e-9), hi, color=line.get_color(), alpha=0.15, lw=0)
+        if f and f["knee"] and f["knee"]["x"] is not None:
+            kx = f["knee"]["x"]
+            ax.axvline(kx, color=line.get_color(), ls=":", lw=1)
+            ax.annotate(f"knee {kx:g}", (kx, y[list(x).index(kx)]), textcoords="offset points", xytext=(5, -12))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel("batch (concurrent requests)")
+    ax.set_ylabel("output tokens/s")
+    ax.set_title("Output throughput against batch: power-law fit, 95% confidence band")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_latency_vs(result: dict, axis: str, path: str, metrics: tuple[str, ...], xlabel: str) -> None:
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    tail = _tail_key(result)
+    fig, axs = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+    for ax, m in zip(axs[0], metrics):
+        for label, pts in _series(result, axis).items():
+            x = [r["params"][axis] for r in pts]
+            med = [r["metrics"].get(f"median_{m}_ms") for r in pts]
+            hi = [r["metrics"].get(f"{tail}_{m}_ms") for r in pts]
+            line = ax.plot(x, med, "o-", label=f"{label} median")[0]
+            ax.plot(x, hi, "s--", color=line.get_color(), label=f"{label} {tail}")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{m.upper()} (ms)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_percentiles(result: dict, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    ps = [percentile_key(p) for p in result["config"]["percentiles"]]
+    pts = result["sweep"]["points"]
+    fig, axs = plt.subplots(1, len(_LATENCY), figsize=(4.2 * len(_LATENCY), 4), squeeze=False)
+    width = 0.8 / max(len(pts), 1)
+    for ax, m in zip(axs[0], _LATENCY):
+        for i, r in enumerate(pts):
+            vals = [r["metrics"].get(f"{p}_{m}_ms") or 0 for p in ps]
+            ax.bar(np.arange(len(ps)) + i * width, vals, width,
+                   label=", ".join(f"{k} {v}" for k, v in r["params"].items()))
+        ax.set_xticks(np.arange(len(ps)) + 0.4 - width / 2, ps)
+        ax.set_yscale("log")
+        ax.set_title(f"{m.upper()} percentiles (ms)")
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    axs[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_all(result: dict, directory: str) -> dict[str, str]:
+    """Write the CSV, the plots and the markdown report next to the sweep log; returns their names."""
+    import matplotlib
+
+    matplotlib.use("Agg")   # files only; no display
+    files = {"csv": "points.csv"}
+    write_csv(result, os.path.join(directory, files["csv"]))
+    axes = result["sweep"]["axes"]
+    plots = []
+    if len(axes.get("batch", [])) > 1:
+        plot_throughput(result, os.path.join(directory, "throughput_vs_batch.png"))
+        plot_latency_vs(result, "batch", os.path.join(directory, "latency_vs_batch.png"), ("ttft", "tpot"), "batch")
+        plots += ["throughput_vs_batch.png", "latency_vs_batch.png"]
+    if len(axes.get("input_len", [])) > 1:
+        plot_latency_vs(result, "input_len", os.path.join(directory, "ttft_vs_context.png"), ("ttft",),
+                        "input (context) length, tokens")
+        plots.append("ttft_vs_context.png")
+    plot_percentiles(result, os.path.join(directory, "latency_percentiles.png"))
+    plots.append("latency_percentiles.png")
+    files["markdown"] = "report.md"
+    write_markdown(result, os.path.join(directory, files["markdown"]), plots)
+    files["plots"] = plots
+    return files

@@ -1,0 +1,291 @@
+"""Parameter sweeps of the latency scenario: batch sizes, input (context) lengths, models or weight
+types, KV dtypes and thread counts in one command, with a power-law fit of throughput against batch.
+
+Every point is written to ``<dir>/points.jsonl`` the moment it finishes (one JSON line, flushed and
+fsynced), after a first line that holds the whole sweep's configuration. An interrupted sweep keeps
+its finished points; ``run_sweep(..., resume=True)`` (``llmbench bench --resume DIR``) reads the
+configuration back from that file, drops a last line cut off mid-write, and runs only the points
+that are missing. When all points exist it writes ``result.json`` (docs/result.schema.json, with a
+``sweep`` section), ``points.csv``, ``report.md`` and the PNG plots (llmbench/perf/report.py).
+
+Axes run outermost first in the order of ``AXES``: the model is loaded once per (model, KV dtype,
+threads) and the batch size changes fastest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from .. import fit
+from .bench import BenchConfig, environment, header, latency_prompts, latency_run, load, membw_elsewhere, \
+    model_tokenizer, timing_overhead
+from .schema import validate
+
+AXES = ("model", "kv_dtype", "threads", "input_len", "batch")
+_LOAD_AXES = ("model", "kv_dtype", "threads")
+LOG_NAME = "points.jsonl"
+LOG_FORMAT = 1
+
+
+@dataclass
+class Sweep:
+    """A base configuration and the values of each swept axis (axes not named keep the base's)."""
+
+    base: BenchConfig
+    axes: dict[str, list]
+    knee_threshold: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name, values in self.axes.items():
+            if name not in AXES:
+                raise ValueError(f"cannot sweep {name!r}; sweepable: {', '.join(AXES)}")
+            if not values:
+                raise ValueError(f"sweep axis {name} has no values")
+            if len(set(map(str, values))) != len(values):
+                raise ValueError(f"sweep axis {name} repeats a value: {values}")
+        self.axes = {a: list(self.axes[a]) for a in AXES if a in self.axes}   # run order
+        if not 0 < self.knee_threshold < 10:
+            raise ValueError("--knee-threshold must be a fraction such as 0.1")
+        for p in self.points():
+            if self.config(p).batch < 1:
+                raise ValueError("every sweep point needs --batch >= 1")
+            self.config(p).check()
+
+    def points(self) -> list[dict]:
+        """Every point's parameters, in run order."""
+        names = [a for a in AXES if a in self.axes]
+        return [dict(zip(names, combo)) for combo in itertools.product(*(self.axes[a] for a in names))]
+
+    def config(self, params: dict) -> BenchConfig:
+        return dataclasses.replace(self.base, **params, pp=0, tg=0)
+
+    def to_json(self) -> dict:
+        return {"kind": "sweep", "format": LOG_FORMAT, "base": _config_json(self.base), "axes": self.axes,
+                "knee_threshold": self.knee_threshold}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Sweep:
+        if d.get("kind") != "sweep" or d.get("format") != LOG_FORMAT:
+            raise ValueError("not an llmbench sweep log (its first line must be the sweep's configuration)")
+        base = dict(d["base"])
+        for k in ("percentiles", "depth"):
+            base[k] = tuple(base[k])
+        if base.get("request_rate") is None:
+            base["request_rate"] = float("inf")
+        known = {f.name for f in dataclasses.fields(BenchConfig)}
+        return cls(BenchConfig(**{k: v for k, v in base.items() if k in known}), d["axes"], d["knee_threshold"])
+
+
+def _config_json(cfg: BenchConfig) -> dict:
+    d = asdict(cfg)
+    d["percentiles"], d["depth"] = list(cfg.percentiles), list(cfg.depth)
+    if d["request_rate"] == float("inf"):
+        d["request_rate"] = None   # JSON has no infinity; None means all at once
+    return d
+
+
+def point_key(params: dict) -> str:
+    return json.dumps(params, sort_keys=True)
+
+
+# ---- the log ----
+
+class SweepLog:
+    """``points.jsonl``: the sweep's configuration, then one finished point per line."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        self.path = os.path.join(directory, LOG_NAME)
+
+    def create(self, sweep: Sweep) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        if os.path.exists(self.path):
+            raise FileExistsError(f"{self.path} exists: continue it with --resume {self.dir}, "
+                                  "or choose another --out-dir")
+        self._write(sweep.to_json(), mode="x")
+
+    def read(self) -> tuple[Sweep, dict[str, dict]]:
+        """The sweep and its finished points by key. A last line without its newline (the process
+        died while writing it) is cut off the file; any other bad line is an error."""
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"{self.path}: no sweep to resume here")
+        with open(self.path, "rb") as f:
+            data = f.read()
+        lines = data.split(b"\n")
+        tail = lines.pop()   # b"" when the file ends with a newline
+        if tail:
+            with open(self.path, "r+b") as f:
+                f.truncate(len(data) - len(tail))
+        if not lines:
+            raise ValueError(f"{self.path}: the sweep's configuration line is missing")
+        try:
+            sweep = Sweep.from_json(json.loads(lines[0]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{self.path}:1: {e}") from None
+        done = {}
+        for i, line in enumerate(lines[1:], 2):
+            try:
+                rec = json.loads(line)
+                done[point_key(rec["params"])] = rec
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{self.path}:{i}: not a sweep point; the file was edited or damaged "
+                                 "(delete that line to re-run its point)") from None
+        return sweep, done
+
+    def append(self, record: dict) -> None:
+        self._write(record, mode="a")
+
+    def _write(self, obj: dict, mode: str) -> None:
+        line = json.dumps(obj, separators=(",", ":")) + "\n"
+        with open(self.path, mode) as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+# ---- running ----
+
+def _context_limit(sweep: Sweep, group: list[dict]) -> tuple[int, int]:
+    """(ctx, max batch) a model load must hold for every point of its group."""
+    ctx, batch = 0, 0
+    for p in group:
+        c = sweep.config(p)
+        if c.dataset:
+            _, ctx_train = model_tokenizer(c.model)
+            need = ctx_train
+        else:
+            need = c.input_len + c.output_len + 8
+        ctx, batch = max(ctx, need), max(batch, c.batch)
+    return ctx, batch
+
+
+def run_sweep(sweep: Sweep, directory: str, resume: bool = False,
+              progress: Callable[[str], None] = lambda s: None,
+              advance: Callable[[int, int], None] = lambda done, total: None) -> dict:
+    """Run (or continue) a sweep into ``directory``; return the schema-valid summary result."""
+    log = SweepLog(directory)
+    if resume:
+        sweep, done = log.read()
+    else:
+        log.create(sweep)
+        done = {}
+    points = sweep.points()
+    total = len(points)
+    advance(sum(point_key(p) in done for p in points), total)
+    groups: dict[tuple, list[dict]] = {}
+    for p in points:
+        c = sweep.config(p)
+        groups.setdefault((c.model, c.kv_dtype, c.threads), []).append(p)
+    for group in groups.values():
+        todo = [p for p in group if point_key(p) not in done]
+        if not todo:
+            continue
+        first = sweep.config(todo[0])
+        ctx, max_batch = _context_limit(sweep, group)
+        progress(f"loading {first.model}")
+        llm = load(first, ctx, max_batch)
+        try:
+            tokenize = llm.tokenizer.encode if llm.tokenizer is not None else None
+            bw = membw_elsewhere(llm.threads)
+            for p in todo:
+                cfg = sweep.config(p)
+                label = ", ".join(f"{k} {v}" for k, v in p.items())
+                prompts = latency_prompts(cfg, tokenize, llm.info["vocab"], ctx)
+                lat = latency_run(llm, cfg, prompts, lambda m: progress(f"{label}: {m}"), bw)
+                record = {"kind": "point", "params": p, "environment": environment(llm, cfg),
+                          "metrics": lat["metrics"], "output_throughput_runs": lat["output_throughput_runs"],
+                          "bandwidth": lat.get("bandwidth"),
+                          "memory": {k: v for k, v in llm.memory().items() if k in ("weights", "kv_cache", "scratch")},
+                          "requests": lat["requests"]}
+                if lat.get("bandwidth"):
+                    record["timing_overhead"] = timing_overhead(llm, lat["bandwidth"]["step_s"], cfg.batch)
+                log.append(record)
+                done[point_key(p)] = record
+                advance(sum(point_key(q) in done for q in points), total)
+        finally:
+            del llm   # its KV pool goes before the next group's model is loaded
+    result = summarize(sweep, [done[point_key(p)] for p in points])
+    from .report import write_all
+
+    result["sweep"]["files"] = write_all(result, directory)
+    validate(result)
+    with open(os.path.join(directory, "result.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
+# ---- the summary ----
+
+def _group_key(params: dict, without: str) -> dict:
+    return {k: v for k, v in params.items() if k != without}
+
+
+def batch_fits(sweep: Sweep, records: list[dict]) -> list[dict]:
+    """Per group of points that differ only in batch size (3 or more sizes): the power law
+    output_throughput = a * batch**k with 95% intervals (noise taken as relative, see
+    llmbench.fit.power_law), and the knee at ``sweep.knee_threshold``."""
+    if len(sweep.axes.get("batch", [])) < 2:
+        return []
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(point_key(_group_key(r["params"], "batch")), []).append(r)
+    out = []
+    for key, recs in groups.items():
+        x = [r["params"]["batch"] for r in recs]
+        y = [r["metrics"]["output_throughput"] for r in recs]
+        entry: dict = {"group": json.loads(key), "batch": x, "output_throughput": y,
+                       "power_law": None, "knee": None, "error": None}
+        try:
+            entry["knee"] = fit.knee(x, y, sweep.knee_threshold).to_dict()
+            entry["power_law"] = fit.power_law(x, y, relative=True).to_dict()
+        except ValueError as e:
+            entry["error"] = str(e)
+        out.append(entry)
+    return out
+
+
+def summarize(sweep: Sweep, records: list[dict]) -> dict:
+    """The sweep's one JSON result: the first point's environment with the swept fields set to
+    null (each point keeps its own), the base configuration and axes, every point, and the fits."""
+    env = json.loads(json.dumps(records[0]["environment"]))
+    if "model" in sweep.axes:
+        env["model"] = {"file": None, "name": None, "dummy": None, "size_bytes": None, "sha256": None,
+                        "weight_types": None}
+    for k in ("kv_dtype", "threads"):
+        if k in sweep.axes:
+            env[k] = None
+    overheads = [r["timing_overhead"]["fraction_of_decode_step"] for r in records if r.get("timing_overhead")]
+    result = {
+        **header(),
+        "environment": env,
+        "config": {**_config_json(sweep.base), "axes": sweep.axes, "knee_threshold": sweep.knee_threshold,
+                   "membw": membw_elsewhere(records[0]["environment"]["threads"])},
+        "sweep": {"axes": sweep.axes, "points": records, "fits": batch_fits(sweep, records),
+                  "max_timing_overhead": max(overheads) if overheads else None},
+    }
+    return result
+
+
+def parse_list(text: str, kind: type = int) -> list:
+    """'1,2,4' -> [1, 2, 4]; '1..64' -> powers of two 1, 2, 4, ..., 64 (for batch and context sweeps)."""
+    text = str(text).strip()
+    if ".." in text and kind is int:
+        lo, hi = (int(v) for v in text.split(".."))
+        if lo < 1 or hi < lo:
+            raise ValueError(f"range {text!r}: needs 1 <= low <= high")
+        vals, v = [], lo
+        while v <= hi:
+            vals.append(v)
+            v *= 2
+        if vals[-1] != hi:
+            vals.append(hi)
+        return vals
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{text!r} is not a comma-separated list of {kind.__name__} values") from None
