@@ -189,7 +189,8 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
 
     lists = {"model": parse_list(args.model, str), "kv_dtype": parse_list(args.kv_dtype, str),
              "threads": parse_list(args.threads) if args.threads else [None],
-             "batch": parse_list(args.batch), "input_len": parse_list(args.input_len)}
+             "batch": parse_list(args.batch), "input_len": parse_list(args.input_len),
+             "request_rate": parse_list(args.request_rate, float)}
     for v in lists["kv_dtype"]:
         if v not in ("f16", "f32", "q8_0"):
             raise ValueError(f"--kv-dtype {v!r}: choose f16, f32 or q8_0")
@@ -200,7 +201,7 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
                       percentiles=tuple(float(p) for p in args.percentiles.split(",")),
                       goodput=parse_slos(args.goodput) if args.goodput else {},
                       cuda_graphs=None if args.cuda_graphs is None else args.cuda_graphs == "on",
-                      backend=args.backend, base_url=args.base_url, api=args.api, request_rate=args.request_rate,
+                      backend=args.backend, base_url=args.base_url, api=args.api, request_rate=lists["request_rate"][0],
                       burstiness=args.burstiness, max_concurrency=args.max_concurrency)
     return cfg, {k: v for k, v in lists.items() if len(v) > 1}
 
@@ -218,9 +219,6 @@ def _run_sweep(args: argparse.Namespace, cfg, axes: dict) -> int:
 
         directory = "llmbench-sweep-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     sweep = None if args.resume else Sweep(cfg, axes or {"batch": [cfg.batch]}, args.knee_threshold)
-    if sweep is not None and cfg.backend != "cpu":
-        raise ValueError("sweeps run on llmbench's engine (--backend cpu); against a server, run one "
-                         "configuration per command")
     console = Console(stderr=True)
     columns = (TextColumn("[bold]points"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}"))
@@ -368,7 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "--batch 1,8\n"
                               "  llmbench bench --dataset prompts.jsonl --batch 16      # ShareGPT/JSONL prompts\n"
                               "  llmbench bench --backend openai --base-url http://localhost:8000/v1 --model NAME "
-                              "--batch 64 --request-rate 8",
+                              "--batch 64 --request-rate 8\n"
+                              "  llmbench bench --backend openai --base-url http://localhost:8000/v1 --model NAME "
+                              "--batch 1..64 --out-dir vllm-sweep",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--model", default="llama-125m:Q4_K_M", help="GGUF file or dummy preset[:type]; a list sweeps")
     b.add_argument("--threads", default=None, help="engine threads (default: all CPUs); a list sweeps")
@@ -396,7 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cuda-graphs", choices=("on", "off"), default=None, help="--backend cuda: decode with CUDA Graphs")
     b.add_argument("--base-url", help="server URL for --backend openai, e.g. http://localhost:8000/v1")
     b.add_argument("--api", choices=("completions", "chat"), default="completions")
-    b.add_argument("--request-rate", type=float, default=float("inf"), help="requests/s (default: all at once)")
+    b.add_argument("--request-rate", default="inf",
+                   help="requests/s with --backend openai (default inf: all at once); a list sweeps")
     b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps; 1 = Poisson")
     b.add_argument("--max-concurrency", type=int, default=None)
     b.add_argument("-o", "--output", help="write the JSON result here")

@@ -205,3 +205,31 @@ def test_bench_with_dataset_prompts(tmp_path):
     want = [len(tok.tokenize(p.text)) for _ in range(1 + 2) for p in sample(prompts, 4, rng)][4:]  # after warmup
     assert [q["prompt_tokens"] for q in res["requests"]] == want
     assert res["config"]["dataset"] == str(data)
+
+
+def test_sweep_against_a_local_openai_server(tmp_path):
+    """Batch and request-rate sweeps against a real local SSE server; token counts from its usage."""
+    from sse_server import SSEServer
+
+    out = tmp_path / "s"
+    with SSEServer(ttft_s=0.01, itl_s=0.001) as srv:
+        cmd = [sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url", srv.base_url,
+               "--model", "test-model", "--batch", "1,2,4", "--request-rate", "50,1000", "--input-len", "3",
+               "--output-len", "4", "--reps", "2", "--warmup", "0", "--out-dir", str(out)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "result.json").read_text())
+    validate(res)
+    pts = res["sweep"]["points"]
+    assert [(p["params"]["request_rate"], p["params"]["batch"]) for p in pts] == \
+        [(r_, b) for r_ in (50.0, 1000.0) for b in (1, 2, 4)]
+    for p in pts:
+        n = 2 * p["params"]["batch"]
+        assert p["metrics"]["completed"] == n and p["metrics"]["total_input_tokens"] == n * (1000 + 3)
+        assert p["bandwidth"] is None and p["environment"]["backend"] == "openai"
+    assert [f["group"] for f in res["sweep"]["fits"]] == [{"request_rate": 50.0}, {"request_rate": 1000.0}]
+    assert all(f["power_law"] is not None for f in res["sweep"]["fits"])
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url",
+                        "http://127.0.0.1:9/v1", "--threads", "1,2", "--out-dir", str(tmp_path / "x")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "server's settings" in r.stderr

@@ -74,6 +74,15 @@ class BenchConfig:
             raise ValueError("nothing to run: --pp, --tg and --batch are all 0")
 
 
+def config_json(cfg: BenchConfig) -> dict:
+    """The configuration as JSON values (an unlimited request rate, inf, is written as null)."""
+    d = asdict(cfg)
+    d["percentiles"], d["depth"] = list(cfg.percentiles), list(cfg.depth)
+    if d["request_rate"] == float("inf"):
+        d["request_rate"] = None
+    return d
+
+
 def _random_prompt(rng: np.random.Generator, vocab: int, n: int) -> list[int]:
     return rng.integers(10, vocab, n).tolist()
 
@@ -290,7 +299,7 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
     result: dict = {
         **header(),
         "environment": environment(llm, cfg),
-        "config": {**asdict(cfg), "depth": list(cfg.depth), "percentiles": list(cfg.percentiles), "membw": bw},
+        "config": {**config_json(cfg), "membw": bw},
     }
     tests, step_s = llama_bench_tests(llm, cfg, rng, progress) if (cfg.pp or cfg.tg) else ([], [])
     if tests:
@@ -327,9 +336,10 @@ def synthetic_prompt(rng: np.random.Generator, n_words: int) -> str:
     return " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), n_words))
 
 
-def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
+def openai_latency(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
     """The latency scenario against an OpenAI-compatible server: ``batch`` requests per repetition
-    at ``request_rate`` (gamma gaps), streaming; errors are counted per request, never fatal."""
+    at ``request_rate`` (gamma gaps), streaming; errors are counted per request, never fatal.
+    Returns the environment, metrics, raw requests, per-run output throughputs and error texts."""
     import asyncio
 
     from ..backends.openai import OpenAIClient
@@ -351,6 +361,7 @@ def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: Non
     reqs: list[RequestTiming] = []
     duration = 0.0
     errors: list[str] = []
+    per_run: list[float] = []
     for r in range(cfg.warmup + cfg.repetitions):
         progress(f"{'warmup' if r < cfg.warmup else 'run'} {r + 1}: {cfg.batch} requests to {cfg.base_url}")
         texts = ([p.text for p in sample(dataset, cfg.batch, rng)] if dataset else
@@ -359,6 +370,7 @@ def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: Non
         if r < cfg.warmup:
             continue
         duration += out.duration_s
+        n_out = 0
         for res in out.results:
             if isinstance(res, BaseException):
                 reqs.append(RequestTiming(out.start_ns, None, [], out.end_ns, None, None, error=repr(res)))
@@ -367,19 +379,28 @@ def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: Non
             err = res.error or (None if ok else "the server reported no token usage (enable stream usage)")
             if err:
                 errors.append(err)
+            else:
+                n_out += res.output_tokens
             reqs.append(RequestTiming(res.arrival_ns, res.first_token_ns if ok else None, res.token_ns if ok else [],
                                       res.finish_ns, res.prompt_tokens, res.output_tokens if ok else None, error=err))
-    result = {
-        **header(),
+        per_run.append(n_out / out.duration_s if out.duration_s > 0 else 0.0)
+    return {
         "environment": {
             "model": {"file": None, "name": cfg.model, "size_bytes": None, "sha256": None, "weight_types": None},
             "kv_dtype": None, "backend": "openai", "base_url": cfg.base_url, "api": cfg.api, "threads": None,
             "cpu_model": None, "gpu_name": None, "build_flags": None, "cuda_graphs": None, "prefix_cache": None,
         },
-        "config": {**asdict(cfg), "depth": list(cfg.depth), "percentiles": list(cfg.percentiles),
-                   "errors": sorted(set(errors))[:20]},
         "metrics": serving_metrics(reqs, cfg.percentiles, cfg.goodput or None, duration_s=duration),
-        "requests": [q.to_dict() for q in reqs],
+        "requests": [q.to_dict() for q in reqs], "output_throughput_runs": per_run,
+        "errors": sorted(set(errors))[:20],
     }
+
+
+def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
+    """One result of the latency scenario against an OpenAI-compatible server (``openai_latency``)."""
+    lat = openai_latency(cfg, progress)
+    result = {**header(), "environment": lat["environment"],
+              "config": {**config_json(cfg), "errors": lat["errors"]},
+              "metrics": lat["metrics"], "requests": lat["requests"]}
     validate(result)
     return result

@@ -17,16 +17,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from .. import fit
-from .bench import BenchConfig, environment, header, latency_prompts, latency_run, load, membw_elsewhere, \
-    model_tokenizer, timing_overhead
+from .bench import BenchConfig, config_json, environment, header, latency_prompts, latency_run, load, \
+    membw_elsewhere, model_tokenizer, openai_latency, timing_overhead
 from .schema import validate
 
-AXES = ("model", "kv_dtype", "threads", "input_len", "batch")
+AXES = ("model", "kv_dtype", "threads", "input_len", "request_rate", "batch")
 _LOAD_AXES = ("model", "kv_dtype", "threads")
 LOG_NAME = "points.jsonl"
 LOG_FORMAT = 1
@@ -49,6 +50,14 @@ class Sweep:
             if len(set(map(str, values))) != len(values):
                 raise ValueError(f"sweep axis {name} repeats a value: {values}")
         self.axes = {a: list(self.axes[a]) for a in AXES if a in self.axes}   # run order
+        if self.base.backend == "cpu" and "request_rate" in self.axes:
+            raise ValueError("request rates apply to --backend openai (llmbench's engine starts a batch at once)")
+        if self.base.backend == "openai" and ({"kv_dtype", "threads"} & set(self.axes)):
+            raise ValueError("--kv-dtype and --threads are the server's settings with --backend openai")
+        if any(not math.isfinite(r) or r <= 0 for r in self.axes.get("request_rate", [])):
+            raise ValueError("a request-rate sweep needs finite rates > 0 (leave --request-rate out for all at once)")
+        if self.base.backend not in ("cpu", "openai"):
+            raise ValueError(f"sweeps run on --backend cpu or openai, not {self.base.backend}")
         if not 0 < self.knee_threshold < 10:
             raise ValueError("--knee-threshold must be a fraction such as 0.1")
         for p in self.points():
@@ -65,7 +74,7 @@ class Sweep:
         return dataclasses.replace(self.base, **params, pp=0, tg=0)
 
     def to_json(self) -> dict:
-        return {"kind": "sweep", "format": LOG_FORMAT, "base": _config_json(self.base), "axes": self.axes,
+        return {"kind": "sweep", "format": LOG_FORMAT, "base": config_json(self.base), "axes": self.axes,
                 "knee_threshold": self.knee_threshold}
 
     @classmethod
@@ -79,14 +88,6 @@ class Sweep:
             base["request_rate"] = float("inf")
         known = {f.name for f in dataclasses.fields(BenchConfig)}
         return cls(BenchConfig(**{k: v for k, v in base.items() if k in known}), d["axes"], d["knee_threshold"])
-
-
-def _config_json(cfg: BenchConfig) -> dict:
-    d = asdict(cfg)
-    d["percentiles"], d["depth"] = list(cfg.percentiles), list(cfg.depth)
-    if d["request_rate"] == float("inf"):
-        d["request_rate"] = None   # JSON has no infinity; None means all at once
-    return d
 
 
 def point_key(params: dict) -> str:
@@ -185,6 +186,17 @@ def run_sweep(sweep: Sweep, directory: str, resume: bool = False,
         todo = [p for p in group if point_key(p) not in done]
         if not todo:
             continue
+        if sweep.base.backend == "openai":
+            for p in todo:
+                label = ", ".join(f"{k} {v}" for k, v in p.items())
+                lat = openai_latency(sweep.config(p), lambda m: progress(f"{label}: {m}"))
+                record = {"kind": "point", "params": p, "environment": lat["environment"], "metrics": lat["metrics"],
+                          "output_throughput_runs": lat["output_throughput_runs"], "bandwidth": None,
+                          "errors": lat["errors"], "requests": lat["requests"]}
+                log.append(record)
+                done[point_key(p)] = record
+                advance(sum(point_key(q) in done for q in points), total)
+            continue
         first = sweep.config(todo[0])
         ctx, max_batch = _context_limit(sweep, group)
         progress(f"loading {first.model}")
@@ -263,8 +275,9 @@ def summarize(sweep: Sweep, records: list[dict]) -> dict:
     result = {
         **header(),
         "environment": env,
-        "config": {**_config_json(sweep.base), "axes": sweep.axes, "knee_threshold": sweep.knee_threshold,
-                   "membw": membw_elsewhere(records[0]["environment"]["threads"])},
+        "config": {**config_json(sweep.base), "axes": sweep.axes, "knee_threshold": sweep.knee_threshold,
+                   "membw": membw_elsewhere(records[0]["environment"]["threads"])
+                   if sweep.base.backend == "cpu" else None},
         "sweep": {"axes": sweep.axes, "points": records, "fits": batch_fits(sweep, records),
                   "max_timing_overhead": max(overheads) if overheads else None},
     }
