@@ -236,7 +236,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     ACT(cs, (size_t)n * c->head_dim);
     ACT(xl, (size_t)e->max_logit_rows * c->dim);
     ACT(logits, (size_t)e->max_logit_rows * c->vocab);
-    ACT(att_scratch, (size_t)nt * (size_t)p->ctx * (2 * (size_t)c->head_dim + 1));
+    ACT(att_scratch, (size_t)nt * llmb_att_scratch_floats(p->ctx, c->head_dim));
     ACT(work, (size_t)c->vocab);
 #undef ACT
     e->mm.row_cap = (llmb_matmul_row_cap(e->model) + 63) / 64 * 64;
@@ -567,7 +567,7 @@ static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
 // group and every token of the run. Each (token, head) output is computed by the same operations
 // whatever else is in the batch.
 static size_t att_scratch_floats(const llmb_engine *e) {
-    return (size_t)e->p.ctx * (2 * (size_t)e->model->cfg.head_dim + 1);
+    return llmb_att_scratch_floats(e->p.ctx, e->model->cfg.head_dim);
 }
 
 static void attention(llmb_engine *e, int layer, int n) {
@@ -591,43 +591,42 @@ static void attention(llmb_engine *e, int layer, int n) {
         const int i0 = run_start[r], i1 = run_start[r + 1];
         const seq_t *seq = e->items[i0].seq;
 #ifdef _OPENMP
-        float *kf = e->att_scratch + (size_t)omp_get_thread_num() * att_scratch_floats(e);
+        float *kt = e->att_scratch + (size_t)omp_get_thread_num() * att_scratch_floats(e);
 #else
-        float *kf = e->att_scratch;
+        float *kt = e->att_scratch;
 #endif
-        float *vf = kf + (size_t)e->p.ctx * hd, *sc = vf + (size_t)e->p.ctx * hd;
         int max_pos = 0;
         for (int i = i0; i < i1; i++)
             if (e->items[i].pos > max_pos) max_pos = e->items[i].pos;
+        // this head's keys transposed (kt[d * ldk + j], zero padding) and values as rows, as floats
+        const size_t ldk = llmb_att_ldk(max_pos + 1);
+        float *vf = kt + ldk * hd, *sc = vf + ldk * hd, *krow = sc + LLMB_ATT_Q * ldk;
         for (int j = 0; j <= max_pos; j++) {
             const uint8_t *kr = kv_row(e, layer, 0, seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
             const uint8_t *vr = kv_row(e, layer, 1, seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
             if (e->kv_type == LLMB_TYPE_F32) {
-                memcpy(kf + (size_t)j * hd, kr, (size_t)hd * sizeof(float));
+                memcpy(krow, kr, (size_t)hd * sizeof(float));
                 memcpy(vf + (size_t)j * hd, vr, (size_t)hd * sizeof(float));
             } else {
-                kq->to_float(kr, kf + (size_t)j * hd, hd);
+                kq->to_float(kr, krow, hd);
                 kq->to_float(vr, vf + (size_t)j * hd, hd);
             }
+            for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + j] = krow[d];
         }
-        for (int i = i0; i < i1; i++) {
-            const int pos = e->items[i].pos;
-            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                const float *qv = e->q + i * q_dim + (int64_t)h * hd;
-                float mx = -INFINITY;
-                for (int j = 0; j <= pos; j++) {
-                    sc[j] = llmb_dot_f32(qv, kf + (size_t)j * hd, hd) * scale;
-                    if (sc[j] > mx) mx = sc[j];
-                }
-                float sum = 0;
-                for (int j = 0; j <= pos; j++) {
-                    sc[j] = expf(sc[j] - mx);
-                    sum += sc[j];
-                }
-                float *o = e->att + i * q_dim + (int64_t)h * hd, inv = 1.0f / sum;
-                memset(o, 0, (size_t)hd * sizeof *o);
-                for (int j = 0; j <= pos; j++) llmb_axpy(o, sc[j] * inv, vf + (size_t)j * hd, hd);
+        for (int d = 0; d < hd; d++) memset(kt + (size_t)d * ldk + max_pos + 1, 0, (ldk - max_pos - 1) * sizeof(float));
+        // every (token, query head) of the run, LLMB_ATT_Q at a time
+        const int nq_all = (i1 - i0) * group;
+        for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {
+            const float *qp[LLMB_ATT_Q];
+            float *op[LLMB_ATT_Q];
+            int nk[LLMB_ATT_Q], nq = 0;
+            for (; nq < LLMB_ATT_Q && q0 + nq < nq_all; nq++) {
+                const int i = i0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
+                qp[nq] = e->q + i * q_dim + (int64_t)h * hd;
+                op[nq] = e->att + i * q_dim + (int64_t)h * hd;
+                nk[nq] = e->items[i].pos + 1;
             }
+            llmb_attend(nq, qp, nk, kt, ldk, vf, hd, scale, sc, op);
         }
     }
 }

@@ -49,5 +49,24 @@ void llmb_rope(float *v, int n_heads, int hd, const float *cs, int neox);
 void llmb_rope_table(float *cs, int hd, int64_t pos, float base, float scale, const float *freq_factors);
 
 void llmb_swiglu(float *gate, const float *up, int64_t n); // gate = silu(gate) * up
+void llmb_swiglu_ref(float *gate, const float *up, int64_t n); // its scalar version (bit-identical; for tests)
+
+// ---- attention (attention.c) ----
+#define LLMB_ATT_Q 4   // queries per llmb_attend call
+
+// Row length of the transposed keys for n_keys keys (a multiple of 64; the padding is read, never used).
+size_t llmb_att_ldk(int64_t n_keys);
+// Floats of one thread's scratch for up to n_ctx keys of head size hd: the transposed keys
+// (hd x ldk), the values (ldk x hd), LLMB_ATT_Q score rows of ldk, one row of hd.
+size_t llmb_att_scratch_floats(int64_t n_ctx, int hd);
+// out[i] = softmax_j(scale * q[i] . k_j) v_j over j < n_keys[i], for i < nq <= LLMB_ATT_Q, with the
+// keys transposed (kt[d * ldk + j]) and the values as rows (v[j * hd + d]); sc: LLMB_ATT_Q x ldk
+// floats of scratch. Each out[i] depends only on q[i], n_keys[i] and the first n_keys[i] keys and
+// values: the same bits whatever the other queries of the call.
+void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v, int hd,
+                 float scale, float *sc, float *const *out);
+// the scalar version (bit-identical; for tests)
+void llmb_attend_ref(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v,
+                     int hd, float scale, float *sc, float *const *out);
 
 #endif

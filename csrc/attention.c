@@ -1,0 +1,171 @@
+// attention.c — the inner part of attention: a tile of up to LLMB_ATT_Q queries against one KV
+// head's keys and values, already converted to float (keys transposed, so 16 keys share one fmadd
+// per head dimension and no horizontal sums are needed). Scores, max, exp, sum and the weighted sum
+// of the values are vectorized; per query the operations depend only on that query and its own
+// number of keys, never on the other queries of the tile (their extra keys add exact zeros), so
+// attention stays batch-invariant. The AVX-512 version and the scalar one run the same operations
+// (fmaf for every fmadd, the same exp polynomial, the same 16-lane sums and reduction tree), so they
+// are bit-identical; tested by csrc/tests/test_attention.c (bit for bit, every tile shape, and
+// against a float64 softmax within tolerance) and end to end by tests/test_engine.py.
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "ops.h"
+#include "vexp.h"
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+// s[0..15] summed in the fixed tree of the SIMD version: halves of 8, 4, 2, then the last pair
+static float sum16_tree(const float s[16]) {
+    float t8[8], t4[4], t2[2];
+    for (int l = 0; l < 8; l++) t8[l] = s[l] + s[l + 8];
+    for (int l = 0; l < 4; l++) t4[l] = t8[l] + t8[l + 4];
+    for (int l = 0; l < 2; l++) t2[l] = t4[l] + t4[l + 2];
+    return t2[0] + t2[1];
+}
+
+size_t llmb_att_ldk(int64_t n_keys) { return (size_t)(n_keys + 63) / 64 * 64; }
+
+size_t llmb_att_scratch_floats(int64_t n_ctx, int hd) {
+    const size_t ldk = llmb_att_ldk(n_ctx);
+    return ldk * (2 * (size_t)hd + LLMB_ATT_Q) + (size_t)hd;
+}
+
+// ---- scalar version (the definition) ----
+
+static void attend_scalar(int nq, const float *const *q, const int *nk, const float *kt, size_t ldk, const float *v,
+                          int hd, float scale, float *sc, float *const *out) {
+    int nmax = 0;
+    for (int i = 0; i < nq; i++) nmax = nk[i] > nmax ? nk[i] : nmax;
+    for (int i = 0; i < nq; i++) {
+        float *s = sc + (size_t)i * ldk;
+        for (int j = 0; j < nk[i]; j++) {
+            float acc = 0.0f;
+            for (int d = 0; d < hd; d++) acc = fmaf(q[i][d], kt[(size_t)d * ldk + j], acc);
+            s[j] = acc * scale;
+        }
+        float mx = -INFINITY;
+        for (int j = 0; j < nk[i]; j++) mx = s[j] > mx ? s[j] : mx;
+        float lanes[16] = {0};
+        for (int j = 0; j < nk[i]; j++) {
+            s[j] = llmb_exp_scalar(s[j] - mx);
+            lanes[j % 16] += s[j];
+        }
+        for (int j = nk[i]; j < nmax; j++) s[j] = 0.0f;
+        const float inv = 1.0f / sum16_tree(lanes);
+        for (int d = 0; d < hd; d++) {
+            float acc = 0.0f;
+            for (int j = 0; j < nmax; j++) acc = fmaf(s[j], v[(size_t)j * hd + d], acc);
+            out[i][d] = acc * inv;
+        }
+    }
+}
+
+// ---- AVX-512 ----
+#if LLMB_VEXP_AVX512
+
+LLMB_A512 LLMB_INLINE float sum16(__m512 v) {   // sum16_tree
+    const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+}
+
+// scores of NQ queries x 64 keys from j0 (ldk is a multiple of 64: the loads stay inside the rows)
+LLMB_A512 LLMB_INLINE void scores_body(const float *const *q, const float *kt, size_t ldk, int hd, float scale, float *sc,
+                             int j0, const int NQ) {
+    __m512 acc[LLMB_ATT_Q][4];
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const float *k = kt + (size_t)d * ldk + j0;
+        const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16), k2 = _mm512_loadu_ps(k + 32),
+                     k3 = _mm512_loadu_ps(k + 48);
+        for (int i = 0; i < NQ; i++) {
+            const __m512 qb = _mm512_set1_ps(q[i][d]);
+            acc[i][0] = _mm512_fmadd_ps(qb, k0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(qb, k1, acc[i][1]);
+            acc[i][2] = _mm512_fmadd_ps(qb, k2, acc[i][2]);
+            acc[i][3] = _mm512_fmadd_ps(qb, k3, acc[i][3]);
+        }
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < 4; c++) _mm512_storeu_ps(sc + (size_t)i * ldk + j0 + 16 * c, _mm512_mul_ps(acc[i][c], vs));
+}
+
+// out[i][d0 .. d0 + 16 ND) = inv[i] * sum_j sc[i][j] v[j][...] over j < nmax
+LLMB_A512 LLMB_INLINE void pv_body(const float *sc, size_t ldk, const float *v, int hd, int nmax, const float *inv, float *const *out,
+                         int d0, const int ND, const int NQ) {
+    __m512 acc[LLMB_ATT_Q][4];
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < ND; c++) acc[i][c] = _mm512_setzero_ps();
+    for (int j = 0; j < nmax; j++) {
+        __m512 vv[4];
+        for (int c = 0; c < ND; c++) vv[c] = _mm512_loadu_ps(v + (size_t)j * hd + d0 + 16 * c);
+        for (int i = 0; i < NQ; i++) {
+            const __m512 p = _mm512_set1_ps(sc[(size_t)i * ldk + j]);
+            for (int c = 0; c < ND; c++) acc[i][c] = _mm512_fmadd_ps(p, vv[c], acc[i][c]);
+        }
+    }
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < ND; c++) _mm512_storeu_ps(out[i] + d0 + 16 * c, _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv[i])));
+}
+
+#define BY_NQ(call, ...)                                                                                             \
+    switch (nq) {                                                                                                   \
+    case 1: call(__VA_ARGS__, 1); break;                                                                           \
+    case 2: call(__VA_ARGS__, 2); break;                                                                           \
+    case 3: call(__VA_ARGS__, 3); break;                                                                           \
+    default: call(__VA_ARGS__, 4); break;                                                                          \
+    }
+
+LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *nk, const float *kt, size_t ldk,
+                               const float *v, int hd, float scale, float *sc, float *const *out) {
+    int nmax = 0;
+    for (int i = 0; i < nq; i++) nmax = nk[i] > nmax ? nk[i] : nmax;
+    for (int j0 = 0; j0 < nmax; j0 += 64) BY_NQ(scores_body, q, kt, ldk, hd, scale, sc, j0);
+    float inv[LLMB_ATT_Q];
+    for (int i = 0; i < nq; i++) {
+        float *s = sc + (size_t)i * ldk;
+        const int n = nk[i];
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < n; j += 16) {
+            const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+            mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, s + j));
+        }
+        const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        __m512 sum = _mm512_setzero_ps();
+        for (int j = 0; j < n; j += 16) {
+            const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+            const __m512 e = _mm512_maskz_mov_ps(m, llmb_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vmx)));
+            _mm512_storeu_ps(s + j, e);   // zeros past n in the last group of 16 (inside ldk)
+            sum = _mm512_add_ps(sum, e);
+        }
+        for (int j = (n + 15) / 16 * 16; j < nmax; j++) s[j] = 0.0f;
+        inv[i] = 1.0f / sum16(sum);
+    }
+    int d0 = 0;
+    for (; d0 + 64 <= hd; d0 += 64) BY_NQ(pv_body, sc, ldk, v, hd, nmax, inv, out, d0, 4);
+    for (; d0 < hd; d0 += 16) BY_NQ(pv_body, sc, ldk, v, hd, nmax, inv, out, d0, 1);
+}
+#endif
+
+void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v, int hd,
+                 float scale, float *sc, float *const *out) {
+#if LLMB_VEXP_AVX512
+    if (llmb_simd_active() >= LLMB_SIMD_AVX512 && hd % 16 == 0) {
+        attend_avx512(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
+        return;
+    }
+#endif
+    attend_scalar(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
+}
+
+void llmb_attend_ref(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v,
+                     int hd, float scale, float *sc, float *const *out) {
+    attend_scalar(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
+}

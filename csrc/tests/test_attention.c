@@ -1,0 +1,131 @@
+// test_attention.c — llmb_attend (csrc/attention.c) on random queries, keys and values over odd key
+// counts and head sizes. Checked:
+//   - the SIMD version bit-identical to the scalar one (llmb_attend_ref), at every tile size;
+//   - each query's output bit-identical whether alone or in a tile with queries of other key counts
+//     (batch invariance);
+//   - the scalar version vs a float64 softmax attention: |out - ref| <= ATOL + RTOL * max_j |v_j[d]|;
+//   - vexp.h's exp within 3e-7 relative of exp() over [-87, 88], within one denormal step down to
+//     -104, 0 below and inf above;
+//   - SwiGLU (same exp) SIMD vs scalar bit for bit at odd lengths, and vs float64 within 1e-6 relative.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "internal.h"
+#include "ops.h"
+#include "vexp.h"
+
+#define ATOL 1e-6
+#define RTOL 2e-5   // float32 scores, exp and weighted sums of up to ~300 terms
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float rng_normal(void) {
+    double u[2];
+    for (int k = 0; k < 2; k++) {
+        rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+        u[k] = ((rng_state * 0x2545F4914F6CDD1Dull >> 11) + 0.5) * 0x1p-53;
+    }
+    return (float)(sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]));
+}
+
+static void ref_f64(const float *q, int nk, const float *kt, size_t ldk, const float *v, int hd, float scale, double *o) {
+    double *s = malloc((size_t)nk * sizeof *s), mx = -INFINITY, sum = 0;
+    for (int j = 0; j < nk; j++) {
+        double a = 0;
+        for (int d = 0; d < hd; d++) a += (double)q[d] * kt[(size_t)d * ldk + j];
+        s[j] = a * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    for (int j = 0; j < nk; j++) sum += s[j] = exp(s[j] - mx);
+    for (int d = 0; d < hd; d++) {
+        double a = 0;
+        for (int j = 0; j < nk; j++) a += s[j] * v[(size_t)j * hd + d];
+        o[d] = a / sum;
+    }
+    free(s);
+}
+
+static void test_shape(int hd, int nkeys) {
+    const size_t ldk = llmb_att_ldk(nkeys);
+    float *kt = calloc(ldk * hd, sizeof *kt), *v = calloc(ldk * hd, sizeof *v), *sc = malloc(LLMB_ATT_Q * ldk * sizeof *sc);
+    float *q = malloc((size_t)LLMB_ATT_Q * hd * sizeof *q), *out = malloc((size_t)3 * LLMB_ATT_Q * hd * sizeof *out);
+    double *o64 = malloc((size_t)hd * sizeof *o64);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int d = 0; d < hd; d++)
+        for (int j = 0; j < nkeys; j++) kt[(size_t)d * ldk + j] = 2.0f * rng_normal();
+    for (int j = 0; j < nkeys; j++)
+        for (int d = 0; d < hd; d++) v[(size_t)j * hd + d] = rng_normal();
+    for (int i = 0; i < LLMB_ATT_Q * hd; i++) q[i] = 2.0f * rng_normal();
+    // key counts of the tile: nkeys and fewer (as the tokens of one prompt run)
+    int nk[LLMB_ATT_Q];
+    for (int i = 0; i < LLMB_ATT_Q; i++) nk[i] = nkeys - (i * 37) % nkeys;
+    const float *qp[LLMB_ATT_Q];
+    float *o_simd[LLMB_ATT_Q], *o_ref[LLMB_ATT_Q], *o_one[LLMB_ATT_Q];
+    for (int i = 0; i < LLMB_ATT_Q; i++) {
+        qp[i] = q + (size_t)i * hd;
+        o_simd[i] = out + (size_t)i * hd;
+        o_ref[i] = out + (size_t)(LLMB_ATT_Q + i) * hd;
+        o_one[i] = out + (size_t)(2 * LLMB_ATT_Q + i) * hd;
+    }
+    for (int nq = 1; nq <= LLMB_ATT_Q; nq++) {
+        llmb_attend(nq, qp, nk, kt, ldk, v, hd, scale, sc, o_simd);
+        llmb_attend_ref(nq, qp, nk, kt, ldk, v, hd, scale, sc, o_ref);
+        for (int i = 0; i < nq; i++) {
+            llmb_attend(1, &qp[i], &nk[i], kt, ldk, v, hd, scale, sc, &o_one[i]);
+            CHECK(!memcmp(o_simd[i], o_ref[i], (size_t)hd * sizeof(float)), "hd %d keys %d nq %d query %d: simd != scalar",
+                  hd, nk[i], nq, i);
+            CHECK(!memcmp(o_simd[i], o_one[i], (size_t)hd * sizeof(float)), "hd %d keys %d nq %d query %d: tile != alone",
+                  hd, nk[i], nq, i);
+            ref_f64(qp[i], nk[i], kt, ldk, v, hd, scale, o64);
+            double worst = 0;
+            for (int d = 0; d < hd; d++) {
+                double vmax = 0;
+                for (int j = 0; j < nk[i]; j++) vmax = fmax(vmax, fabs(v[(size_t)j * hd + d]));
+                worst = fmax(worst, fabs(o_ref[i][d] - o64[d]) / (ATOL + RTOL * vmax));
+            }
+            CHECK(worst <= 1.0, "hd %d keys %d query %d: error %.3g of the tolerance", hd, nk[i], i, worst);
+        }
+    }
+    free(kt), free(v), free(sc), free(q), free(out), free(o64);
+}
+
+static void test_exp_swiglu(void) {
+    double worst = 0;
+    for (int i = 0; i <= 200000; i++) {
+        const float x = -87.0f + 175.0f * (float)i / 200000;   // normal results (below: denormals, then 0)
+        const double ref = exp((double)x);
+        worst = fmax(worst, fabs(llmb_exp_scalar(x) - ref) / ref);
+        const float xd = -104.0f + 17.0f * (float)i / 200000;
+        CHECK(fabs(llmb_exp_scalar(xd) - exp((double)xd)) <= 0x1p-149, "exp(%g) denormal", xd);
+    }
+    CHECK(worst <= 3e-7, "exp: relative error %.3g", worst);
+    CHECK(llmb_exp_scalar(-200.0f) == 0.0f && isinf(llmb_exp_scalar(200.0f)) && llmb_exp_scalar(0.0f) == 1.0f,
+          "exp: limits");
+    for (int n = 1; n <= 77; n += 19) {
+        float g[77], u[77], a[77], b[77];
+        for (int i = 0; i < n; i++) g[i] = 6.0f * rng_normal(), u[i] = rng_normal();
+        g[0] = -120.0f;
+        memcpy(a, g, sizeof g), memcpy(b, g, sizeof g);
+        llmb_swiglu(a, u, n);
+        llmb_swiglu_ref(b, u, n);
+        CHECK(!memcmp(a, b, (size_t)n * sizeof(float)), "swiglu n %d: simd != scalar", n);
+        for (int i = 0; i < n; i++) {
+            const double ref = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+            CHECK(fabs(b[i] - ref) <= 1e-30 + 1e-6 * fabs(ref), "swiglu %d: %g vs %g", i, b[i], ref);
+        }
+    }
+}
+
+int main(void) {
+    const int hds[] = {64, 128, 80, 48, 8};
+    const int keys[] = {1, 2, 15, 16, 17, 63, 64, 65, 130, 301};
+    for (int lvl = llmb_simd_detected(); lvl >= 0; lvl--) {
+        if (llmb_simd_set((llmb_simd_level)lvl) != LLMB_OK) continue;
+        for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
+            for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) test_shape(hds[a], keys[b]);
+        test_exp_swiglu();
+    }
+    llmb_simd_set(llmb_simd_detected());
+    return check_summary();
+}
