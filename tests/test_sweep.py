@@ -26,6 +26,14 @@ def _base(**kw) -> BenchConfig:
                           "repetitions": 2, **kw})
 
 
+def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`llmbench bench ARGS` in a subprocess; it must succeed."""
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", *args], capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def _lines(d) -> list[str]:
     return (d / LOG_NAME).read_text().splitlines()
 
@@ -101,10 +109,9 @@ def test_damaged_log_is_named(tmp_path):
 
 def test_batch_sweep_command_writes_result_fit_reports_and_plots(tmp_path):
     out = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "llmbench", "bench", "--model", "tiny:Q8_0", "--threads", "1", "--batch", "1..8",
-           "--input-len", "8,16", "--output-len", "6", "--reps", "2", "--warmup", "0", "--out-dir", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
+    args = ["--model", "tiny:Q8_0", "--threads", "1", "--batch", "1..8", "--input-len", "8,16", "--output-len", "6",
+            "--reps", "2", "--warmup", "0", "--out-dir", str(out)]
+    r = _bench(*args, timeout=600)
     res = json.loads((out / "result.json").read_text())
     validate(res)
     pts = res["sweep"]["points"]
@@ -130,19 +137,15 @@ def test_batch_sweep_command_writes_result_fit_reports_and_plots(tmp_path):
     for png in ("throughput_vs_batch.png", "latency_vs_batch.png", "latency_percentiles.png", "ttft_vs_context.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png in md
     # a second sweep into the same folder is refused; --resume finishes at once
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "--resume" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--resume", str(out), "--json"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and json.loads(r.stdout)["sweep"]["points"] == pts
+    assert json.loads(_bench("--resume", str(out), "--json").stdout)["sweep"]["points"] == pts
 
 
 def test_depth_tests_fork_a_held_context(tmp_path):
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "llmbench", "bench", "--model", "tiny:F32", "--threads", "1", "--pp", "16",
-           "--tg", "4", "--depth", "0,40", "--batch", "0", "--reps", "2", "-o", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    _bench("--model", "tiny:F32", "--threads", "1", "--pp", "16", "--tg", "4", "--depth", "0,40", "--batch", "0",
+           "--reps", "2", "-o", str(out))
     res = json.loads(out.read_text())
     validate(res)
     assert [(t["test"], t["n_depth"]) for t in res["llama_bench"]] == \
@@ -190,10 +193,8 @@ def test_bench_with_dataset_prompts(tmp_path):
         pytest.skip(f"{DATA} not found: the real data sets live in ../shared/data")
     out = tmp_path / "r.json"
     data = DATA / "mt_bench" / "question.jsonl"
-    cmd = [sys.executable, "-m", "llmbench", "bench", "--model", "tiny:Q8_0", "--threads", "1", "--pp", "0",
-           "--tg", "0", "--batch", "4", "--dataset", str(data), "--output-len", "5", "--reps", "2", "-o", str(out)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    _bench("--model", "tiny:Q8_0", "--threads", "1", "--pp", "0", "--tg", "0", "--batch", "4", "--dataset", str(data),
+           "--output-len", "5", "--reps", "2", "-o", str(out))
     res = json.loads(out.read_text())
     validate(res)
     from llmbench import LLM
@@ -213,11 +214,9 @@ def test_sweep_against_a_local_openai_server(tmp_path):
 
     out = tmp_path / "s"
     with SSEServer(ttft_s=0.01, itl_s=0.001) as srv:
-        cmd = [sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url", srv.base_url,
-               "--model", "test-model", "--batch", "1,2,4", "--request-rate", "50,1000", "--input-len", "3",
-               "--output-len", "4", "--reps", "2", "--warmup", "0", "--out-dir", str(out)]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+        _bench("--backend", "openai", "--base-url", srv.base_url, "--model", "test-model", "--batch", "1,2,4",
+               "--request-rate", "50,1000", "--input-len", "3", "--output-len", "4", "--reps", "2", "--warmup", "0",
+               "--out-dir", str(out))
     res = json.loads((out / "result.json").read_text())
     validate(res)
     pts = res["sweep"]["points"]
