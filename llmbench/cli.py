@@ -187,9 +187,16 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
     from .perf.metrics import parse_slos
     from .perf.sweep import parse_list
 
-    lists = {"model": parse_list(args.model, str), "kv_dtype": parse_list(args.kv_dtype, str),
+    models = parse_list(args.model, str)
+    input_len = args.input_len
+    if "max" in input_len:   # the longest prompt every model's training context holds with the output
+        from .perf.bench import model_tokenizer
+
+        longest = min(model_tokenizer(m)[1] for m in models) - args.output_len - 8
+        input_len = input_len.replace("max", str(longest))
+    lists = {"model": models, "kv_dtype": parse_list(args.kv_dtype, str),
              "threads": parse_list(args.threads) if args.threads else [None],
-             "batch": parse_list(args.batch), "input_len": parse_list(args.input_len),
+             "batch": parse_list(args.batch), "input_len": parse_list(input_len),
              "request_rate": parse_list(args.request_rate, float)}
     for v in lists["kv_dtype"]:
         if v not in ("f16", "f32", "q8_0"):
@@ -377,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tg", type=int, default=128, help="generated tokens of the tg test (0 skips it)")
     b.add_argument("--depth", default="0", help="context depths of the pp/tg tests, e.g. 0,4096 (llama-bench -d)")
     b.add_argument("--batch", default="1", help="concurrent requests in the latency run (0 skips it); a list sweeps")
-    b.add_argument("--input-len", default="128", help="prompt tokens per request; a list sweeps")
+    b.add_argument("--input-len", default="128",
+                   help="prompt tokens per request; a list sweeps (512..max: doublings up to the model's context)")
     b.add_argument("--output-len", type=int, default=128, help="output tokens per request (EOS ignored)")
     b.add_argument("--dataset", help="JSONL/JSON prompts for the latency run (prompt/text/question keys, "
                                      "MT-Bench turns, ShareGPT conversations, OpenAI messages)")

@@ -232,3 +232,11 @@ def test_sweep_against_a_local_openai_server(tmp_path):
                         "http://127.0.0.1:9/v1", "--threads", "1,2", "--out-dir", str(tmp_path / "x")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "server's settings" in r.stderr
+
+
+def test_context_sweep_up_to_the_model_maximum():
+    from llmbench.cli import _bench_config, build_parser
+
+    args = build_parser().parse_args(["bench", "--model", "tiny:Q8_0", "--input-len", "512..max", "--output-len", "8"])
+    cfg, axes = _bench_config(args)
+    assert axes == {"input_len": [512, 1024, 2048 - 8 - 8]} and cfg.input_len == 512   # tiny: 2048 context

@@ -279,6 +279,11 @@ def model_tokenizer(model: str) -> tuple[Callable[[str], list[int]] | None, int]
     return tok.encode, int(meta.get(f"{arch}.context_length", 2048))
 
 
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run the whole benchmark on the local engine; returns a schema-valid result dict."""
     cfg.check()
@@ -316,7 +321,7 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         result["timing_overhead"] = timing_overhead(llm, result["bandwidth"]["step_s"],
                                                     1 if step_s else cfg.batch)
     mem = llm.memory()
-    result["memory"] = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    result["memory"] = {"peak_rss_bytes": peak_rss_bytes(),
                         "weights_bytes": mem["weights"], "kv_cache_bytes": mem["kv_cache"],
                         "scratch_bytes": mem["scratch"], "gpu_peak_bytes": None}
     result["tokens"] = {"decode_step_s": step_s}

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 from .. import fit
 from .bench import BenchConfig, config_json, environment, header, latency_prompts, latency_run, load, \
-    membw_elsewhere, model_tokenizer, openai_latency, timing_overhead
+    membw_elsewhere, model_tokenizer, openai_latency, peak_rss_bytes, timing_overhead
 from .schema import validate
 
 AXES = ("model", "kv_dtype", "threads", "input_len", "request_rate", "batch")
@@ -212,7 +212,8 @@ def run_sweep(sweep: Sweep, directory: str, resume: bool = False,
                 record = {"kind": "point", "params": p, "environment": environment(llm, cfg),
                           "metrics": lat["metrics"], "output_throughput_runs": lat["output_throughput_runs"],
                           "bandwidth": lat.get("bandwidth"),
-                          "memory": {k: v for k, v in llm.memory().items() if k in ("weights", "kv_cache", "scratch")},
+                          "memory": {**{k: v for k, v in llm.memory().items() if k in ("weights", "kv_cache", "scratch")},
+                                     "peak_rss": peak_rss_bytes()},   # the process's peak so far
                           "requests": lat["requests"]}
                 if lat.get("bandwidth"):
                     record["timing_overhead"] = timing_overhead(llm, lat["bandwidth"]["step_s"], cfg.batch)
