@@ -12,6 +12,8 @@
 // Tested by csrc/tests/test_vecdot.c: every kernel vs the scalar reference within tolerance, every
 // tile shape vs the single dot bit for bit, and the x86 levels vs each other bit for bit.
 #ifndef LLMB_VECDOT_BODY
+#include <math.h>
+
 #include "vecdot.h"
 
 #ifdef __clang__
@@ -64,6 +66,16 @@ AVX2 INLINE float hsum_ps(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+// sums of the 4 / 8 int32 lanes (exact)
+AVX2 INLINE int32_t hsum4_epi32(__m128i s) {
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+AVX2 INLINE int32_t hsum_epi32(__m256i v) {
+    return hsum4_epi32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
 AVX2 INLINE float half_at(const uint8_t *p) {   // the fp16 at p (any alignment)
@@ -145,35 +157,40 @@ AVX2 INLINE __m256i legacy0_weights(const int type, const uint8_t *blk) {
 // ---- prefill panels (AVX-512 VNNI, 512-bit integer parts) ----
 // A panel decodes up to LLMB_PANEL_R weight rows once (4-bit values to bytes, scales to int16
 // vectors) and runs every token over them, 4 tokens x NR rows per register tile. Per output it does
-// what the single dot (q45_K_body) does: the same eight int32 lane sums per super-block (integer and
-// exact, so how the products inside a lane are grouped does not matter: here lane l of a 512-bit
-// sum covers values 64j+4l.. of the low nibbles and lane 8+l the high ones, folded at the end of the
-// super-block), then the same fmadd, fnmadd and final hsum_ps. Hence the same bits.
+// what the single dot does. Q4_K (q45_K_body): per super-block the exact integers S = sum sc q x and
+// M = sum min bsum (how their products are grouped does not matter), then two fmas into one float
+// per output; the panel reduces the tile's 16 integer accumulators into the lanes of one vector
+// (lane 4c + r) and runs those fmas for 16 outputs at once. Q6_K: the same eight int32 lane sums per
+// super-block as q6_K_body (lane l of a 512-bit sum covers values 4l.. of the first 32, lane 8+l the
+// second 32, folded at the end of the super-block), then the same fmadd and final hsum_ps. Hence the
+// same bits.
 #define VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define PANEL_MAX_SB 64   // super-blocks per row decoded on the stack (n <= 16384); longer rows run tiles
 
-// every group of 4 tokens (fewer at the end) over the nr decoded rows, shapes specialized
+// every group of 4 tokens (fewer at the end) over the nr decoded rows, shapes specialized; PANEL_ARGS:
+// the decoded data the body takes first (dec, or a redefinition)
+#define PANEL_ARGS dec
 #define PANEL_TOKENS_LOOP(body)                                                                                     \
     for (int c0 = 0; c0 < nc; c0 += 4) {                                                                            \
         const uint8_t *xc = x + c0 * xs;                                                                            \
         float *yc = y + c0 * ldy;                                                                                   \
         switch ((nr - 1) * 4 + (nc - c0 < 4 ? nc - c0 : 4) - 1) {                                                   \
-        case 0: body(dec, nsb, xc, xs, yc, ldy, 1, 1); break;                                                       \
-        case 1: body(dec, nsb, xc, xs, yc, ldy, 1, 2); break;                                                       \
-        case 2: body(dec, nsb, xc, xs, yc, ldy, 1, 3); break;                                                       \
-        case 3: body(dec, nsb, xc, xs, yc, ldy, 1, 4); break;                                                       \
-        case 4: body(dec, nsb, xc, xs, yc, ldy, 2, 1); break;                                                       \
-        case 5: body(dec, nsb, xc, xs, yc, ldy, 2, 2); break;                                                       \
-        case 6: body(dec, nsb, xc, xs, yc, ldy, 2, 3); break;                                                       \
-        case 7: body(dec, nsb, xc, xs, yc, ldy, 2, 4); break;                                                       \
-        case 8: body(dec, nsb, xc, xs, yc, ldy, 3, 1); break;                                                       \
-        case 9: body(dec, nsb, xc, xs, yc, ldy, 3, 2); break;                                                       \
-        case 10: body(dec, nsb, xc, xs, yc, ldy, 3, 3); break;                                                      \
-        case 11: body(dec, nsb, xc, xs, yc, ldy, 3, 4); break;                                                      \
-        case 12: body(dec, nsb, xc, xs, yc, ldy, 4, 1); break;                                                      \
-        case 13: body(dec, nsb, xc, xs, yc, ldy, 4, 2); break;                                                      \
-        case 14: body(dec, nsb, xc, xs, yc, ldy, 4, 3); break;                                                      \
-        case 15: body(dec, nsb, xc, xs, yc, ldy, 4, 4); break;                                                      \
+        case 0: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 1, 1); break;                                                       \
+        case 1: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 1, 2); break;                                                       \
+        case 2: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 1, 3); break;                                                       \
+        case 3: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 1, 4); break;                                                       \
+        case 4: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 2, 1); break;                                                       \
+        case 5: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 2, 2); break;                                                       \
+        case 6: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 2, 3); break;                                                       \
+        case 7: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 2, 4); break;                                                       \
+        case 8: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 3, 1); break;                                                       \
+        case 9: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 3, 2); break;                                                       \
+        case 10: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 3, 3); break;                                                      \
+        case 11: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 3, 4); break;                                                      \
+        case 12: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 4, 1); break;                                                      \
+        case 13: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 4, 2); break;                                                      \
+        case 14: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 4, 3); break;                                                      \
+        case 15: body(PANEL_ARGS, nsb, xc, xs, yc, ldy, 4, 4); break;                                                      \
         default: break;                                                                                             \
         }                                                                                                           \
     }
@@ -181,11 +198,14 @@ AVX2 INLINE __m256i legacy0_weights(const int type, const uint8_t *blk) {
 typedef struct {
     __m512i q[4];    // values 64j .. 64j+63 (0..15) of the super-block, one byte each
     __m512i sc[4];   // int16: 16 x the scale of sub-block 2j, then 16 x that of sub-block 2j+1
-    __m128i mins;    // the 8 mins as int16
-    float d, dmin;
 } q4k_dec;
+typedef struct {     // per super-block, for the panel's rows at once: lane 4c + r is (row r, token c)
+    __m512i mins[4]; // int16 pairs (min 2k, min 2k+1) of row r
+    __m512 d, dmin;  // of row r (0 past the panel's rows)
+} q4k_pdec;
 
-VNNI512 static void q4k_decode(const uint8_t *blk, q4k_dec *o) {
+// row part of one super-block; its 8 mins as 4 int16 pairs into m32
+VNNI512 static void q4k_decode(const uint8_t *blk, q4k_dec *o, int32_t m32[4]) {
     const llmb_block_q4_K *b = (const llmb_block_q4_K *)blk;
     uint32_t u[4];   // 8 scale bytes, then 8 min bytes (as q45_K_body)
     memcpy(u, b->scales, 12);
@@ -203,17 +223,29 @@ VNNI512 static void q4k_decode(const uint8_t *blk, q4k_dec *o) {
                                      _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), 1);
         o->sc[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(s8[2 * j])),
                                       _mm256_set1_epi16(s8[2 * j + 1]), 1);
+        m32[j] = (int32_t)((uint32_t)s8[8 + 2 * j] | (uint32_t)s8[9 + 2 * j] << 16);
     }
-    o->mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(s8 + 8)));
-    o->d = half_at(blk), o->dmin = half_at(blk + 2);
 }
 
-// NR decoded rows (dec[r*nsb + i]) x NC tokens
-INLINE VNNI512 void q4k_panel_body(const q4k_dec *dec, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
-                                   const int NR, const int NC) {
-    __m256 acc[LLMB_PANEL_R][4];
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+// The 16 int32 vectors v[0..15] summed lane-wise into lane i of the result (exact)
+VNNI512 INLINE __m512i reduce16_epi32(const __m512i v[16]) {
+    __m512i a[8], b[4];
+    for (int p = 0; p < 8; p++)
+        a[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * p], v[2 * p + 1]), _mm512_unpackhi_epi32(v[2 * p], v[2 * p + 1]));
+    for (int p = 0; p < 4; p++)
+        b[p] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * p], a[2 * p + 1]), _mm512_unpackhi_epi64(a[2 * p], a[2 * p + 1]));
+    const __m512i c0 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], 0x88), _mm512_shuffle_i32x4(b[0], b[1], 0xDD));
+    const __m512i c1 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2], b[3], 0x88), _mm512_shuffle_i32x4(b[2], b[3], 0xDD));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x88), _mm512_shuffle_i32x4(c0, c1, 0xDD));
+}
+
+// NR decoded rows (dec[r*nsb + i], pd[i]) x NC tokens. Per output exactly the steps of q45_K_body:
+// the exact integers S and M of each super-block, then fma(d dx, S, acc) and fma(-(dmin dx), M, acc),
+// here for the 16 outputs of the tile in the lanes of one vector (lane 4c + r).
+INLINE VNNI512 void q4k_panel_body(const q4k_dec *dec, const q4k_pdec *pd, int64_t nsb, const uint8_t *x, size_t xs,
+                                   float *y, int64_t ldy, const int NR, const int NC) {
+    const __m512i lane_c = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const llmb_block_q8_K *xb[4];
         __m512i s[LLMB_PANEL_R][4];
@@ -230,21 +262,33 @@ INLINE VNNI512 void q4k_panel_body(const q4k_dec *dec, int64_t nsb, const uint8_
                     s[r][c] = _mm512_dpwssd_epi32(s[r][c], _mm512_maddubs_epi16(o->q[j], xv[c]), o->sc[j]);
             }
         }
+        __m512i v[16];
+        for (int k = 0; k < 16; k++) v[k] = _mm512_setzero_si512();
+        for (int c = 0; c < NC; c++)
+            for (int r = 0; r < NR; r++) v[4 * c + r] = s[r][c];
+        const __m512i S = reduce16_epi32(v);
+        // M: block c of hb holds token c's 4 pairs of sub-block bsums; dpwssd against the rows' min pairs
+        __m512i hb = _mm512_setzero_si512();
+        float dx[4] = {0, 0, 0, 0};
         for (int c = 0; c < NC; c++) {
             const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);
-            const __m128i hb = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-            for (int r = 0; r < NR; r++) {
-                const q4k_dec *o = dec + r * nsb + i;
-                const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(s[r][c]), _mm512_extracti64x4_epi64(s[r][c], 1));
-                const __m128i prod = _mm_madd_epi16(o->mins, hb);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(o->d * xb[c]->d), _mm256_cvtepi32_ps(si), acc[r][c]);
-                acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(o->dmin * xb[c]->d),
-                                             _mm256_cvtepi32_ps(_mm256_set_m128i(_mm_setzero_si128(), prod)), acc[r][c]);
-            }
+            hb = _mm512_mask_broadcast_i32x4(hb, (__mmask16)(0xF << (4 * c)),
+                                             _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+            dx[c] = xb[c]->d;
         }
+        __m512i M = _mm512_setzero_si512();
+        M = _mm512_dpwssd_epi32(M, pd[i].mins[0], _mm512_shuffle_epi32(hb, _MM_PERM_AAAA));
+        M = _mm512_dpwssd_epi32(M, pd[i].mins[1], _mm512_shuffle_epi32(hb, _MM_PERM_BBBB));
+        M = _mm512_dpwssd_epi32(M, pd[i].mins[2], _mm512_shuffle_epi32(hb, _MM_PERM_CCCC));
+        M = _mm512_dpwssd_epi32(M, pd[i].mins[3], _mm512_shuffle_epi32(hb, _MM_PERM_DDDD));
+        const __m512 dxv = _mm512_permutexvar_ps(lane_c, _mm512_castps128_ps512(_mm_loadu_ps(dx)));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(pd[i].d, dxv), _mm512_cvtepi32_ps(S), acc);
+        acc = _mm512_fnmadd_ps(_mm512_mul_ps(pd[i].dmin, dxv), _mm512_cvtepi32_ps(M), acc);
     }
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+    float out[16];
+    _mm512_storeu_ps(out, acc);
+    for (int c = 0; c < NC; c++)
+        for (int r = 0; r < NR; r++) y[c * ldy + r] = out[4 * c + r];
 }
 
 VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
@@ -257,9 +301,26 @@ VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
         return;
     }
     q4k_dec dec[LLMB_PANEL_R * PANEL_MAX_SB];
-    for (int r = 0; r < nr; r++)
-        for (int64_t i = 0; i < nsb; i++) q4k_decode(w + r * ws + i * sizeof(llmb_block_q4_K), &dec[r * nsb + i]);
+    q4k_pdec pdec[PANEL_MAX_SB];
+    for (int64_t i = 0; i < nsb; i++) {
+        int32_t m32[LLMB_PANEL_R][4] = {{0}}, mins[4][16];
+        float d[16], dmin[16];
+        for (int r = 0; r < nr; r++) q4k_decode(w + r * ws + i * sizeof(llmb_block_q4_K), &dec[r * nsb + i], m32[r]);
+        for (int l = 0; l < 16; l++) {
+            const int r = l % 4;
+            const uint8_t *blk = w + r * ws + i * sizeof(llmb_block_q4_K);
+            d[l] = r < nr ? half_at(blk) : 0.0f, dmin[l] = r < nr ? half_at(blk + 2) : 0.0f;
+            for (int k = 0; k < 4; k++) mins[k][l] = m32[r][k];
+        }
+        for (int k = 0; k < 4; k++) pdec[i].mins[k] = _mm512_loadu_si512((const void *)mins[k]);
+        pdec[i].d = _mm512_loadu_ps(d), pdec[i].dmin = _mm512_loadu_ps(dmin);
+    }
+    const q4k_pdec *pd = pdec;
+#undef PANEL_ARGS
+#define PANEL_ARGS dec, pd
     PANEL_TOKENS_LOOP(q4k_panel_body);
+#undef PANEL_ARGS
+#define PANEL_ARGS dec
 }
 
 typedef struct {
@@ -797,15 +858,17 @@ INLINE VD_T void VD(q8_K_body)(const int type, int64_t n, const uint8_t *w, size
 }
 
 // Q4_K, Q5_K x Q8_K: per 32 elements maddubs(q, x) weighted by the 6-bit scale (madd), the mins
-// against the activation's bsums (4 int32 lanes), both accumulated into one float vector
+// against the activation's bsums; per super-block both reduced to exact integers S = sum sc q x and
+// M = sum min bsum, then one float accumulator per output: acc = fma(d dx, S, acc), then
+// acc = fma(-(dmin dx), M, acc) (the VNNI panel does the same for 16 outputs in the lanes of a vector)
 INLINE VD_T void VD(q45_K_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                                 float *y, int64_t ldy, const int NR, const int NC) {
     const int q5 = type == LLMB_TYPE_Q5_K;
     const size_t wb = q5 ? sizeof(llmb_block_q5_K) : sizeof(llmb_block_q4_K);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
     for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + r * ws + i * wb;
@@ -846,14 +909,13 @@ INLINE VD_T void VD(q45_K_body)(const int type, int64_t n, const uint8_t *w, siz
                     const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xb->qs + 64 * j + 32))));
                     sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
                 }
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xb->d), _mm256_cvtepi32_ps(sumi), acc[r][c]);
-                acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(wdmin * xb->d),
-                                             _mm256_cvtepi32_ps(_mm256_set_m128i(_mm_setzero_si128(), prod)), acc[r][c]);
+                acc[r][c] = fmaf(wd * xb->d, (float)hsum_epi32(sumi), acc[r][c]);
+                acc[r][c] = fmaf(-(wdmin * xb->d), (float)hsum4_epi32(prod), acc[r][c]);
             }
         }
     }
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
 }
 
 // Q6_K x Q8_K: maddubs(q, x) - maddubs(32, x) per 32 elements, weighted by two 8-bit scales (madd)
