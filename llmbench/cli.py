@@ -217,7 +217,7 @@ def _run_sweep(args: argparse.Namespace, cfg, axes: dict) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .perf.report import fit_lines, fmt, rows
+    from .perf.report import failed_lines, fit_lines, fmt, rows
     from .perf.sweep import Sweep, run_sweep
 
     directory = args.resume or args.out_dir
@@ -258,7 +258,7 @@ def _run_sweep(args: argparse.Namespace, cfg, axes: dict) -> int:
         t.add_row(*("–" if cells[k] is None else f"{cells[k]:.0%}" if k == "bandwidth_fraction" else
                     fmt(cells[k]) for k in show))
     Console().print(t)
-    for line in fit_lines(result):
+    for line in failed_lines(result) + fit_lines(result):
         print(line)
     files = result["sweep"]["files"]
     print(f"result: {os.path.join(directory, 'result.json')}; also {files['csv']}, {files['markdown']}, "

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from . import GGUFError, _core
 
 _TYPE_NAMES = {tid: name for tid, name, _, _ in _core.type_traits()}
 
@@ -61,7 +61,12 @@ class GGUFFile:
             self.path = None
         else:
             raise TypeError(f"GGUFFile expects a path or a bytes-like object, got {type(source).__name__}")
-        self._reader: _core.Reader | None = _core.Reader(source)
+        try:
+            self._reader: _core.Reader | None = _core.Reader(source)
+        except GGUFError as e:   # name the file: a sweep or an eval may open several
+            if self.path is None:
+                raise
+            raise GGUFError(f"{self.path}: {e}") from None
         r = self._reader
         self.version: int = r.version
         self.alignment: int = r.alignment

@@ -189,5 +189,6 @@ def test_not_a_gguf(tmp_path):
     assert isinstance(e.value, ValueError)
     empty = tmp_path / "empty.gguf"
     empty.write_bytes(b"")
-    with pytest.raises(llmbench.GGUFError, match="magic at byte 0"):
+    with pytest.raises(llmbench.GGUFError, match="magic at byte 0") as e:
         GGUFFile(empty)
+    assert str(e.value).startswith(f"{empty}: ")   # the file is named

@@ -240,3 +240,23 @@ def test_context_sweep_up_to_the_model_maximum():
     args = build_parser().parse_args(["bench", "--model", "tiny:Q8_0", "--input-len", "512..max", "--output-len", "8"])
     cfg, axes = _bench_config(args)
     assert axes == {"input_len": [512, 1024, 2048 - 8 - 8]} and cfg.input_len == 512   # tiny: 2048 context
+
+
+def test_a_point_whose_process_dies_is_recorded_and_the_sweep_goes_on(tmp_path, stories_path):
+    """Each model load runs in its own process: a model that cannot load fails its points with the
+    reason, and the other model's points, fits and reports are still produced."""
+    bad = tmp_path / "truncated.gguf"
+    bad.write_bytes(stories_path.read_bytes()[:5000])
+    out = tmp_path / "s"
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--model", f"tiny:Q8_0,{bad}", "--threads", "1",
+                        "--batch", "1,2,4", "--input-len", "8", "--output-len", "4", "--reps", "1", "--warmup", "0",
+                        "--out-dir", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "result.json").read_text())
+    validate(res)
+    pts = res["sweep"]["points"]
+    assert [("error" in p) for p in pts] == [False] * 3 + [True] * 3 and res["sweep"]["failed"] == 3
+    assert all("GGUFError" in p["error"] and "truncated.gguf" in p["error"] for p in pts[3:])
+    assert [f["group"]["model"] for f in res["sweep"]["fits"]] == ["tiny:Q8_0"]
+    assert "FAILED" in r.stdout and "Failed points" in (out / "report.md").read_text()
+    assert len((out / "points.csv").read_text().splitlines()) == 1 + 6

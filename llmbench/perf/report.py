@@ -37,13 +37,22 @@ def rows(result: dict) -> tuple[list[str], list[list]]:
     head += ["decode_gbps", "bandwidth_fraction"]
     out = []
     for r in result["sweep"]["points"]:
-        m, bw = r["metrics"], r.get("bandwidth") or {}
-        row = [r["params"][a] for a in axes] + [m[k] for k in _METRICS]
+        m, bw = r.get("metrics") or {}, r.get("bandwidth") or {}
+        row = [r["params"][a] for a in axes] + [m.get(k) for k in _METRICS]
         for k in _LATENCY:
             row += [m.get(f"median_{k}_ms"), m.get(f"{tail}_{k}_ms")]
         row += [bw.get("achieved_gbps"), bw.get("fraction")]
         out.append(row)
     return head, out
+
+
+def _ok(result: dict) -> list[dict]:
+    return [r for r in result["sweep"]["points"] if "error" not in r]
+
+
+def failed_lines(result: dict) -> list[str]:
+    return [f"{', '.join(f'{k} {v}' for k, v in r['params'].items())}: FAILED: {r['error']}"
+            for r in result["sweep"]["points"] if "error" in r]
 
 
 def write_csv(result: dict, path: str) -> None:
@@ -93,6 +102,9 @@ def write_markdown(result: dict, path: str, plots: list[str]) -> None:
            f"{result['config']['warmup']} warmup, output length {result['config']['output_len']} (EOS ignored).", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in body]
+    failed = failed_lines(result)
+    if failed:
+        out += ["", "## Failed points", ""] + [f"- {line}" for line in failed]
     fits = fit_lines(result)
     if fits:
         out += ["", "## Throughput against batch", ""] + [f"- {line}" for line in fits]
@@ -107,7 +119,7 @@ def write_markdown(result: dict, path: str, plots: list[str]) -> None:
 def _series(result: dict, axis: str) -> dict[str, list[dict]]:
     """Points grouped by every axis but ``axis``, each group sorted along ``axis``."""
     groups: dict[str, list[dict]] = {}
-    for r in result["sweep"]["points"]:
+    for r in _ok(result):
         label = ", ".join(f"{k} {v}" for k, v in r["params"].items() if k != axis) or "all"
         groups.setdefault(label, []).append(r)
     for g in groups.values():
@@ -180,7 +192,7 @@ def plot_percentiles(result: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     ps = [percentile_key(p) for p in result["config"]["percentiles"]]
-    pts = result["sweep"]["points"]
+    pts = _ok(result)
     fig, axs = plt.subplots(1, len(_LATENCY), figsize=(4.2 * len(_LATENCY), 4), squeeze=False)
     width = 0.8 / max(len(pts), 1)
     for ax, m in zip(axs[0], _LATENCY):

@@ -175,6 +175,15 @@ _point = {
     },
 }
 
+_failed_point = {
+    "type": "object",
+    "description": "A sweep point whose process died or failed: its parameters and the reason.",
+    "required": ["kind", "params", "error"],
+    "properties": {"kind": {"const": "point"}, "params": {"type": "object", "minProperties": 1},
+                   "error": {"type": "string", "minLength": 1}},
+    "additionalProperties": False,
+}
+
 _fit = {
     "type": "object",
     "description": "llmbench.fit.FitResult.to_dict(): params, stderr, ci95 [low, high], r2, n, dof.",
@@ -188,7 +197,8 @@ _sweep = {
     "required": ["axes", "points", "fits"],
     "properties": {
         "axes": {"type": "object", "additionalProperties": {"type": "array", "minItems": 1}},
-        "points": {"type": "array", "items": _point, "minItems": 1},
+        "points": {"type": "array", "items": {"oneOf": [_point, _failed_point]}, "minItems": 1},
+        "failed": {**_count, "description": "points that failed (they carry an error instead of metrics)"},
         "fits": {"type": "array", "items": {
             "type": "object",
             "required": ["group", "batch", "output_throughput", "power_law", "knee", "error"],

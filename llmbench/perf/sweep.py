@@ -165,10 +165,109 @@ def _context_limit(sweep: Sweep, group: list[dict]) -> tuple[int, int]:
     return ctx, batch
 
 
-def run_sweep(sweep: Sweep, directory: str, resume: bool = False,
+def _groups(sweep: Sweep) -> list[list[dict]]:
+    """The points by model load (model, KV dtype, threads), in run order."""
+    groups: dict[tuple, list[dict]] = {}
+    for p in sweep.points():
+        c = sweep.config(p)
+        groups.setdefault((c.model, c.kv_dtype, c.threads), []).append(p)
+    return list(groups.values())
+
+
+def _label(p: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in p.items())
+
+
+def _run_group(sweep: Sweep, log: SweepLog, group: list[dict], done: dict[str, dict],
+               progress: Callable[[str], None], on_point: Callable[[dict], None], bw: dict | None = None) -> None:
+    """Run the points of one group that are not in ``done``, in this process, appending each."""
+    todo = [p for p in group if point_key(p) not in done]
+    if not todo:
+        return
+    if sweep.base.backend == "openai":
+        for p in todo:
+            lat = openai_latency(sweep.config(p), lambda m: progress(f"{_label(p)}: {m}"))
+            record = {"kind": "point", "params": p, "environment": lat["environment"], "metrics": lat["metrics"],
+                      "output_throughput_runs": lat["output_throughput_runs"], "bandwidth": None,
+                      "errors": lat["errors"], "requests": lat["requests"]}
+            log.append(record)
+            on_point(record)
+        return
+    first = sweep.config(todo[0])
+    ctx, max_batch = _context_limit(sweep, group)
+    progress(f"loading {first.model}")
+    llm = load(first, ctx, max_batch)
+    tokenize = llm.tokenizer.encode if llm.tokenizer is not None else None
+    bw = bw or membw_elsewhere(llm.threads)
+    for p in todo:
+        cfg = sweep.config(p)
+        prompts = latency_prompts(cfg, tokenize, llm.info["vocab"], ctx)
+        lat = latency_run(llm, cfg, prompts, lambda m: progress(f"{_label(p)}: {m}"), bw)
+        record = {"kind": "point", "params": p, "environment": environment(llm, cfg),
+                  "metrics": lat["metrics"], "output_throughput_runs": lat["output_throughput_runs"],
+                  "bandwidth": lat.get("bandwidth"),
+                  "memory": {**{k: v for k, v in llm.memory().items() if k in ("weights", "kv_cache", "scratch")},
+                             "peak_rss": peak_rss_bytes()},   # the process's peak so far
+                  "requests": lat["requests"]}
+        if lat.get("bandwidth"):
+            record["timing_overhead"] = timing_overhead(llm, lat["bandwidth"]["step_s"], cfg.batch)
+        log.append(record)
+        on_point(record)
+
+
+def _run_group_isolated(sweep: Sweep, log: SweepLog, gi: int, done: dict[str, dict],
+                        progress: Callable[[str], None], on_point: Callable[[dict], None]) -> None:
+    """Run group ``gi`` in a child process (``python -m llmbench.perf.sweep DIR GROUP``). If the
+    child dies (a crash, the kernel's OOM killer, an error loading the model), the point it was
+    running is recorded as failed with the reason, and a new child continues with the next point:
+    one bad point never costs the sweep its other points."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    group = _groups(sweep)[gi]
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    threads = sweep.config(group[0]).threads or os.cpu_count() or 1
+    bw = json.dumps(membw_elsewhere(threads)) if sweep.base.backend == "cpu" else "null"
+    while any(point_key(p) not in done for p in group):
+        with tempfile.TemporaryFile(mode="w+") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "llmbench.perf.sweep", os.path.abspath(log.dir), str(gi), bw],
+                                    stdout=subprocess.PIPE, stderr=err, text=True, cwd=here)
+            try:
+                for line in proc.stdout:
+                    kind, _, rest = line.rstrip("\n").partition("\t")
+                    if kind == "progress":
+                        progress(rest)
+                    elif kind == "point":
+                        p = json.loads(rest)
+                        done[point_key(p)] = {"params": p}   # the record itself is read back at the end
+                        on_point(done[point_key(p)])
+                rc = proc.wait()
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            if rc == 0:
+                continue
+            err.seek(0)
+            tail = err.read().strip().splitlines()
+        how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+        reason = next((ln for ln in reversed(tail) if ln.strip()), "") if tail else ""
+        failed = next(p for p in group if point_key(p) not in done)
+        record = {"kind": "point", "params": failed, "error": f"the point's process died ({how})"
+                  + (f": {reason.strip()}" if reason else "")}
+        log.append(record)
+        done[point_key(failed)] = record
+        on_point(record)
+
+
+def run_sweep(sweep: Sweep | None, directory: str, resume: bool = False,
               progress: Callable[[str], None] = lambda s: None,
-              advance: Callable[[int, int], None] = lambda done, total: None) -> dict:
-    """Run (or continue) a sweep into ``directory``; return the schema-valid summary result."""
+              advance: Callable[[int, int], None] = lambda done, total: None, isolate: bool = True) -> dict:
+    """Run (or, with ``resume``, continue) a sweep into ``directory``; return the schema-valid
+    summary result. ``isolate``: each model load runs in its own process (see
+    ``_run_group_isolated``); False runs everything here (faster to start, for tiny sweeps)."""
     log = SweepLog(directory)
     if resume:
         sweep, done = log.read()
@@ -177,51 +276,18 @@ def run_sweep(sweep: Sweep, directory: str, resume: bool = False,
         done = {}
     points = sweep.points()
     total = len(points)
+
+    def on_point(record: dict) -> None:
+        done[point_key(record["params"])] = record
+        advance(sum(point_key(q) in done for q in points), total)
+
     advance(sum(point_key(p) in done for p in points), total)
-    groups: dict[tuple, list[dict]] = {}
-    for p in points:
-        c = sweep.config(p)
-        groups.setdefault((c.model, c.kv_dtype, c.threads), []).append(p)
-    for group in groups.values():
-        todo = [p for p in group if point_key(p) not in done]
-        if not todo:
-            continue
-        if sweep.base.backend == "openai":
-            for p in todo:
-                label = ", ".join(f"{k} {v}" for k, v in p.items())
-                lat = openai_latency(sweep.config(p), lambda m: progress(f"{label}: {m}"))
-                record = {"kind": "point", "params": p, "environment": lat["environment"], "metrics": lat["metrics"],
-                          "output_throughput_runs": lat["output_throughput_runs"], "bandwidth": None,
-                          "errors": lat["errors"], "requests": lat["requests"]}
-                log.append(record)
-                done[point_key(p)] = record
-                advance(sum(point_key(q) in done for q in points), total)
-            continue
-        first = sweep.config(todo[0])
-        ctx, max_batch = _context_limit(sweep, group)
-        progress(f"loading {first.model}")
-        llm = load(first, ctx, max_batch)
-        try:
-            tokenize = llm.tokenizer.encode if llm.tokenizer is not None else None
-            bw = membw_elsewhere(llm.threads)
-            for p in todo:
-                cfg = sweep.config(p)
-                label = ", ".join(f"{k} {v}" for k, v in p.items())
-                prompts = latency_prompts(cfg, tokenize, llm.info["vocab"], ctx)
-                lat = latency_run(llm, cfg, prompts, lambda m: progress(f"{label}: {m}"), bw)
-                record = {"kind": "point", "params": p, "environment": environment(llm, cfg),
-                          "metrics": lat["metrics"], "output_throughput_runs": lat["output_throughput_runs"],
-                          "bandwidth": lat.get("bandwidth"),
-                          "memory": {**{k: v for k, v in llm.memory().items() if k in ("weights", "kv_cache", "scratch")},
-                                     "peak_rss": peak_rss_bytes()},   # the process's peak so far
-                          "requests": lat["requests"]}
-                if lat.get("bandwidth"):
-                    record["timing_overhead"] = timing_overhead(llm, lat["bandwidth"]["step_s"], cfg.batch)
-                log.append(record)
-                done[point_key(p)] = record
-                advance(sum(point_key(q) in done for q in points), total)
-        finally:
-            del llm   # its KV pool goes before the next group's model is loaded
+    for gi, group in enumerate(_groups(sweep)):
+        if isolate:
+            _run_group_isolated(sweep, log, gi, done, progress, on_point)
+        else:
+            _run_group(sweep, log, group, done, progress, on_point)
+    _, done = log.read()
     result = summarize(sweep, [done[point_key(p)] for p in points])
     from .report import write_all
 
@@ -230,6 +296,15 @@ def run_sweep(sweep: Sweep, directory: str, resume: bool = False,
     with open(os.path.join(directory, "result.json"), "w") as f:
         json.dump(result, f, indent=1)
     return result
+
+
+def _worker(directory: str, gi: int, bw: dict | None) -> None:
+    """The child of ``_run_group_isolated``: runs one group's missing points, reporting on stdout."""
+    log = SweepLog(directory)
+    sweep, done = log.read()
+    _run_group(sweep, log, _groups(sweep)[gi], done,
+               progress=lambda m: print(f"progress\t{m}", flush=True),
+               on_point=lambda r: print(f"point\t{json.dumps(r['params'])}", flush=True), bw=bw)
 
 
 # ---- the summary ----
@@ -265,7 +340,10 @@ def batch_fits(sweep: Sweep, records: list[dict]) -> list[dict]:
 def summarize(sweep: Sweep, records: list[dict]) -> dict:
     """The sweep's one JSON result: the first point's environment with the swept fields set to
     null (each point keeps its own), the base configuration and axes, every point, and the fits."""
-    env = json.loads(json.dumps(records[0]["environment"]))
+    ok = [r for r in records if "error" not in r]
+    if not ok:
+        raise RuntimeError(f"every point of the sweep failed; the first: {records[0]['error']}")
+    env = json.loads(json.dumps(ok[0]["environment"]))
     if "model" in sweep.axes:
         env["model"] = {"file": None, "name": None, "dummy": None, "size_bytes": None, "sha256": None,
                         "weight_types": None}
@@ -277,9 +355,10 @@ def summarize(sweep: Sweep, records: list[dict]) -> dict:
         **header(),
         "environment": env,
         "config": {**config_json(sweep.base), "axes": sweep.axes, "knee_threshold": sweep.knee_threshold,
-                   "membw": membw_elsewhere(records[0]["environment"]["threads"])
+                   "membw": membw_elsewhere(ok[0]["environment"]["threads"])
                    if sweep.base.backend == "cpu" else None},
-        "sweep": {"axes": sweep.axes, "points": records, "fits": batch_fits(sweep, records),
+        "sweep": {"axes": sweep.axes, "points": records, "fits": batch_fits(sweep, ok),
+                  "failed": len(records) - len(ok),
                   "max_timing_overhead": max(overheads) if overheads else None},
     }
     return result
@@ -303,3 +382,9 @@ def parse_list(text: str, kind: type = int) -> list:
         return [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"{text!r} is not a comma-separated list of {kind.__name__} values") from None
+
+
+if __name__ == "__main__":
+    import sys
+
+    _worker(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]))
