@@ -93,6 +93,14 @@ def _print_model_result(result: ModelResult, show_source: bool) -> None:
             markup=False, highlight=False)
 
 
+def _report_model_result(result: ModelResult, as_json: bool, show_source: bool) -> int:
+    if as_json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_model_result(result, show_source)
+    return 0
+
+
 def _fail(command: str, e: BaseException) -> int:
     print(f"llmbench {command}: error: {e}", file=sys.stderr)
     return 1
@@ -110,11 +118,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
                                                                    on_progress=cb))
     except (ValueError, OSError) as e:   # includes GGUFError, an existing destination, a full disk
         return _fail("quantize", e)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        _print_model_result(result, show_source=True)
-    return 0
+    return _report_model_result(result, args.json, show_source=True)
 
 
 def cmd_dummy(args: argparse.Namespace) -> int:
@@ -138,11 +142,7 @@ def cmd_dummy(args: argparse.Namespace) -> int:
                                                                      threads=args.threads, on_progress=cb))
     except (ValueError, OSError) as e:
         return _fail("dummy", e)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
-    else:
-        _print_model_result(result, show_source=False)
-    return 0
+    return _report_model_result(result, args.json, show_source=False)
 
 
 def _add_model_commands(sub: argparse._SubParsersAction) -> None:
