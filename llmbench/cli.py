@@ -273,6 +273,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .perf.bench import run, run_openai
 
     if args.resume:
+        given = [a for a in ("model", "batch", "input_len", "kv_dtype", "threads", "output_len", "reps", "dataset")
+                 if getattr(args, a) != build_parser().parse_args(["bench"]).__dict__[a]]
+        if given:
+            print(f"llmbench bench: --resume continues the sweep with the settings saved in {args.resume}; "
+                  f"ignoring --{', --'.join(g.replace('_', '-') for g in given)}", file=sys.stderr)
         return _run_sweep(args, None, {})
     cfg, axes = _bench_config(args)
     if axes or args.out_dir:

@@ -139,7 +139,8 @@ def test_batch_sweep_command_writes_result_fit_reports_and_plots(tmp_path):
     # a second sweep into the same folder is refused; --resume finishes at once
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "--resume" in r.stderr
-    assert json.loads(_bench("--resume", str(out), "--json").stdout)["sweep"]["points"] == pts
+    r = _bench("--resume", str(out), "--json", "--batch", "32")
+    assert json.loads(r.stdout)["sweep"]["points"] == pts and "ignoring --batch" in r.stderr
 
 
 def test_depth_tests_fork_a_held_context(tmp_path):
