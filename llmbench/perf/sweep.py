@@ -9,7 +9,9 @@ that are missing. When all points exist it writes ``result.json`` (docs/result.s
 ``sweep`` section), ``points.csv``, ``report.md`` and the PNG plots (llmbench/perf/report.py).
 
 Axes run outermost first in the order of ``AXES``: the model is loaded once per (model, KV dtype,
-threads) and the batch size changes fastest.
+threads), in a process of its own, and the batch size changes fastest. A point whose process dies
+(a crash, the OOM killer, a model file that cannot load) is recorded with the reason instead of
+metrics, and the sweep goes on; resuming does not retry it (delete its line to do so).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from .bench import BenchConfig, config_json, environment, header, latency_prompt
 from .schema import validate
 
 AXES = ("model", "kv_dtype", "threads", "input_len", "request_rate", "batch")
-_LOAD_AXES = ("model", "kv_dtype", "threads")
 LOG_NAME = "points.jsonl"
 LOG_FORMAT = 1
 
