@@ -655,9 +655,8 @@ static void forward(llmb_engine *e, int n, int n_rows) {
         // ---- attention ----
         for (int i = 0; i < n; i++) llmb_rmsnorm(e->xn + i * dim, e->x + i * dim, L->attn_norm, dim, c->norm_eps);
         llmb_matmul_forget(mm);
-        llmb_matmul(mm, &L->wq, e->xn, dim, n, e->q, q_dim);
-        llmb_matmul(mm, &L->wk, e->xn, dim, n, e->k, kv_dim);
-        llmb_matmul(mm, &L->wv, e->xn, dim, n, e->v, kv_dim);
+        llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, e->xn, dim, n,
+                      (float *[]){e->q, e->k, e->v}, (int64_t[]){q_dim, kv_dim, kv_dim});
         add_bias(e->q, L->bq, n, q_dim);
         add_bias(e->k, L->bk, n, kv_dim);
         add_bias(e->v, L->bv, n, kv_dim);
@@ -676,8 +675,8 @@ static void forward(llmb_engine *e, int n, int n_rows) {
         // ---- feed-forward ----
         for (int i = 0; i < n; i++) llmb_rmsnorm(e->xn + i * dim, e->x + i * dim, L->ffn_norm, dim, c->norm_eps);
         llmb_matmul_forget(mm);
-        llmb_matmul(mm, &L->w_gate, e->xn, dim, n, e->gate, ff);
-        llmb_matmul(mm, &L->w_up, e->xn, dim, n, e->up, ff);
+        llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, e->xn, dim, n, (float *[]){e->gate, e->up},
+                      (int64_t[]){ff, ff});
         for (int i = 0; i < n; i++) llmb_swiglu(e->gate + i * ff, e->up + i * ff, ff);
         llmb_matmul_forget(mm);
         llmb_matmul(mm, &L->w_down, e->gate, ff, n, e->xn, dim);

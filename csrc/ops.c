@@ -3,6 +3,7 @@
 // vecdot.c, whose per-output operation order does not depend on the batch.
 // Tested by tests/test_engine.py against the NumPy float64 reference forward pass
 // (tests/reference/forward.py) and by the batch-invariance tests.
+#include <assert.h>
 #include <math.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -65,15 +66,25 @@ static void matmul_float(llmb_matmul_ctx *c, const llmb_weight *w, const float *
     }
 }
 
-void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
-                 int64_t ldy) {
-    const int vt = llmb_vec_dot_type(w->type);
+void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
+                   float *const *ys, const int64_t *ldys) {
+    assert(count >= 1 && count <= LLMB_MATMUL_MAX_N);
+    const int vt = llmb_vec_dot_type(ws[0]->type);
+    double work = 0;
+    int same = 1;
+    for (int i = 0; i < count; i++) {
+        work += (double)ws[i]->ne0 * (double)ws[i]->ne1 * n_tok;
+        same &= llmb_vec_dot_type(ws[i]->type) == vt && ws[i]->ne0 == ws[0]->ne0;
+    }
     // Too little work to pay for waking the other threads (and for waiting on them when the
     // machine is busy): run it here.
-    const int nthreads = c->nthreads > 1 && (double)w->ne0 * (double)w->ne1 * n_tok >= (double)(1 << 18)
-                             ? c->nthreads : 1;
+    const int nthreads = c->nthreads > 1 && work >= (double)(1 << 18) ? c->nthreads : 1;
     if (c->float_act && vt != LLMB_TYPE_F32) {
-        matmul_float(c, w, x, ldx, n_tok, y, ldy, nthreads);
+        for (int i = 0; i < count; i++) matmul_float(c, ws[i], x, ldx, n_tok, ys[i], ldys[i], nthreads);
+        return;
+    }
+    if (!same) {
+        for (int i = 0; i < count; i++) llmb_matmul(c, ws[i], x, ldx, n_tok, ys[i], ldys[i]);
         return;
     }
     const void *xq = x;
@@ -81,13 +92,21 @@ void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64
     if (vt != LLMB_TYPE_F32) {
         if (c->src != x || c->type != vt || c->n_tok != n_tok) {
             for (int t = 0; t < n_tok; t++)
-                llmb_vec_dot_quantize_x(w->type, x + (int64_t)t * ldx, c->xq + (size_t)t * c->row_cap, w->ne0);
+                llmb_vec_dot_quantize_x(ws[0]->type, x + (int64_t)t * ldx, c->xq + (size_t)t * c->row_cap, ws[0]->ne0);
             c->src = x, c->type = vt, c->n_tok = n_tok;
         }
         xq = c->xq;
         x_stride = c->row_cap;
     }
-    llmb_vec_dot_matmul(w->type, w->ne0, w->data, w->row_bytes, w->ne1, xq, x_stride, n_tok, y, ldy, nthreads);
+    llmb_matmul_part parts[LLMB_MATMUL_MAX_N];
+    for (int i = 0; i < count; i++)
+        parts[i] = (llmb_matmul_part){ws[i]->type, ws[i]->data, ws[i]->row_bytes, ws[i]->ne1, ys[i], ldys[i]};
+    llmb_vec_dot_matmul_parts(ws[0]->ne0, parts, count, xq, x_stride, n_tok, nthreads);
+}
+
+void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
+                 int64_t ldy) {
+    llmb_matmul_n(c, 1, &w, x, ldx, n_tok, &y, &ldy);
 }
 
 LLMB_CLONES void llmb_axpy(float *y, float a, const float *x, int64_t n) {

@@ -31,6 +31,12 @@ size_t llmb_matmul_row_cap(const llmb_model *m);
 // however many tokens share the call (batch invariance).
 void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
                  int64_t ldy);
+// The products of `count` <= LLMB_MATMUL_MAX_N matrices with the same input (Q, K and V; gate and up):
+// ys[i] as llmb_matmul(c, ws[i], x, ldx, n_tok, ys[i], ldys[i]) gives it, bit for bit, in one
+// parallel region where the weights share a vec_dot_type (one wake-up of the threads, not count).
+#define LLMB_MATMUL_MAX_N 4
+void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
+                   float *const *ys, const int64_t *ldys);
 // The input buffer of the next products has new contents.
 static inline void llmb_matmul_forget(llmb_matmul_ctx *c) { c->src = NULL; }
 

@@ -347,30 +347,20 @@ void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_stride, int nr
     k->tile(n, w, w_stride, nr, x, x_stride, nc, y, ldy);
 }
 
-void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows, const void *xq,
-                         size_t x_stride, int ntok, float *y, int64_t ldy, int nthreads) {
-    const llmb_vec_dot_kernels *k = kernels(wtype);
-    assert(k);
-#ifdef _OPENMP
-    if (nthreads <= 0) nthreads = omp_get_max_threads();
-#endif
+// This thread's share (id of nt) of one matrix product: a contiguous range of row panels (prefill,
+// where the level has a panel kernel) or of 4-row tiles.
+static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, const void *w, size_t w_stride,
+                         int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt) {
     if (ntok > 1 && k->panel) {   // prefill: token blocks outside, this thread's row panels inside
         const int64_t n_panels = (nrows + LLMB_PANEL_R - 1) / LLMB_PANEL_R;
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-        {
-            int id = 0, nt = 1;
-#ifdef _OPENMP
-            id = omp_get_thread_num(), nt = omp_get_num_threads();
-#endif
-            const int64_t p0 = n_panels * id / nt, p1 = n_panels * (id + 1) / nt;
-            for (int t0 = 0; t0 < ntok; t0 += LLMB_PANEL_TOKENS) {
-                const int nc = ntok - t0 < LLMB_PANEL_TOKENS ? ntok - t0 : LLMB_PANEL_TOKENS;
-                for (int64_t p = p0; p < p1; p++) {
-                    const int64_t r0 = p * LLMB_PANEL_R;
-                    const int nr = (int)(nrows - r0 < LLMB_PANEL_R ? nrows - r0 : LLMB_PANEL_R);
-                    k->panel(n, (const char *)w + r0 * w_stride, w_stride, nr, (const char *)xq + t0 * x_stride,
-                             x_stride, nc, y + t0 * ldy + r0, ldy);
-                }
+        const int64_t p0 = n_panels * id / nt, p1 = n_panels * (id + 1) / nt;
+        for (int t0 = 0; t0 < ntok; t0 += LLMB_PANEL_TOKENS) {
+            const int nc = ntok - t0 < LLMB_PANEL_TOKENS ? ntok - t0 : LLMB_PANEL_TOKENS;
+            for (int64_t p = p0; p < p1; p++) {
+                const int64_t r0 = p * LLMB_PANEL_R;
+                const int nr = (int)(nrows - r0 < LLMB_PANEL_R ? nrows - r0 : LLMB_PANEL_R);
+                k->panel(n, (const char *)w + r0 * w_stride, w_stride, nr, (const char *)xq + t0 * x_stride, x_stride,
+                         nc, y + t0 * ldy + r0, ldy);
             }
         }
         return;
@@ -381,8 +371,8 @@ void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, i
     // Quantized rows stay one stream (their tiles measured slower at every n).
     const int float_w = llmb_vec_dot_type(wtype) == LLMB_TYPE_F32 && n >= 2048;
     const int64_t n_tiles = (nrows + LLMB_TILE_MAX_R - 1) / LLMB_TILE_MAX_R;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-    for (int64_t tile = 0; tile < n_tiles; tile++) {
+    const int64_t t_lo = n_tiles * id / nt, t_hi = n_tiles * (id + 1) / nt;
+    for (int64_t tile = t_lo; tile < t_hi; tile++) {
         const int64_t r0 = tile * LLMB_TILE_MAX_R;
         const int nr = (int)(nrows - r0 < LLMB_TILE_MAX_R ? nrows - r0 : LLMB_TILE_MAX_R);
         if (ntok == 1 && !float_w) {   // decode: row after row, one sequential stream of weights (same bits as a tile)
@@ -396,6 +386,32 @@ void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, i
                     y + t0 * ldy + r0, ldy);
         }
     }
+}
+
+void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq, size_t x_stride,
+                               int ntok, int nthreads) {
+    for (int i = 0; i < nparts; i++) assert(kernels(parts[i].wtype));
+#ifdef _OPENMP
+    if (nthreads <= 0) nthreads = omp_get_max_threads();
+#endif
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        int id = 0, nt = 1;
+#ifdef _OPENMP
+        id = omp_get_thread_num(), nt = omp_get_num_threads();
+#endif
+        for (int i = 0; i < nparts; i++) {
+            const llmb_matmul_part *p = &parts[i];
+            matmul_share(kernels(p->wtype), p->wtype, n, p->w, p->w_stride, p->nrows, xq, x_stride, ntok, p->y, p->ldy,
+                         id, nt);
+        }
+    }
+}
+
+void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows, const void *xq,
+                         size_t x_stride, int ntok, float *y, int64_t ldy, int nthreads) {
+    const llmb_matmul_part p = {wtype, w, w_stride, nrows, y, ldy};
+    llmb_vec_dot_matmul_parts(n, &p, 1, xq, x_stride, ntok, nthreads);
 }
 
 // ---- CPU features not in cpu.c's list ----

@@ -78,6 +78,20 @@ LLMB_API void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_strid
 LLMB_API void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows,
                                   const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int nthreads);
 
+// Several products of the same activations in one parallel region (no barrier between them): part i
+// is llmb_vec_dot_matmul(parts[i].wtype, n, parts[i].w, ..., xq, x_stride, ntok, parts[i].y, ...),
+// each split over the threads as there (same bits). The types must share one vec_dot_type.
+typedef struct {
+    int wtype;
+    const void *w;
+    size_t w_stride;
+    int64_t nrows;
+    float *y;
+    int64_t ldy;
+} llmb_matmul_part;
+LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq,
+                                        size_t x_stride, int ntok, int nthreads);
+
 // 1 if this CPU has `feature` ("avx512vnni", "avxvnni", "avx512bf16", "dotprod", ...), read at run time
 LLMB_API int llmb_cpu_has(const char *feature);
 

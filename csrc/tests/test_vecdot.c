@@ -8,6 +8,8 @@
 //   - llmb_vec_dot_matmul with 1 and 2 threads bit-identical to the single dot, also with enough
 //     rows and tokens for several row panels and token blocks, and rows too long for a panel's
 //     stack buffer (its fallback to tiles);
+//   - llmb_vec_dot_matmul_parts (Q4_K and Q6_K rows of 7 and 9 with one input, as Q, K, V) on 1 and 2
+//     threads bit-identical to one llmb_vec_dot_matmul per part, at 1 and 70 tokens;
 //   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other;
 //   - the SIMD activation quantizer byte-identical to its reference.
 // Prints the largest |simd - ref| / sum|w x| seen per type.
@@ -219,6 +221,38 @@ static void check_panels(int t, int64_t n) {
     free(w), free(xq), free(x), free(one), free(y);
 }
 
+// three products of one input in one region (mixed K types sharing Q8_K activations, ragged rows)
+static void check_parts(void) {
+    const int64_t n = 512;
+    const int types3[3] = {LLMB_TYPE_Q4_K, LLMB_TYPE_Q6_K, LLMB_TYPE_Q4_K}, rows3[3] = {9, 7, 13};
+    const size_t xs = llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_K, n);
+    uint8_t *xq = malloc(xs * PT), *w[3];
+    float *x = malloc(sizeof(float) * n * PT), *y1[3], *y2[3];
+    size_t wsz[3];
+    random_x(x, n * PT);
+    for (int c = 0; c < PT; c++) llmb_vec_dot_quantize_x(LLMB_TYPE_Q4_K, x + c * n, xq + c * xs, n);
+    llmb_matmul_part parts[3];
+    for (int i = 0; i < 3; i++) {
+        const llmb_type_traits *tt = llmb_type_traits_get(types3[i]);
+        wsz[i] = (size_t)(n / tt->blck_size * tt->type_size);
+        w[i] = malloc(wsz[i] * rows3[i]);
+        random_weights(types3[i], w[i], n * rows3[i]);
+        y1[i] = malloc(sizeof(float) * rows3[i] * PT), y2[i] = malloc(sizeof(float) * rows3[i] * PT);
+        parts[i] = (llmb_matmul_part){types3[i], w[i], wsz[i], rows3[i], y2[i], rows3[i]};
+    }
+    for (int nt = 1; nt <= 2; nt++)
+        for (int ntok = 1; ntok <= PT; ntok += PT - 1) {
+            for (int i = 0; i < 3; i++)
+                llmb_vec_dot_matmul(types3[i], n, w[i], wsz[i], rows3[i], xq, xs, ntok, y1[i], rows3[i], nt);
+            llmb_vec_dot_matmul_parts(n, parts, 3, xq, xs, ntok, nt);
+            for (int i = 0; i < 3; i++)
+                CHECK(memcmp(y1[i], y2[i], sizeof(float) * rows3[i] * ntok) == 0, "parts: part %d, %d tokens, %d threads "
+                      "differs from its own matmul", i, ntok, nt);
+        }
+    for (int i = 0; i < 3; i++) free(w[i]), free(y1[i]), free(y2[i]);
+    free(xq), free(x);
+}
+
 int main(void) {
     for (size_t ti = 0; ti < NTYPES; ti++) {
         const int t = types[ti], bs = llmb_type_traits_get(t)->blck_size;
@@ -239,6 +273,7 @@ int main(void) {
             }
         }
     }
+    check_parts();
     CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(10) && !llmb_vec_dot_get(-1) &&
               llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_K, 100) == 0 && llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_1, 64) == 80,
           "unsupported types and sizes");
