@@ -355,15 +355,13 @@ VNNI512 static void q6k_decode(const llmb_block_q6_K *b, q6k_dec *o) {
     o->d = half_at((const uint8_t *)&b->d);
 }
 
-// As q6_K_body per output: lane l of the eight int32 sums gathers scale * (maddubs(q, x) - maddubs(32, x))
-// over values 4l..4l+3 of every 32; here 64 values at a time (lanes 8..15: the second 32), folded per
-// super-block; then the same fmadd and hsum_ps.
-INLINE VNNI512 void q6k_panel_body(const q6k_dec *dec, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
-                                   const int NR, const int NC) {
+// As q6_K_body per output: the exact integer S of each super-block, reduced from the tile's 16
+// accumulators into the lanes of one vector (lane 4c + r), then fma(d dx, S, acc) for 16 outputs.
+INLINE VNNI512 void q6k_panel_body(const q6k_dec *dec, const __m512 *pd, int64_t nsb, const uint8_t *x, size_t xs,
+                                   float *y, int64_t ldy, const int NR, const int NC) {
     const __m512i m32 = _mm512_set1_epi8(32);
-    __m256 acc[LLMB_PANEL_R][4];
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+    const __m512i lane_c = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const llmb_block_q8_K *xb[4];
         __m512i s[LLMB_PANEL_R][4];
@@ -384,15 +382,20 @@ INLINE VNNI512 void q6k_panel_body(const q6k_dec *dec, int64_t nsb, const uint8_
                                                   o->sc[m]);
             }
         }
-        for (int c = 0; c < NC; c++)
-            for (int r = 0; r < NR; r++) {
-                const q6k_dec *o = dec + r * nsb + i;
-                const __m256i si = _mm256_add_epi32(_mm512_castsi512_si256(s[r][c]), _mm512_extracti64x4_epi64(s[r][c], 1));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(o->d * xb[c]->d), _mm256_cvtepi32_ps(si), acc[r][c]);
-            }
+        __m512i v[16];
+        float dx[4] = {0, 0, 0, 0};
+        for (int k = 0; k < 16; k++) v[k] = _mm512_setzero_si512();
+        for (int c = 0; c < NC; c++) {
+            dx[c] = xb[c]->d;
+            for (int r = 0; r < NR; r++) v[4 * c + r] = s[r][c];
+        }
+        const __m512 dxv = _mm512_permutexvar_ps(lane_c, _mm512_castps128_ps512(_mm_loadu_ps(dx)));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(pd[i], dxv), _mm512_cvtepi32_ps(reduce16_epi32(v)), acc);
     }
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+    float out[16];
+    _mm512_storeu_ps(out, acc);
+    for (int c = 0; c < NC; c++)
+        for (int r = 0; r < NR; r++) y[c * ldy + r] = out[4 * c + r];
 }
 
 VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
@@ -405,9 +408,20 @@ VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
         return;
     }
     q6k_dec dec[LLMB_PANEL_R * PANEL_MAX_SB];
+    __m512 pdec[PANEL_MAX_SB];   // per super-block: lane 4c + r is the scale of row r (0 past the panel's rows)
     for (int r = 0; r < nr; r++)
         for (int64_t i = 0; i < nsb; i++) q6k_decode((const llmb_block_q6_K *)(w + r * ws) + i, &dec[r * nsb + i]);
+    for (int64_t i = 0; i < nsb; i++) {
+        float d[16];
+        for (int l = 0; l < 16; l++) d[l] = l % 4 < nr ? dec[(l % 4) * nsb + i].d : 0.0f;
+        pdec[i] = _mm512_loadu_ps(d);
+    }
+    const __m512 *pd = pdec;
+#undef PANEL_ARGS
+#define PANEL_ARGS dec, pd
     PANEL_TOKENS_LOOP(q6k_panel_body);
+#undef PANEL_ARGS
+#define PANEL_ARGS dec
 }
 
 // Q4_0, Q5_0, Q8_0: pairs of blocks as 64 bytes w + 128 (unsigned), against x with vpdpbusd:
@@ -920,13 +934,14 @@ INLINE VD_T void VD(q45_K_body)(const int type, int64_t n, const uint8_t *w, siz
         for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
 }
 
-// Q6_K x Q8_K: maddubs(q, x) - maddubs(32, x) per 32 elements, weighted by two 8-bit scales (madd)
+// Q6_K x Q8_K: maddubs(q, x) - maddubs(32, x) per 32 elements, weighted by two 8-bit scales (madd);
+// per super-block the exact integer S = sum sc (q - 32) x, then one fma per output (as Q4_K)
 INLINE VD_T void VD(q6_K_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                                float *y, int64_t ldy, const int NR, const int NC) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
-    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
     for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
         for (int r = 0; r < NR; r++) {
             const llmb_block_q6_K *b = (const llmb_block_q6_K *)(w + r * ws) + i;
@@ -959,12 +974,12 @@ INLINE VD_T void VD(q6_K_body)(const int type, int64_t n, const uint8_t *w, size
                         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sck, p));
                     }
                 }
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xb->d), _mm256_cvtepi32_ps(sumi), acc[r][c]);
+                acc[r][c] = fmaf(wd * xb->d, (float)hsum_epi32(sumi), acc[r][c]);
             }
         }
     }
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]);
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
 }
 
 // F32, F16, BF16 x F32: two 8-float accumulators per output over 16 elements, then 8, then scalars
