@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../kernels/llmb_cuda_abi.h"
+#include "cuda_loader.h"
 #include "internal.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -62,6 +62,11 @@ llmb_status llmb_cuda_load(const char *path) {
 }
 
 int llmb_cuda_loaded(void) { return api != NULL; }
+
+const llmb_cuda_api *llmb_cuda_table(void) {
+    if (!api) llmb_fail(LLMB_E_BACKEND, "CUDA backend is not loaded: %s", tried ? load_reason : "call llmb_cuda_load first");
+    return api;
+}
 
 // Forward one call; translate the library's message into the core's error buffer.
 #define FORWARD(call)                                                                      \

@@ -586,7 +586,9 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (!(UnsupportedError = new_exc(m, "UnsupportedError", Py_BuildValue("(OO)", LLMBenchError, PyExc_ValueError),
                                      "Valid input that llmbench cannot handle (type, architecture).")))
         goto fail;
-    if (llmb_py_init_quant(m) < 0 || llmb_py_init_engine(m) < 0 || llmb_py_init_vecdot(m) < 0) goto fail;
+    if (llmb_py_init_quant(m) < 0 || llmb_py_init_engine(m) < 0 || llmb_py_init_vecdot(m) < 0 ||
+        llmb_py_init_cuda(m) < 0)
+        goto fail;
     return m;
 fail:
     Py_DECREF(m);

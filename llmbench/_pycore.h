@@ -31,4 +31,5 @@ llmb_gguf *llmb_py_reader_gguf(PyObject *reader);
 int llmb_py_init_quant(PyObject *m);   // llmbench/_quant_py.c
 int llmb_py_init_engine(PyObject *m);  // llmbench/_engine_py.c
 int llmb_py_init_vecdot(PyObject *m);  // llmbench/_vecdot_py.c
+int llmb_py_init_cuda(PyObject *m);    // llmbench/_cuda_py.c
 #endif

@@ -120,3 +120,230 @@ def copy_bandwidth(nbytes: int = 1 << 28, reps: int = 20, device: int = 0) -> fl
         _core.cuda_time_copy(device, b.ptr, a.ptr, nbytes, 1)  # warm up
         ms = _core.cuda_time_copy(device, b.ptr, a.ptr, nbytes, reps)
     return 2 * nbytes * reps / (ms * 1e-3) / 1e9
+
+
+# ---- kernels (ABI version 2): NumPy in, NumPy out, for tests and benchmarks ----
+
+_F32, _F16, _Q8_0 = 0, 1, 8
+_KV_TYPES = {"f32": _F32, "f16": _F16, "q8_0": _Q8_0}
+
+
+def abi_version() -> int:
+    """The CUDA backend ABI version this build of the core expects (kernels/llmb_cuda_abi.h)."""
+    return _core.cuda_abi_version()
+
+
+def mem_info(device: int = 0) -> tuple[int, int]:
+    """(free, total) device memory in bytes (cudaMemGetInfo)."""
+    load()
+    return _core.cuda_mem_info(device)
+
+
+class Context:
+    """One device stream with its cuBLAS handle, workspaces and phase timers. Each method uploads its
+    NumPy inputs, runs one kernel, waits, and returns NumPy outputs, so a test compares the kernel
+    with a NumPy reference directly; ``*_dev`` methods take :class:`DeviceBuffer` pointers instead."""
+
+    def __init__(self, device: int = 0):
+        load()
+        self.device = device
+        self._ctx = _core.cuda_ctx_create(device)
+
+    # -- plumbing --
+    def _up(self, a: np.ndarray, keep: list) -> int:
+        a = np.ascontiguousarray(a)
+        buf = DeviceBuffer(max(a.nbytes, 1), self.device)
+        if a.nbytes:
+            buf.upload(a)
+        keep.append(buf)
+        return buf._live()
+
+    def _out(self, shape: tuple[int, ...], dtype, keep: list) -> tuple[int, DeviceBuffer]:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        buf = DeviceBuffer(max(nbytes, 1), self.device)
+        keep.append(buf)
+        return buf._live(), buf
+
+    @staticmethod
+    def _down(buf: DeviceBuffer, shape: tuple[int, ...], dtype) -> np.ndarray:
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return buf.download(n).view(dtype).reshape(shape) if n else np.zeros(shape, dtype)
+
+    @staticmethod
+    def _free(keep: list) -> None:
+        for b in keep:
+            b.free()
+
+    def sync(self) -> None:
+        _core.cuda_sync(self._ctx)
+
+    def workspace_bytes(self) -> int:
+        return _core.cuda_workspace_bytes(self._ctx)
+
+    def phase_begin(self, phase: int) -> None:
+        _core.cuda_phase(self._ctx, phase, False)
+
+    def phase_end(self, phase: int) -> None:
+        _core.cuda_phase(self._ctx, phase, True)
+
+    def phase_ms(self, phase: int) -> float:
+        """Milliseconds between the last begin and end events of ``phase`` (CUDA events)."""
+        return _core.cuda_phase_ms(self._ctx, phase)
+
+    def set_gemm_min_tokens(self, ntok: int) -> None:
+        _core.cuda_set_gemm_min_tokens(self._ctx, ntok)
+
+    # -- matrix products --
+    def matmul_dev(self, path: str, wtype: int, w: int, rows: int, cols: int, x: int, ldx: int, ntok: int, y: int,
+                   ldy: int, reps: int = 1) -> None:
+        """Device pointers in, nothing waited for; ``reps`` queues the product that many times (benchmarks)."""
+        _core.cuda_matmul(self._ctx, {"matvec": 0, "gemm": 1, "auto": 2}[path], wtype, w, rows, cols, x, ldx, ntok,
+                          y, ldy, reps)
+
+    def matmul(self, wtype: int, w_raw: np.ndarray, x: np.ndarray, path: str = "auto") -> np.ndarray:
+        """y (ntok, rows) = x (ntok, cols) times the rows of w_raw (rows, row_bytes) of ggml type ``wtype``;
+        path "matvec" (1..16 tokens), "gemm" (cuBLAS) or "auto"."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        ntok, cols = x.shape
+        rows = w_raw.shape[0]
+        keep: list = []
+        try:
+            wp, xp = self._up(w_raw, keep), self._up(x, keep)
+            yp, yb = self._out((ntok, rows), np.float32, keep)
+            self.matmul_dev(path, wtype, wp, rows, cols, xp, cols, ntok, yp, rows)
+            self.sync()
+            return self._down(yb, (ntok, rows), np.float32)
+        finally:
+            self._free(keep)
+
+    def dequantize(self, wtype: int, w_raw: np.ndarray, cols: int, ids: np.ndarray | None = None,
+                   dtype=np.float32) -> np.ndarray:
+        """Rows of w_raw (or the rows ``ids`` picks; ids outside give zeros) as float32 or float16."""
+        rows = w_raw.shape[0]
+        n = rows if ids is None else len(ids)
+        keep: list = []
+        try:
+            wp = self._up(w_raw, keep)
+            ip = None if ids is None else self._up(np.asarray(ids, np.int32), keep)
+            op, ob = self._out((n, cols), dtype, keep)
+            _core.cuda_dequantize(self._ctx, wtype, wp, rows, cols, ip, n, _F16 if dtype == np.float16 else _F32, op)
+            self.sync()
+            return self._down(ob, (n, cols), dtype)
+        finally:
+            self._free(keep)
+
+    # -- elementwise --
+    def rmsnorm(self, x: np.ndarray, w: np.ndarray, eps: float,
+                residual: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(normed rows, x after x += residual) for x (rows, n)."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        rows, n = x.shape
+        keep: list = []
+        try:
+            xp, xb = self._out(x.shape, np.float32, keep)
+            xb.upload(x)
+            rp = None if residual is None else self._up(np.asarray(residual, np.float32), keep)
+            wp = self._up(np.asarray(w, np.float32), keep)
+            op, ob = self._out(x.shape, np.float32, keep)
+            _core.cuda_rmsnorm(self._ctx, op, xp, rp, wp, n, rows, eps)
+            self.sync()
+            return self._down(ob, x.shape, np.float32), self._down(xb, x.shape, np.float32)
+        finally:
+            self._free(keep)
+
+    def rope(self, v: np.ndarray, n_heads: int, head_dim: int, pos: np.ndarray, base: float, scale: float = 1.0,
+             freq_factors: np.ndarray | None = None, neox: bool = False) -> np.ndarray:
+        """v (n_tok, n_heads * head_dim) rotated by position pos[t]."""
+        v = np.ascontiguousarray(v, dtype=np.float32)
+        keep: list = []
+        try:
+            vp, vb = self._out(v.shape, np.float32, keep)
+            vb.upload(v)
+            pp = self._up(np.asarray(pos, np.int32), keep)
+            fp = None if freq_factors is None else self._up(np.asarray(freq_factors, np.float32), keep)
+            _core.cuda_rope(self._ctx, vp, v.shape[0], n_heads, head_dim, v.shape[1], pp, base, scale, fp, neox)
+            self.sync()
+            return self._down(vb, v.shape, np.float32)
+        finally:
+            self._free(keep)
+
+    def _elementwise(self, op: int, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+        y = np.ascontiguousarray(y, dtype=np.float32)
+        keep: list = []
+        try:
+            yp, yb = self._out(y.shape, np.float32, keep)
+            yb.upload(y)
+            _core.cuda_elementwise(self._ctx, op, yp, self._up(np.asarray(x, np.float32), keep), y.size)
+            self.sync()
+            return self._down(yb, y.shape, np.float32)
+        finally:
+            self._free(keep)
+
+    def swiglu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        return self._elementwise(0, gate, up)
+
+    def add(self, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return self._elementwise(1, y, x)
+
+    # -- KV cache and attention --
+    def kv_store(self, kv_type: str, k_cache: np.ndarray, v_cache: np.ndarray, k: np.ndarray, v: np.ndarray,
+                 slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Caches (uint8 rows of one layer) after storing rows k, v (n_tok, kv_dim) into ``slots``."""
+        k = np.ascontiguousarray(k, dtype=np.float32)
+        keep: list = []
+        try:
+            kp, kb = self._out(k_cache.shape, np.uint8, keep)
+            vp, vb = self._out(v_cache.shape, np.uint8, keep)
+            kb.upload(k_cache)
+            vb.upload(v_cache)
+            _core.cuda_kv_store(self._ctx, _KV_TYPES[kv_type], kp, vp, self._up(k, keep),
+                                self._up(np.asarray(v, np.float32), keep), k.shape[1], k.shape[0], k.shape[1],
+                                self._up(np.asarray(slots, np.int32), keep))
+            self.sync()
+            return self._down(kb, k_cache.shape, np.uint8), self._down(vb, v_cache.shape, np.uint8)
+        finally:
+            self._free(keep)
+
+    def attention(self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, kv_type: str, block_size: int,
+                  n_head: int, n_head_kv: int, head_dim: int, block_tables: np.ndarray, *,
+                  seq_lens: np.ndarray | None = None, split_keys: int = 0,
+                  q_start: np.ndarray | None = None, q_len: np.ndarray | None = None, pos0: np.ndarray | None = None,
+                  scale: float | None = None) -> np.ndarray:
+        """Paged attention: decode (seq_lens given: query row s of sequence s) or prefill (q_start,
+        q_len, pos0 given). Caches are the uint8 rows of one layer; returns out like q."""
+        q = np.ascontiguousarray(q, dtype=np.float32)
+        bt = np.ascontiguousarray(block_tables, dtype=np.int32)
+        prefill = seq_lens is None
+        keep: list = []
+        try:
+            op, ob = self._out(q.shape, np.float32, keep)
+            kw = dict(q=self._up(q, keep), out=op, ldq=q.shape[1], ldo=q.shape[1], k_cache=self._up(k_cache, keep),
+                      v_cache=self._up(v_cache, keep), kv_type=_KV_TYPES[kv_type], block_size=block_size,
+                      n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+                      scale=1.0 / np.sqrt(head_dim) if scale is None else scale, block_tables=self._up(bt, keep),
+                      max_blocks=bt.shape[1], n_seq=bt.shape[0])
+            if prefill:
+                kw.update(q_start=self._up(np.asarray(q_start, np.int32), keep),
+                          q_len=self._up(np.asarray(q_len, np.int32), keep),
+                          pos0=self._up(np.asarray(pos0, np.int32), keep), max_q_len=int(np.max(q_len, initial=0)))
+            else:
+                kw.update(seq_lens=self._up(np.asarray(seq_lens, np.int32), keep), split_keys=split_keys,
+                          max_seq_len=int(np.max(seq_lens, initial=0)))
+            _core.cuda_attention(self._ctx, prefill, **kw)
+            self.sync()
+            return self._down(ob, q.shape, np.float32)
+        finally:
+            self._free(keep)
+
+    # -- sampling --
+    def sample(self, logits: np.ndarray, params: list[tuple[float, int, float, float, float]],
+               logprobs: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """Token ids (and log-probabilities) for each row of logits (rows, vocab); params[r] =
+        (temperature, top_k, top_p, min_p, u) with u uniform in [0, 1)."""
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+        keep: list = []
+        try:
+            lp = self._up(logits, keep)
+            return _core.cuda_sample(self._ctx, lp, logits.shape[0], logits.shape[1], list(params), logprobs)
+        finally:
+            self._free(keep)

@@ -1,0 +1,209 @@
+// quant.cuh — reading ggml's blocks (csrc/quants.h) on the device, one warp per 256 elements of a
+// row: lane l decodes 8 values, 4 at row element e0 .. e0+3 and 4 at e1 .. e1+3, so that each
+// lane's x reads are two aligned float4 loads and the warp's weight reads are contiguous. The
+// arithmetic follows csrc/quants.c's scalar dequantizers (the definition) operation for operation,
+// except that the device may fuse a multiply and an add (one rounding instead of two).
+// Used by the matrix-vector products, the dequantize kernel and the GEMM tiles (matmul.cu);
+// tested through them by tests/test_cuda_kernels.py against llmbench.quant's CPU dequantization.
+#ifndef LLMB_CUDA_QUANT_CUH
+#define LLMB_CUDA_QUANT_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "../csrc/quants.h"
+
+#define CHUNK 256 // row elements one warp decodes per step
+
+__device__ __forceinline__ float h2f(llmb_half h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+// 4 bytes from a 2-byte-aligned address (blocks of 18, 34, 210 bytes are only that aligned)
+__device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
+    const uint16_t *q = (const uint16_t *)p;
+    return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+}
+
+// llmb_get_scale_min_k4 on the device
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int &d, int &m) {
+    if (j < 4) {
+        d = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Decode lane `lane`'s 8 values of chunk `ch` of a row of `cols` elements of type T. Returns how
+// many are valid: 8, 0 (a block-format row whose last chunk has fewer than 8 blocks), or for the
+// float types 0..8 at the row's end (then e1 = e0 + 4 and the values are contiguous).
+// VEC: 16-byte loads of float-type rows (the caller checked the alignment).
+template <int T, bool VEC>
+__device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t ch, int lane, float v[8], int64_t &e0,
+                                     int64_t &e1) {
+    const int64_t base = ch * CHUNK;
+    if (T == LLMB_TYPE_Q4_K) {
+        const llmb_block_q4_K *b = (const llmb_block_q4_K *)row + ch;
+        const int g = lane >> 3, t = lane & 7;
+        int sc, m;
+        const float d = h2f(b->d), dmin = h2f(b->dmin);
+        scale_min_k4(2 * g, b->scales, sc, m);
+        const float d1 = d * sc, m1 = dmin * m;
+        scale_min_k4(2 * g + 1, b->scales, sc, m);
+        const float d2 = d * sc, m2 = dmin * m;
+        const uint32_t q = *(const uint32_t *)(b->qs + 32 * g + 4 * t);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[k] = d1 * (float)((q >> (8 * k)) & 0xF) - m1;
+            v[4 + k] = d2 * (float)((q >> (8 * k + 4)) & 0xF) - m2;
+        }
+        e0 = base + 64 * g + 4 * t;
+        e1 = e0 + 32;
+        return 8;
+    } else if (T == LLMB_TYPE_Q5_K) {
+        const llmb_block_q5_K *b = (const llmb_block_q5_K *)row + ch;
+        const int g = lane >> 3, t = lane & 7;
+        int sc, m;
+        const float d = h2f(b->d), dmin = h2f(b->dmin);
+        scale_min_k4(2 * g, b->scales, sc, m);
+        const float d1 = d * sc, m1 = dmin * m;
+        scale_min_k4(2 * g + 1, b->scales, sc, m);
+        const float d2 = d * sc, m2 = dmin * m;
+        const uint32_t q = *(const uint32_t *)(b->qs + 32 * g + 4 * t);
+        const uint32_t h = *(const uint32_t *)(b->qh + 4 * t); // fifth bits: bit 2g (low), 2g+1 (high)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int lo = ((q >> (8 * k)) & 0xF) | (((h >> (8 * k + 2 * g)) & 1) << 4);
+            const int hi = ((q >> (8 * k + 4)) & 0xF) | (((h >> (8 * k + 2 * g + 1)) & 1) << 4);
+            v[k] = d1 * (float)lo - m1;
+            v[4 + k] = d2 * (float)hi - m2;
+        }
+        e0 = base + 64 * g + 4 * t;
+        e1 = e0 + 32;
+        return 8;
+    } else if (T == LLMB_TYPE_Q6_K) {
+        const llmb_block_q6_K *b = (const llmb_block_q6_K *)((const uint8_t *)row + ch * sizeof(llmb_block_q6_K));
+        // half h of 128 elements; pair 0: ql[l] (elements l, l+64), pair 1: ql[l+32] (l+32, l+96);
+        // l = 4u .. 4u+3
+        const int h = lane >> 4, pair = (lane >> 3) & 1, u = lane & 7, is = u >> 2;
+        const uint32_t ql = ld_u32_a2(b->ql + 64 * h + 32 * pair + 4 * u);
+        const uint32_t qh = ld_u32_a2(b->qh + 32 * h + 4 * u);
+        const int8_t *sc = b->scales + 8 * h;
+        const float d = h2f(b->d);
+        const float dlo = d * (float)sc[is + 2 * pair], dhi = d * (float)sc[is + 4 + 2 * pair];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int lo = (int)(((ql >> (8 * k)) & 0xF) | (((qh >> (8 * k + 2 * pair)) & 3) << 4)) - 32;
+            const int hi = (int)(((ql >> (8 * k + 4)) & 0xF) | (((qh >> (8 * k + 4 + 2 * pair)) & 3) << 4)) - 32;
+            v[k] = dlo * (float)lo;
+            v[4 + k] = dhi * (float)hi;
+        }
+        e0 = base + 128 * h + 32 * pair + 4 * u;
+        e1 = e0 + 64;
+        return 8;
+    } else if (T == LLMB_TYPE_Q8_0 || T == LLMB_TYPE_Q4_0) {
+        // 8 blocks of 32 per chunk: lane -> block lane/4, quarter lane%4
+        const int64_t blk = ch * (CHUNK / LLMB_QK) + (lane >> 2);
+        if (blk >= cols / LLMB_QK) return 0;
+        const int qq = lane & 3;
+        if (T == LLMB_TYPE_Q8_0) {
+            const llmb_block_q8_0 *b = (const llmb_block_q8_0 *)((const uint8_t *)row + blk * sizeof(llmb_block_q8_0));
+            const float d = h2f(b->d);
+            const uint32_t a = ld_u32_a2((const uint8_t *)b->qs + 8 * qq), c = ld_u32_a2((const uint8_t *)b->qs + 8 * qq + 4);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                v[k] = (float)(int8_t)(a >> (8 * k)) * d;
+                v[4 + k] = (float)(int8_t)(c >> (8 * k)) * d;
+            }
+            e0 = blk * LLMB_QK + 8 * qq;
+            e1 = e0 + 4;
+        } else {
+            const llmb_block_q4_0 *b = (const llmb_block_q4_0 *)((const uint8_t *)row + blk * sizeof(llmb_block_q4_0));
+            const float d = h2f(b->d);
+            const uint32_t q = ld_u32_a2(b->qs + 4 * qq);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                v[k] = (float)((int)((q >> (8 * k)) & 0xF) - 8) * d;
+                v[4 + k] = (float)((int)((q >> (8 * k + 4)) & 0xF) - 8) * d;
+            }
+            e0 = blk * LLMB_QK + 4 * qq;
+            e1 = e0 + LLMB_QK / 2;
+        }
+        return 8;
+    } else { // F16, BF16, F32: 8 consecutive elements per lane
+        e0 = base + 8 * lane;
+        e1 = e0 + 4;
+        const int64_t left = cols - e0;
+        const int n = left >= 8 ? 8 : left > 0 ? (int)left : 0;
+        if (VEC && n == 8) {
+            if (T == LLMB_TYPE_F32) {
+                const float4 a = *(const float4 *)((const float *)row + e0), c = *(const float4 *)((const float *)row + e1);
+                v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = c.x, v[5] = c.y, v[6] = c.z, v[7] = c.w;
+            } else {
+                const uint4 a = *(const uint4 *)((const uint16_t *)row + e0);
+                const uint32_t w4[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const uint16_t lo = (uint16_t)(w4[k] & 0xffff), hi = (uint16_t)(w4[k] >> 16);
+                    v[2 * k] = T == LLMB_TYPE_F16 ? h2f(lo) : bf2f(lo);
+                    v[2 * k + 1] = T == LLMB_TYPE_F16 ? h2f(hi) : bf2f(hi);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const int64_t e = e0 + k;
+                v[k] = 0.0f;
+                if (k < n) {
+                    if (T == LLMB_TYPE_F32) v[k] = ((const float *)row)[e];
+                    else if (T == LLMB_TYPE_F16) v[k] = h2f(((const uint16_t *)row)[e]);
+                    else v[k] = bf2f(((const uint16_t *)row)[e]);
+                }
+            }
+        }
+        return n;
+    }
+}
+
+// Row element of value k (0..7) of a lane
+__device__ __forceinline__ int64_t elem_of(int k, int64_t e0, int64_t e1) { return k < 4 ? e0 + k : e1 + k - 4; }
+
+// Block size and bytes of a row of the types the device kernels read (0 bytes: unsupported).
+static inline int64_t llmb_cu_blck(int t) {
+    return t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q8_0 ? LLMB_QK : t == LLMB_TYPE_Q4_K || t == LLMB_TYPE_Q5_K || t == LLMB_TYPE_Q6_K ? LLMB_QK_K : 1;
+}
+static inline int64_t llmb_cu_row_bytes(int t, int64_t cols) {
+    switch (t) {
+    case LLMB_TYPE_F32: return cols * 4;
+    case LLMB_TYPE_F16:
+    case LLMB_TYPE_BF16: return cols * 2;
+    case LLMB_TYPE_Q4_0: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q4_0);
+    case LLMB_TYPE_Q8_0: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q8_0);
+    case LLMB_TYPE_Q4_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q4_K);
+    case LLMB_TYPE_Q5_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q5_K);
+    case LLMB_TYPE_Q6_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q6_K);
+    default: return 0;
+    }
+}
+
+// Call f(std::integral_constant<int, TYPE>{}) for a supported type: the one switch over types.
+// Returns 0 for a type without device kernels.
+template <typename F>
+static inline int llmb_cu_dispatch_type(int t, F &&f) {
+    switch (t) {
+    case LLMB_TYPE_F32: f(std::integral_constant<int, LLMB_TYPE_F32>{}); return 1;
+    case LLMB_TYPE_F16: f(std::integral_constant<int, LLMB_TYPE_F16>{}); return 1;
+    case LLMB_TYPE_BF16: f(std::integral_constant<int, LLMB_TYPE_BF16>{}); return 1;
+    case LLMB_TYPE_Q4_0: f(std::integral_constant<int, LLMB_TYPE_Q4_0>{}); return 1;
+    case LLMB_TYPE_Q8_0: f(std::integral_constant<int, LLMB_TYPE_Q8_0>{}); return 1;
+    case LLMB_TYPE_Q4_K: f(std::integral_constant<int, LLMB_TYPE_Q4_K>{}); return 1;
+    case LLMB_TYPE_Q5_K: f(std::integral_constant<int, LLMB_TYPE_Q5_K>{}); return 1;
+    case LLMB_TYPE_Q6_K: f(std::integral_constant<int, LLMB_TYPE_Q6_K>{}); return 1;
+    default: return 0;
+    }
+}
+
+#endif

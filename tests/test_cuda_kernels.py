@@ -1,0 +1,371 @@
+"""The CUDA backend's kernels (kernels/*.cu) against NumPy references on random data and odd sizes.
+
+Each kernel runs through llmbench.backends.cuda.Context (NumPy in, NumPy out). References:
+weights decoded by the CPU's scalar-defined dequantizers (llmbench.quant) and products in float64;
+RMSNorm, RoPE, SwiGLU, attention and the sampler restated from csrc/ops.c and csrc/engine.c.
+Tolerances are stated per test and scale with the values (atol + rtol * |ref|, or with |W| |x|
+for products). Without a usable device every test here skips with the reason, except the ABI
+checks, which read the library itself."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import llmbench
+from llmbench.backends import cuda
+from llmbench.quant import dequantize, quantize, type_id
+
+HAVE_GPU, WHY = cuda.available()
+gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no usable CUDA device: {WHY}")
+LIB = cuda.library_path()
+
+WTYPES = ["F32", "F16", "BF16", "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+BLOCK = {"Q4_0": 32, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
+
+
+# ---- the library's table (runs without a device) ----
+
+@pytest.mark.skipif(LIB is None, reason="llmbench was built without the CUDA backend (no nvcc)")
+def test_library_exports_current_abi_and_a_complete_table():
+    lib = ctypes.CDLL(LIB)
+    get = lib.llmb_cuda_get_api
+    get.restype = ctypes.c_void_p
+    base = get()
+    assert base
+    version = ctypes.c_int.from_address(base).value
+    assert version == cuda.abi_version() == 2
+    size = ctypes.c_size_t.from_address(base + ctypes.sizeof(ctypes.c_void_p)).value
+    ptr = ctypes.sizeof(ctypes.c_void_p)
+    first = 2 * ptr  # abi_version (padded) and table_size precede the function pointers
+    n = (size - first) // ptr
+    assert n == 31 and (size - first) % ptr == 0  # the entries of ABI version 2
+    missing = [i for i in range(n) if not ctypes.c_void_p.from_address(base + first + i * ptr).value]
+    assert not missing, f"table entries {missing} are NULL"
+
+
+@pytest.mark.skipif(HAVE_GPU, reason="a CUDA device is present")
+def test_kernels_unavailable_without_device():
+    with pytest.raises(llmbench.BackendUnavailableError):
+        cuda.Context()
+
+
+# ---- helpers ----
+
+@pytest.fixture(scope="module")
+def ctx():
+    return cuda.Context()
+
+
+def weights(t: str, rows: int, cols: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(raw rows of type t, their float64 values as the CPU decodes them); scales vary by block."""
+    scale = np.exp2(rng.integers(-4, 2, size=(rows, (cols + 31) // 32, 1))).astype(np.float32)
+    w = (rng.standard_normal((rows, (cols + 31) // 32, 32), dtype=np.float32) * scale).reshape(rows, -1)[:, :cols]
+    raw = quantize(np.ascontiguousarray(w), t).reshape(rows, -1)
+    return raw, dequantize(raw, t, (rows, cols)).astype(np.float64)
+
+
+def activations(ntok: int, cols: int, rng) -> np.ndarray:
+    return (rng.standard_normal((ntok, cols)) * np.exp2(rng.integers(-2, 3, size=(ntok, 1)))).astype(np.float32)
+
+
+def close_products(y, w64, x, rel):
+    """|y - W x| <= rel * (|W| |x|) + tiny: the error bound of a sum of rounded products."""
+    ref = x.astype(np.float64) @ w64.T
+    bound = rel * (np.abs(x.astype(np.float64)) @ np.abs(w64).T) + 1e-30
+    err = np.abs(y - ref)
+    assert np.all(err <= bound), f"max err/bound {np.max(err / bound):.3g}"
+
+
+# ---- matrix products ----
+
+MV_SHAPES = [(1, 1), (7, 3), (37, 5), (130, 2)]  # (rows, blocks of the type; float types: columns / 32 + odd tail)
+
+
+@gpu
+@pytest.mark.parametrize("t", WTYPES)
+@pytest.mark.parametrize("rows,nb", MV_SHAPES)
+@pytest.mark.parametrize("ntok", [1, 2, 3, 8, 16])
+def test_matvec(ctx, t, rows, nb, ntok):
+    rng = np.random.default_rng(rows * 1000 + nb * 10 + ntok)
+    cols = nb * BLOCK[t] if t in BLOCK else nb * 32 + (5 if nb % 2 else 0)  # odd widths take the scalar path
+    raw, w64 = weights(t, rows, cols, rng)
+    x = activations(ntok, cols, rng)
+    y = ctx.matmul(type_id(t), raw, x, path="matvec")
+    close_products(y, w64, x, 1e-5)  # FP32 accumulation of exactly decoded weights
+
+
+@gpu
+@pytest.mark.parametrize("t", WTYPES)
+@pytest.mark.parametrize("rows,nb,ntok", [(1, 1, 1), (37, 3, 17), (300, 2, 70), (64, 8, 512)])
+def test_gemm(ctx, t, rows, nb, ntok):
+    rng = np.random.default_rng(rows + nb + ntok)
+    cols = nb * BLOCK.get(t, 64)
+    raw, w64 = weights(t, rows, cols, rng)
+    x = activations(ntok, cols, rng)
+    y = ctx.matmul(type_id(t), raw, x, path="gemm")
+    # weights and activations rounded to FP16 (2^-11 each) or BF16 (x only, 2^-8); FP32 sums; F32 is SGEMM
+    rel = {"F32": 1e-5, "BF16": 1e-2}.get(t, 2e-3)
+    close_products(y, w64, x, rel)
+
+
+@gpu
+def test_matmul_switches_paths_at_the_crossover(ctx):
+    rng = np.random.default_rng(5)
+    raw, w64 = weights("Q4_K", 40, 512, rng)
+    x = activations(12, 512, rng)
+    ctx.set_gemm_min_tokens(8)
+    y_auto = ctx.matmul(type_id("Q4_K"), raw, x)  # 12 >= 8: gemm
+    close_products(y_auto, w64, x, 2e-3)
+    ctx.set_gemm_min_tokens(16)
+    close_products(ctx.matmul(type_id("Q4_K"), raw, x), w64, x, 1e-5)  # now matvec
+    with pytest.raises(ValueError, match="at most 16"):
+        ctx.matmul(type_id("Q4_K"), raw, activations(17, 512, rng), path="matvec")
+    with pytest.raises(llmbench.UnsupportedError, match="no CUDA kernel"):
+        ctx.matmul(type_id("Q4_1"), quantize(np.ones((2, 32), np.float32), "Q4_1"), x[:, :32], path="matvec")
+
+
+@gpu
+@pytest.mark.parametrize("t", WTYPES)
+def test_dequantize_and_row_lookup(ctx, t):
+    rng = np.random.default_rng(7)
+    cols = 3 * BLOCK.get(t, 32) + (0 if t in BLOCK else 3)
+    raw, w64 = weights(t, 11, cols, rng)
+    out = ctx.dequantize(type_id(t), raw, cols)
+    # the same values (a fused multiply-add may round once instead of twice)
+    np.testing.assert_allclose(out, w64, rtol=2e-7, atol=2e-7 * np.abs(w64).max())
+    ids = np.array([3, 0, 10, -1, 11, 3], np.int32)
+    got = ctx.dequantize(type_id(t), raw, cols, ids=ids, dtype=np.float16)
+    ref = np.where((ids >= 0) & (ids < 11), 1, 0)[:, None] * w64[np.clip(ids, 0, 10)]
+    np.testing.assert_allclose(got.astype(np.float64), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+    assert not got[3].any() and not got[4].any()  # ids outside the table: zeros
+
+
+# ---- elementwise ----
+
+@gpu
+@pytest.mark.parametrize("n", [1, 37, 4099])
+def test_rmsnorm_with_and_without_residual(ctx, n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((3, n)).astype(np.float32) * 3
+    r = rng.standard_normal((3, n)).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    for res in (None, r):
+        xs = x.astype(np.float64) + (0 if res is None else r)
+        ref = xs / np.sqrt((xs**2).mean(axis=1, keepdims=True) + 1e-5) * w
+        out, x_after = ctx.rmsnorm(x, w, 1e-5, residual=res)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(x_after, xs, rtol=1e-6, atol=1e-7)
+
+
+def rope_ref(v, n_heads, hd, pos, base, scale, ff, neox):
+    out = v.astype(np.float64).copy()
+    i = np.arange(hd // 2)
+    for t, p in enumerate(pos):
+        theta = p * scale * base ** (-2.0 * i / hd)
+        if ff is not None:
+            theta = theta / ff
+        c, s = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+        for h in range(n_heads):
+            x = out[t, h * hd:(h + 1) * hd]
+            a, b = (i, i + hd // 2) if neox else (2 * i, 2 * i + 1)
+            x0, x1 = x[a].copy(), x[b].copy()
+            x[a], x[b] = x0 * c - x1 * s, x0 * s + x1 * c
+    return out
+
+
+@gpu
+@pytest.mark.parametrize("neox", [False, True])
+@pytest.mark.parametrize("llama3", [False, True])
+def test_rope(ctx, neox, llama3):
+    rng = np.random.default_rng(int(neox) * 2 + int(llama3))
+    n_heads, hd = 5, 24
+    pos = np.array([0, 1, 17, 4095, 100_003], np.int32)
+    v = rng.standard_normal((len(pos), n_heads * hd)).astype(np.float32)
+    ff = (1.0 + rng.random(hd // 2) * 7).astype(np.float32) if llama3 else None
+    got = ctx.rope(v, n_heads, hd, pos, 500000.0, 0.5, freq_factors=ff, neox=neox)
+    np.testing.assert_allclose(got, rope_ref(v, n_heads, hd, pos, 500000.0, 0.5, ff, neox), rtol=1e-5, atol=1e-5)
+
+
+@gpu
+def test_swiglu_and_add(ctx):
+    rng = np.random.default_rng(3)
+    g, u = (rng.standard_normal(10_007).astype(np.float32) * 4 for _ in range(2))
+    g64 = g.astype(np.float64)
+    np.testing.assert_allclose(ctx.swiglu(g, u), g64 / (1 + np.exp(-g64)) * u, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ctx.add(g, u), g + u)
+
+
+# ---- KV cache and attention ----
+
+KV_ROW = {"f32": lambda d: 4 * d, "f16": lambda d: 2 * d, "q8_0": lambda d: d // 32 * 34}
+
+
+def encode_kv(kv_type, rows):
+    if kv_type == "f32":
+        return rows.astype(np.float32).view(np.uint8)
+    if kv_type == "f16":
+        return rows.astype(np.float16).view(np.uint8)
+    return quantize(rows.astype(np.float32), "Q8_0")
+
+
+def decode_kv(kv_type, raw, kv_dim):
+    if kv_type == "f32":
+        return raw.view(np.float32).astype(np.float64)
+    if kv_type == "f16":
+        return raw.view(np.float16).astype(np.float64)
+    return dequantize(raw, "Q8_0", (raw.shape[0], kv_dim)).astype(np.float64)
+
+
+def paged_cache(kv_type, n_blocks, bs, kv_dim, rng):
+    k = rng.standard_normal((n_blocks * bs, kv_dim)).astype(np.float32)
+    v = rng.standard_normal((n_blocks * bs, kv_dim)).astype(np.float32)
+    kr, vr = encode_kv(kv_type, k), encode_kv(kv_type, v)
+    return kr, vr, decode_kv(kv_type, kr, kv_dim), decode_kv(kv_type, vr, kv_dim)
+
+
+def attend_ref(q, kf, vf, table, bs, n_keys, n_head, n_head_kv, hd):
+    """softmax(q k / sqrt(hd)) v over keys 0..n_keys-1 of the sequence whose block table is `table`."""
+    rows = np.array([table[p // bs] * bs + p % bs for p in range(n_keys)])
+    out = np.zeros(n_head * hd)
+    g = n_head // n_head_kv
+    for h in range(n_head):
+        kh = kf[rows, (h // g) * hd:(h // g + 1) * hd]
+        vh = vf[rows, (h // g) * hd:(h // g + 1) * hd]
+        s = kh @ q[h * hd:(h + 1) * hd].astype(np.float64) / np.sqrt(hd)
+        p = np.exp(s - s.max())
+        out[h * hd:(h + 1) * hd] = p @ vh / p.sum()
+    return out
+
+
+@gpu
+@pytest.mark.parametrize("kv_type", ["f32", "f16", "q8_0"])
+def test_kv_store_matches_the_cpu_encoding(ctx, kv_type):
+    rng = np.random.default_rng(11)
+    kv_dim, bs, n_blocks = 96, 5, 7
+    rb = KV_ROW[kv_type](kv_dim)
+    kc = np.zeros((n_blocks * bs, rb), np.uint8)
+    vc = np.zeros_like(kc)
+    k = rng.standard_normal((6, kv_dim)).astype(np.float32)
+    v = rng.standard_normal((6, kv_dim)).astype(np.float32)
+    slots = np.array([0, 7, 34, 12, -1, 3], np.int32)  # -1: padding, skipped
+    kg, vg = ctx.kv_store(kv_type, kc, vc, k, v, slots)
+    for t, s in enumerate(slots):
+        if s >= 0:
+            np.testing.assert_array_equal(kg[s], encode_kv(kv_type, k[t:t + 1]).reshape(-1))
+            np.testing.assert_array_equal(vg[s], encode_kv(kv_type, v[t:t + 1]).reshape(-1))
+    assert not kg[1].any()
+
+
+@gpu
+@pytest.mark.parametrize("kv_type", ["f32", "f16", "q8_0"])
+@pytest.mark.parametrize("hd,n_head,n_head_kv", [(64, 8, 2), (128, 4, 4), (32, 6, 1)])
+@pytest.mark.parametrize("split_keys", [0, 7, 64])
+def test_attention_decode(ctx, kv_type, hd, n_head, n_head_kv, split_keys):
+    rng = np.random.default_rng(hd + n_head + split_keys)
+    bs, n_blocks = 16, 80
+    lens = np.array([1, 17, 300, 1000], np.int32)
+    kv_dim = n_head_kv * hd
+    kr, vr, kf, vf = paged_cache(kv_type, n_blocks, bs, kv_dim, rng)
+    max_blocks = 64
+    tables = np.stack([rng.permutation(n_blocks)[:max_blocks] for _ in lens]).astype(np.int32)
+    q = rng.standard_normal((len(lens), n_head * hd)).astype(np.float32)
+    out = ctx.attention(q, kr, vr, kv_type, bs, n_head, n_head_kv, hd, tables, seq_lens=lens, split_keys=split_keys)
+    for s, n in enumerate(lens):
+        ref = attend_ref(q[s], kf, vf, tables[s], bs, n, n_head, n_head_kv, hd)
+        np.testing.assert_allclose(out[s], ref, rtol=1e-4, atol=2e-5)
+
+
+@gpu
+@pytest.mark.parametrize("kv_type", ["f16", "q8_0"])
+@pytest.mark.parametrize("hd,n_head,n_head_kv", [(64, 8, 2), (128, 2, 1), (256, 2, 2)])
+def test_attention_prefill_causal(ctx, kv_type, hd, n_head, n_head_kv):
+    rng = np.random.default_rng(hd * 3 + n_head)
+    bs, n_blocks = 5, 120
+    kv_dim = n_head_kv * hd
+    kr, vr, kf, vf = paged_cache(kv_type, n_blocks, bs, kv_dim, rng)
+    # (cached prefix, new queries): a whole prompt, a chunk after a cached prefix, one token
+    seqs = [(0, 37), (100, 20), (7, 1)]
+    max_blocks = 40
+    tables = np.stack([rng.permutation(n_blocks)[:max_blocks] for _ in seqs]).astype(np.int32)
+    q_len = np.array([n for _, n in seqs], np.int32)
+    q_start = np.concatenate([[0], np.cumsum(q_len)[:-1]]).astype(np.int32)
+    pos0 = np.array([p for p, _ in seqs], np.int32)
+    q = rng.standard_normal((int(q_len.sum()), n_head * hd)).astype(np.float32)
+    out = ctx.attention(q, kr, vr, kv_type, bs, n_head, n_head_kv, hd, tables, q_start=q_start, q_len=q_len, pos0=pos0)
+    for s, (p0, n) in enumerate(seqs):
+        for i in range(n):
+            ref = attend_ref(q[q_start[s] + i], kf, vf, tables[s], bs, p0 + i + 1, n_head, n_head_kv, hd)
+            np.testing.assert_allclose(out[q_start[s] + i], ref, rtol=1e-4, atol=2e-5)
+
+
+# ---- sampling ----
+
+def sample_ref(logits, temperature, top_k, top_p, min_p, u):
+    """csrc/engine.c's sample_row without penalties, in NumPy."""
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    w = logits.astype(np.float32) * (np.float32(1) / np.float32(temperature))
+    mx = w.max()
+    cand = np.nonzero((w - mx) > np.float32(-27.6))[0]
+    order = cand[np.lexsort((cand, -w[cand]))]
+    if 0 < top_k < len(order):
+        order = order[:top_k]
+    e = np.exp(w[order].astype(np.float64) - np.float64(mx))
+    s = e.sum()
+    keep = len(order)
+    if top_p < 1:
+        hit = np.nonzero(np.cumsum(e / s) >= top_p)[0]
+        keep = int(hit[0]) + 1 if len(hit) else keep
+    if min_p > 0:
+        k = 1
+        while k < keep and e[k] / s >= min_p * (e[0] / s):
+            k += 1
+        keep = k
+    cum = np.cumsum(e[:keep])
+    hit = np.nonzero(u * cum[-1] < cum)[0]
+    return int(order[hit[0] if len(hit) else keep - 1])
+
+
+@gpu
+def test_sampling_matches_the_cpu_rule(ctx):
+    rng = np.random.default_rng(17)
+    vocab = 5003
+    params = []
+    for r in range(48):
+        t = [0.0, 0.7, 1.0, 1.5][r % 4]
+        params.append((t, [0, 1, 40, 5003][r // 4 % 4], [1.0, 0.9, 0.5][r % 3], [0.0, 0.05][r // 12 % 2],
+                       float(rng.random())))
+    logits = (rng.standard_normal((len(params), vocab)) * 3).astype(np.float32)
+    logits[0, [10, 20]] = logits[0].max() + 1  # greedy ties: the first maximum
+    ids, lps = ctx.sample(logits, params, logprobs=True)
+    ref = [sample_ref(logits[r], *p) for r, p in enumerate(params)]
+    assert ids.tolist() == ref
+    assert ids[0] == 10
+    lse = np.log(np.exp(logits.astype(np.float64) - logits.max(1, keepdims=True)).sum(1)) + logits.max(1)
+    np.testing.assert_allclose(lps, logits[np.arange(len(ids)), ids] - lse, rtol=1e-5, atol=1e-5)
+
+
+@gpu
+def test_sampling_rejects_bad_parameters(ctx):
+    with pytest.raises(ValueError, match="u"):
+        ctx.sample(np.zeros((1, 8), np.float32), [(1.0, 0, 1.0, 0.0, 1.0)])
+
+
+# ---- timing and memory ----
+
+@gpu
+def test_phase_timing_and_memory(ctx):
+    free, total = cuda.mem_info()
+    assert 0 < free <= total
+    rng = np.random.default_rng(1)
+    raw, _ = weights("Q8_0", 64, 256, rng)
+    ctx.phase_begin(3)
+    ctx.matmul(type_id("Q8_0"), raw, activations(4, 256, rng), path="gemm")
+    ctx.phase_end(3)
+    assert ctx.phase_ms(3) >= 0.0
+    assert ctx.workspace_bytes() > 0  # the gemm's tiles and 16-bit activations
+    with pytest.raises(ValueError, match="phase id"):
+        ctx.phase_begin(99)
