@@ -317,11 +317,11 @@ class Context:
         keep: list = []
         try:
             op, ob = self._out(q.shape, np.float32, keep)
-            kw = dict(q=self._up(q, keep), out=op, ldq=q.shape[1], ldo=q.shape[1], k_cache=self._up(k_cache, keep),
-                      v_cache=self._up(v_cache, keep), kv_type=_KV_TYPES[kv_type], block_size=block_size,
-                      n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
-                      scale=1.0 / np.sqrt(head_dim) if scale is None else scale, block_tables=self._up(bt, keep),
-                      max_blocks=bt.shape[1], n_seq=bt.shape[0])
+            kw = {"q": self._up(q, keep), "out": op, "ldq": q.shape[1], "ldo": q.shape[1],
+                  "k_cache": self._up(k_cache, keep), "v_cache": self._up(v_cache, keep), "kv_type": _KV_TYPES[kv_type],
+                  "block_size": block_size, "n_head": n_head, "n_head_kv": n_head_kv, "head_dim": head_dim,
+                  "scale": 1.0 / np.sqrt(head_dim) if scale is None else scale, "block_tables": self._up(bt, keep),
+                  "max_blocks": bt.shape[1], "n_seq": bt.shape[0]}
             if prefill:
                 kw.update(q_start=self._up(np.asarray(q_start, np.int32), keep),
                           q_len=self._up(np.asarray(q_len, np.int32), keep),
