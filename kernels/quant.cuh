@@ -18,7 +18,12 @@
 #define CHUNK 256 // row elements one warp decodes per step
 
 __device__ __forceinline__ float h2f(llmb_half h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ float bf2f(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4); // a register move on the device; also compiles for the host test (kernels/tests)
+    return f;
+}
 
 // 4 bytes from a 2-byte-aligned address (blocks of 18, 34, 210 bytes are only that aligned)
 __device__ __forceinline__ uint32_t ld_u32_a2(const uint8_t *p) {
