@@ -563,9 +563,10 @@ static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
 
 // Attention of every batch token over its sequence's cached keys and values. Work is split by
 // (run of consecutive batch tokens of one sequence, KV head): the unit converts that head's cached
-// K and V rows up to the run's last position to float once, then serves every query head of the
-// group and every token of the run. Each (token, head) output is computed by the same operations
-// whatever else is in the batch.
+// K (transposed) and V rows up to the run's last position to float once, then serves every query
+// head of the group and every token of the run, LLMB_ATT_Q queries per llmb_attend call
+// (attention.c). Each (token, head) output is computed by the same operations whatever else is in
+// the batch.
 static size_t att_scratch_floats(const llmb_engine *e) {
     return llmb_att_scratch_floats(e->p.ctx, e->model->cfg.head_dim);
 }
