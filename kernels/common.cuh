@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "device.cuh"
 #include "llmb_cuda_abi.h"
 
 // ---- errors (runtime.cu) ----
@@ -85,19 +86,5 @@ llmb_status llmb_cu_attn_prefill(llmb_cuda_ctx *c, const llmb_cuda_attn *a);
 llmb_status llmb_cu_sample(llmb_cuda_ctx *c, const float *logits, int n_rows, int vocab,
                            const llmb_cuda_sampling *params, int32_t *ids, float *logprobs);
 
-static inline unsigned llmb_cu_blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
-
-// ---- device helpers ----
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
 
 #endif

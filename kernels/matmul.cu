@@ -12,56 +12,7 @@
 
 #include "common.cuh"
 #include "quant.cuh"
-
-#define MV_WARPS 4 // rows per block of the matvec kernel
-
-// ---- decode: matrix-vector products ----
-
-template <int T, int NB, bool VEC>
-__global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int64_t cols,
-                  const float *__restrict__ x, int64_t ldx, int ntok, float *__restrict__ y, int64_t ldy) {
-    const int lane = threadIdx.x & 31;
-    const int64_t r = (int64_t)blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
-    if (r >= rows) return; // a whole warp leaves together
-    const uint8_t *row = w + r * row_bytes;
-    float acc[NB];
-#pragma unroll
-    for (int t = 0; t < NB; t++) acc[t] = 0.0f;
-    const int64_t nch = (cols + CHUNK - 1) / CHUNK;
-    for (int64_t ch = 0; ch < nch; ch++) {
-        float v[8];
-        int64_t e0, e1;
-        const int n = load8<T, VEC>(row, cols, ch, lane, v, e0, e1);
-        if (n == 8 && VEC) {
-#pragma unroll
-            for (int t = 0; t < NB; t++) {
-                if (t < ntok) {
-                    const float4 a = *(const float4 *)(x + t * ldx + e0), b = *(const float4 *)(x + t * ldx + e1);
-                    acc[t] += v[0] * a.x + v[1] * a.y + v[2] * a.z + v[3] * a.w + v[4] * b.x + v[5] * b.y +
-                              v[6] * b.z + v[7] * b.w;
-                }
-            }
-        } else if (n > 0) {
-#pragma unroll
-            for (int t = 0; t < NB; t++) {
-                if (t < ntok) {
-                    const float *xt = x + t * ldx;
-                    float s = 0.0f;
-#pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        if (k < n) s += v[k] * xt[elem_of(k, e0, e1)];
-                    acc[t] += s;
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < NB; t++) {
-        const float s = warp_sum(acc[t]);
-        if (lane == 0 && t < ntok) y[t * ldy + r] = s;
-    }
-}
+#include "matmul.cuh"
 
 static llmb_status check_matmul(const char *op, int wtype, const void *w, int64_t rows, int64_t cols, const float *x,
                                 int64_t ldx, int ntok, float *y, int64_t ldy) {
@@ -78,15 +29,6 @@ static llmb_status check_matmul(const char *op, int wtype, const void *w, int64_
     return LLMB_OK;
 }
 
-template <int T, int NB>
-static void launch_matvec(cudaStream_t st, bool vec, const void *w, int64_t rows, int64_t cols, const float *x,
-                          int64_t ldx, int ntok, float *y, int64_t ldy) {
-    const dim3 grid(llmb_cu_blocks(rows, MV_WARPS)), block(MV_WARPS * 32);
-    const int64_t rb = llmb_cu_row_bytes(T, cols);
-    if (vec) matvec_kernel<T, NB, true><<<grid, block, 0, st>>>((const uint8_t *)w, rb, rows, cols, x, ldx, ntok, y, ldy);
-    else matvec_kernel<T, NB, false><<<grid, block, 0, st>>>((const uint8_t *)w, rb, rows, cols, x, ldx, ntok, y, ldy);
-}
-
 llmb_status llmb_cu_matvec(llmb_cuda_ctx *c, int wtype, const void *w, int64_t rows, int64_t cols, const float *x,
                            int64_t ldx, int ntok, float *y, int64_t ldy) {
     TRY(llmb_cu_enter(c));
@@ -94,50 +36,19 @@ llmb_status llmb_cu_matvec(llmb_cuda_ctx *c, int wtype, const void *w, int64_t r
     if (ntok > LLMB_CUDA_MATVEC_MAX)
         return llmb_cu_fail(LLMB_E_ARG, "matvec: %d tokens, at most %d (use gemm)", ntok, LLMB_CUDA_MATVEC_MAX);
     if (rows == 0) return LLMB_OK;
-    // 16-byte loads of x (and of float-type rows) need 16-byte alignment of every row start
     const int64_t rb = llmb_cu_row_bytes(wtype, cols);
-    const bool vec = ((uintptr_t)x % 16 == 0) && ldx % 4 == 0 &&
-                     (llmb_cu_blck(wtype) > 1 || ((uintptr_t)w % 16 == 0 && rb % 16 == 0 && cols % 8 == 0));
+    const bool vec = matvec_vec_ok(wtype, w, cols, x, ldx);
+    const dim3 grid(llmb_cu_blocks(rows, MV_WARPS)), block(MV_WARPS * 32);
+    const uint8_t *wb = (const uint8_t *)w;
     llmb_cu_dispatch_type(wtype, [&](auto tc) {
-        constexpr int T = decltype(tc)::value;
-        if (ntok == 1) launch_matvec<T, 1>(c->stream, vec, w, rows, cols, x, ldx, ntok, y, ldy);
-        else if (ntok == 2) launch_matvec<T, 2>(c->stream, vec, w, rows, cols, x, ldx, ntok, y, ldy);
-        else if (ntok <= 4) launch_matvec<T, 4>(c->stream, vec, w, rows, cols, x, ldx, ntok, y, ldy);
-        else if (ntok <= 8) launch_matvec<T, 8>(c->stream, vec, w, rows, cols, x, ldx, ntok, y, ldy);
-        else launch_matvec<T, 16>(c->stream, vec, w, rows, cols, x, ldx, ntok, y, ldy);
+        with_matvec_nb(ntok, [&](auto nb) {
+            constexpr int T = decltype(tc)::value, NB = decltype(nb)::value;
+            if (vec) matvec_kernel<T, NB, true><<<grid, block, 0, c->stream>>>(wb, rb, rows, cols, x, ldx, ntok, y, ldy);
+            else matvec_kernel<T, NB, false><<<grid, block, 0, c->stream>>>(wb, rb, rows, cols, x, ldx, ntok, y, ldy);
+        });
     });
     CU_LAUNCHED("matvec_kernel");
     return LLMB_OK;
-}
-
-// ---- dequantization ----
-
-__device__ __forceinline__ void store_cvt(float *p, float v) { *p = v; }
-__device__ __forceinline__ void store_cvt(__half *p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void store_cvt(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
-// Output row i (< n) from weight row ids[i] (or i); one block of 4 warps per output row.
-template <int T, typename OUT>
-__global__ void dequant_kernel(const uint8_t *__restrict__ w, int64_t row_bytes, int64_t rows, int64_t cols,
-                               const int32_t *__restrict__ ids, int64_t n, OUT *__restrict__ out) {
-    const int64_t i = blockIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const int64_t src = ids ? (int64_t)ids[i] : i;
-    OUT *o = out + i * cols;
-    if (src < 0 || src >= rows) { // an id outside the table: a row of zeros
-        for (int64_t e = threadIdx.x; e < cols; e += blockDim.x) store_cvt(o + e, 0.0f);
-        return;
-    }
-    const int64_t nch = (cols + CHUNK - 1) / CHUNK;
-    for (int64_t ch = warp; ch < nch; ch += nwarps) {
-        float v[8];
-        int64_t e0, e1;
-        const int nv = load8<T, false>(w + src * row_bytes, cols, ch, lane, v, e0, e1);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            if (k < nv) store_cvt(o + elem_of(k, e0, e1), v[k]);
-        }
-    }
 }
 
 static llmb_status dequantize_on(cudaStream_t st, int wtype, const void *w, int64_t rows, int64_t cols,
@@ -166,16 +77,6 @@ llmb_status llmb_cu_dequantize(llmb_cuda_ctx *c, int wtype, const void *w, int64
                             (long long)rows, out ? "" : ", NULL output");
     if (n == 0) return LLMB_OK;
     return dequantize_on(c->stream, wtype, w, rows, cols, ids, n, out_type, out);
-}
-
-// ---- prefill: dequantized tiles and cuBLAS ----
-
-template <typename OUT>
-__global__ void round_rows_kernel(const float *__restrict__ x, int64_t ldx, int64_t cols, int64_t n,
-                                  OUT *__restrict__ out) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n * cols) return;
-    store_cvt(out + i, x[(i / cols) * ldx + i % cols]);
 }
 
 #define GEMM_TILE_BYTES ((size_t)64 << 20) // dequantized weight rows per cuBLAS call

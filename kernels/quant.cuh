@@ -50,6 +50,7 @@ template <int T, bool VEC>
 __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t ch, int lane, float v[8], int64_t &e0,
                                      int64_t &e1) {
     const int64_t base = ch * CHUNK;
+    e0 = e1 = base;
     if (T == LLMB_TYPE_Q4_K) {
         const llmb_block_q4_K *b = (const llmb_block_q4_K *)row + ch;
         const int g = lane >> 3, t = lane & 7;

@@ -1,0 +1,31 @@
+// device.cuh — device helpers the kernels share (warp reductions, dynamic shared memory). The
+// kernel headers (*.cuh beside each .cu) include only this, quant.cuh and the ABI header, so
+// kernels/tests/kernels_host.cpp can compile them for the host with kernels/tests/simt_host.h and
+// run them on machines without a GPU.
+#ifndef LLMB_CUDA_DEVICE_CUH
+#define LLMB_CUDA_DEVICE_CUH
+
+#ifdef LLMB_SIMT_HOST
+#define DYN_SMEM(T, name) T *name = (T *)llmb_simt_dyn_smem()
+#else
+#define DYN_SMEM(T, name) extern __shared__ T name[]
+#endif
+
+#include <stdint.h>
+
+// blocks of `per` threads covering n items
+static inline unsigned llmb_cu_blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+#endif

@@ -1,0 +1,184 @@
+// simt_host.h — enough of CUDA's execution model to run this backend's kernels on the host, so their
+// indexing, synchronization and arithmetic are tested on machines without a GPU. Include it before
+// the kernel headers (kernels/*.cuh). Each thread of a block is a fiber (ucontext) on one OS thread;
+// blocks run one after another. __syncthreads and __syncwarp are barriers (a fiber waits until every
+// fiber of its block, or warp, that has not returned arrives; a block whose fibers wait at different
+// barriers is reported as a deadlock), warp shuffles exchange through a buffer between two warp
+// barriers, __shared__ variables are static (one block runs at a time), dynamic shared memory is
+// filled with NaN before each block (reads of unwritten memory show up), atomics need no lock.
+// 1-D thread blocks only; what the kernels here use, nothing more.
+#ifndef LLMB_SIMT_HOST_H
+#define LLMB_SIMT_HOST_H
+
+#define LLMB_SIMT_HOST 1
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <vector>
+
+// the CUDA headers the kernels use, first: they declare the built-in variables this file redefines
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <vector_types.h> // dim3, uint3, float4, uint4
+
+#undef __device__
+#undef __global__
+#undef __forceinline__
+#undef __shared__
+#undef __launch_bounds__
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+namespace simt {
+enum { RUN = 0, AT_BLOCK = 1, AT_WARP = 2, DONE = 3 };
+struct Fiber {
+    ucontext_t ctx;
+    uint3 tid;
+    int state;
+    std::vector<char> stack;
+};
+inline std::vector<Fiber> fibers;
+inline Fiber *cur;
+inline ucontext_t sched;
+inline uint3 block_idx;
+inline dim3 block_dim, grid_dim;
+inline std::vector<uint64_t> xchg;
+inline std::vector<float> smem;
+inline std::function<void()> thunk;
+
+inline void wait(int kind) {
+    cur->state = kind;
+    swapcontext(&cur->ctx, &sched);
+}
+
+inline void entry() {
+    thunk();
+    cur->state = DONE;
+    swapcontext(&cur->ctx, &sched);
+}
+
+// run one block to completion
+inline void run_block() {
+    const unsigned n = block_dim.x;
+    for (unsigned t = 0; t < n; t++) {
+        Fiber &f = fibers[t];
+        f.tid = uint3{t, 0, 0};
+        f.state = RUN;
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack.data();
+        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, entry, 0);
+    }
+    std::fill(smem.begin(), smem.end(), std::numeric_limits<float>::quiet_NaN());
+    for (;;) {
+        // every runnable fiber runs until it waits at a barrier or returns
+        for (unsigned t = 0; t < n; t++) {
+            if (fibers[t].state != RUN) continue;
+            cur = &fibers[t];
+            swapcontext(&sched, &cur->ctx);
+        }
+        // release each warp whose live fibers all wait at the warp barrier; else the block barrier
+        bool released = false, live = false, all_block = true;
+        for (unsigned w = 0; w * 32 < n; w++) {
+            bool all_warp = true, any = false;
+            for (unsigned t = w * 32; t < std::min(n, w * 32 + 32); t++) {
+                if (fibers[t].state == DONE) continue;
+                any = true;
+                all_warp &= fibers[t].state == AT_WARP;
+            }
+            if (any && all_warp) {
+                for (unsigned t = w * 32; t < std::min(n, w * 32 + 32); t++)
+                    if (fibers[t].state == AT_WARP) fibers[t].state = RUN;
+                released = true;
+            }
+        }
+        for (unsigned t = 0; t < n; t++) {
+            if (fibers[t].state == DONE) continue;
+            live = true;
+            all_block &= fibers[t].state == AT_BLOCK;
+        }
+        if (!live) return;
+        if (!released && all_block) {
+            for (unsigned t = 0; t < n; t++)
+                if (fibers[t].state == AT_BLOCK) fibers[t].state = RUN;
+            released = true;
+        }
+        if (!released) {
+            fprintf(stderr, "simt: deadlock in block (%u,%u,%u): threads wait at different barriers\n", block_idx.x,
+                    block_idx.y, block_idx.z);
+            exit(3);
+        }
+    }
+}
+
+template <class K, class... A>
+void launch(dim3 grid, dim3 block, size_t smem_bytes, K kernel, A... args) {
+    block_dim = block;
+    grid_dim = grid;
+    if (fibers.size() < block.x) {
+        fibers.resize(block.x);
+        for (auto &f : fibers)
+            if (f.stack.empty()) f.stack.resize(256 * 1024);
+    }
+    xchg.assign(block.x, 0);
+    smem.assign(smem_bytes / sizeof(float) + 1, 0.0f);
+    thunk = [=]() { kernel(args...); };
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                block_idx = uint3{x, y, z};
+                run_block();
+            }
+}
+} // namespace simt
+
+#define threadIdx (simt::cur->tid)
+#define blockIdx (simt::block_idx)
+#define blockDim (simt::block_dim)
+#define gridDim (simt::grid_dim)
+
+inline void __syncthreads() { simt::wait(simt::AT_BLOCK); }
+inline void __syncwarp(unsigned = 0xffffffffu) { simt::wait(simt::AT_WARP); }
+
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int o) {
+    static_assert(sizeof(T) <= 8, "shuffle of at most 8 bytes");
+    const unsigned t = threadIdx.x;
+    uint64_t u = 0;
+    memcpy(&u, &v, sizeof v);
+    simt::xchg[t] = u;
+    __syncwarp();
+    const uint64_t r = simt::xchg[t ^ (unsigned)o];
+    __syncwarp(); // everyone has read before the buffer is reused
+    T out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
+
+inline double atomicAdd(double *p, double v) {
+    const double old = *p;
+    *p = old + v;
+    return old;
+}
+
+inline void *llmb_simt_dyn_smem() { return simt::smem.data(); }
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+using std::max;
+using std::min;
+
+#endif
