@@ -32,25 +32,22 @@ llmb_status llmb_cu_rope(llmb_cuda_ctx *c, float *v, int n_tok, int n_heads, int
     return LLMB_OK;
 }
 
-static llmb_status check_n(const char *op, const void *a, const void *b, int64_t n) {
-    if (n < 0 || !a || !b) return llmb_cu_fail(LLMB_E_ARG, "%s: %lld elements, NULL pointers?", op, (long long)n);
+// y = op(y, x) elementwise over n floats
+template <typename K>
+static llmb_status elementwise(llmb_cuda_ctx *c, const char *op, K kernel, float *y, const float *x, int64_t n) {
+    TRY(llmb_cu_enter(c));
+    if (n < 0 || !y || !x) return llmb_cu_fail(LLMB_E_ARG, "%s: %lld elements, NULL pointers?", op, (long long)n);
+    if (n == 0) return LLMB_OK;
+    kernel<<<llmb_cu_blocks(n, 256), 256, 0, c->stream>>>(y, x, n);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return llmb_cu_cuda_fail(e, op, __FILE__, __LINE__); // names the kernel's op
     return LLMB_OK;
 }
 
 llmb_status llmb_cu_swiglu(llmb_cuda_ctx *c, float *gate, const float *up, int64_t n) {
-    TRY(llmb_cu_enter(c));
-    TRY(check_n("swiglu", gate, up, n));
-    if (n == 0) return LLMB_OK;
-    swiglu_kernel<<<llmb_cu_blocks(n, 256), 256, 0, c->stream>>>(gate, up, n);
-    CU_LAUNCHED("swiglu_kernel");
-    return LLMB_OK;
+    return elementwise(c, "swiglu", swiglu_kernel, gate, up, n);
 }
 
 llmb_status llmb_cu_add(llmb_cuda_ctx *c, float *y, const float *x, int64_t n) {
-    TRY(llmb_cu_enter(c));
-    TRY(check_n("add", y, x, n));
-    if (n == 0) return LLMB_OK;
-    add_kernel<<<llmb_cu_blocks(n, 256), 256, 0, c->stream>>>(y, x, n);
-    CU_LAUNCHED("add_kernel");
-    return LLMB_OK;
+    return elementwise(c, "add", add_kernel, y, x, n);
 }

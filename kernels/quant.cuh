@@ -42,6 +42,17 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int &d, in
     }
 }
 
+// Q4_K/Q5_K: scale and min of sub-blocks 2g and 2g+1 (the low and high nibbles of 64 elements)
+__device__ __forceinline__ void k4_scales(llmb_half dh, llmb_half dminh, const uint8_t *scales, int g, float &d1,
+                                          float &m1, float &d2, float &m2) {
+    int sc, m;
+    const float d = h2f(dh), dmin = h2f(dminh);
+    scale_min_k4(2 * g, scales, sc, m);
+    d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(2 * g + 1, scales, sc, m);
+    d2 = d * sc, m2 = dmin * m;
+}
+
 // Decode lane `lane`'s 8 values of chunk `ch` of a row of `cols` elements of type T. Returns how
 // many are valid: 8, 0 (a block-format row whose last chunk has fewer than 8 blocks), or for the
 // float types 0..8 at the row's end (then e1 = e0 + 4 and the values are contiguous).
@@ -54,12 +65,8 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
     if (T == LLMB_TYPE_Q4_K) {
         const llmb_block_q4_K *b = (const llmb_block_q4_K *)row + ch;
         const int g = lane >> 3, t = lane & 7;
-        int sc, m;
-        const float d = h2f(b->d), dmin = h2f(b->dmin);
-        scale_min_k4(2 * g, b->scales, sc, m);
-        const float d1 = d * sc, m1 = dmin * m;
-        scale_min_k4(2 * g + 1, b->scales, sc, m);
-        const float d2 = d * sc, m2 = dmin * m;
+        float d1, m1, d2, m2;
+        k4_scales(b->d, b->dmin, b->scales, g, d1, m1, d2, m2);
         const uint32_t q = *(const uint32_t *)(b->qs + 32 * g + 4 * t);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -72,12 +79,8 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
     } else if (T == LLMB_TYPE_Q5_K) {
         const llmb_block_q5_K *b = (const llmb_block_q5_K *)row + ch;
         const int g = lane >> 3, t = lane & 7;
-        int sc, m;
-        const float d = h2f(b->d), dmin = h2f(b->dmin);
-        scale_min_k4(2 * g, b->scales, sc, m);
-        const float d1 = d * sc, m1 = dmin * m;
-        scale_min_k4(2 * g + 1, b->scales, sc, m);
-        const float d2 = d * sc, m2 = dmin * m;
+        float d1, m1, d2, m2;
+        k4_scales(b->d, b->dmin, b->scales, g, d1, m1, d2, m2);
         const uint32_t q = *(const uint32_t *)(b->qs + 32 * g + 4 * t);
         const uint32_t h = *(const uint32_t *)(b->qh + 4 * t); // fifth bits: bit 2g (low), 2g+1 (high)
 #pragma unroll

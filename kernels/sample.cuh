@@ -56,6 +56,17 @@ __device__ float block_max(float v, double *red) {
     return t;
 }
 
+// how many members there are (count) or their total mass, on every thread
+__device__ double member_sum(const row_state &r, bool count, double *red) {
+    double acc = 0;
+    for (int i = threadIdx.x; i < r.vocab; i += blockDim.x) {
+        uint64_t key;
+        double e;
+        if (member(r, i, key, e)) acc += count ? 1.0 : e;
+    }
+    return block_sum(acc, red);
+}
+
 // The key of the first member, in descending key order, at which the running count (count_mode)
 // or mass reaches target (>= target, or > target when strict); the last member if none does.
 __device__ uint64_t select_key(const row_state &r, bool count_mode, double target, bool strict, double *hist,
@@ -138,34 +149,16 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         r.bound = 0;
         r.e_floor = 0;
         // top-k: the k-th candidate's key bounds the set
-        double nc = 0;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            uint64_t key;
-            double e;
-            nc += member(r, i, key, e) ? 1.0 : 0.0;
-        }
-        nc = block_sum(nc, red);
+        const double nc = member_sum(r, true, red);
         if (p.top_k > 0 && p.top_k < nc) r.bound = select_key(r, true, (double)p.top_k, false, hist, &s_prefix, &s_above);
         // top-p: the shortest prefix whose probability reaches top_p
         if (p.top_p < 1.0f) {
-            double sum = 0;
-            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-                uint64_t key;
-                double e;
-                if (member(r, i, key, e)) sum += e;
-            }
-            sum = block_sum(sum, red);
+            const double sum = member_sum(r, false, red);
             r.bound = select_key(r, false, (double)p.top_p * sum, false, hist, &s_prefix, &s_above);
         }
         // min-p: probability >= min_p * the largest, i.e. exp(w - mx) >= min_p (the first always stays)
         if (p.min_p > 0.0f) r.e_floor = p.min_p < 1.0f ? (double)p.min_p : 1.0;
-        double total = 0;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            uint64_t key;
-            double e;
-            if (member(r, i, key, e)) total += e;
-        }
-        total = block_sum(total, red);
+        const double total = member_sum(r, false, red);
         const uint64_t key = select_key(r, false, (double)p.u * total, true, hist, &s_prefix, &s_above);
         tok = (int)(0xffffffffu - (uint32_t)(key & 0xffffffffu));
         if (tok < 0 || tok >= vocab) tok = 0; // no candidate at all (NaN logits)
