@@ -12,6 +12,7 @@
 
 #include "internal.h"
 #include "ops.h"
+#include "quants.h"
 #include "vexp.h"
 
 #ifdef __clang__
@@ -153,6 +154,98 @@ LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *nk
     for (; d0 < hd; d0 += 16) BY_NQ(pv_body, sc, ldk, v, hd, nmax, inv, out, d0, 1);
 }
 #endif
+
+// ---- gathering one KV head's rows as floats ----
+
+static const uint8_t *kv_at(const llmb_kv_head *h, const uint8_t *base, int j) {
+    return base + (size_t)h->blocks[j / h->block_size] * h->block_stride + (size_t)(j % h->block_size) * h->row_stride;
+}
+
+static void gather_scalar(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
+    const llmb_quant_traits *t = llmb_quant_traits_get(h->type);
+    for (int j = 0; j < n_keys; j++) {
+        float *row = v + (size_t)j * hd;
+        t->to_float_ref(kv_at(h, h->k, j), row, hd);   // the key row first, through v's row
+        for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + j] = row[d];
+        t->to_float_ref(kv_at(h, h->v, j), row, hd);
+    }
+    for (int d = 0; d < hd; d++) memset(kt + (size_t)d * ldk + n_keys, 0, (ldk - (size_t)n_keys) * sizeof(float));
+}
+
+#if LLMB_VEXP_AVX512
+// 16 values from element d0 of a row (d0 a multiple of 16; of 32 for Q8_0 rows, whose blocks hold 32)
+LLMB_A512 LLMB_INLINE __m512 row16(int type, const uint8_t *row, int d0) {
+    if (type == LLMB_TYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)d0)));
+    if (type == LLMB_TYPE_F32) return _mm512_loadu_ps((const float *)row + d0);
+    const llmb_block_q8_0 *b = (const llmb_block_q8_0 *)row + d0 / LLMB_QK;
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + d0 % LLMB_QK))));
+    return _mm512_mul_ps(q, _mm512_set1_ps(llmb_fp16_to_fp32(b->d)));   // x.qs[j] * d as the dequantizer
+}
+
+// r[0..15] (rows) transposed in place: r[c] lane t = old r[t] lane c
+LLMB_A512 LLMB_INLINE void transpose16(__m512 r[16]) {
+    __m512 a[16], b[16];
+    for (int k = 0; k < 8; k++) {
+        a[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        a[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; k++) {   // b[4k + c], 128-bit lane L: rows 4k..4k+3 of column 4L + c
+        const __m512d a0 = _mm512_castps_pd(a[4 * k]), a1 = _mm512_castps_pd(a[4 * k + 1]),
+                      a2 = _mm512_castps_pd(a[4 * k + 2]), a3 = _mm512_castps_pd(a[4 * k + 3]);
+        b[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+        b[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+        b[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+        b[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 s1 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0x88), s2 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0xDD);
+        const __m512 s3 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0x88), s4 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(s2, s4, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+        r[12 + c] = _mm512_shuffle_f32x4(s2, s4, 0xDD);
+    }
+}
+
+// 16 keys at a time: 16 values of each of their rows converted, transposed in registers and stored
+// as 16 rows of kt; the values converted row by row. No call per row.
+LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
+    const int type = h->type;
+    for (int j0 = 0; j0 < n_keys; j0 += 16) {
+        const int nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
+        const uint8_t *kr[16];
+        for (int t = 0; t < nj; t++) {
+            kr[t] = kv_at(h, h->k, j0 + t);
+            const uint8_t *vr = kv_at(h, h->v, j0 + t);
+            for (int d0 = 0; d0 < hd; d0 += 16) _mm512_storeu_ps(v + (size_t)(j0 + t) * hd + d0, row16(type, vr, d0));
+        }
+        for (int d0 = 0; d0 < hd; d0 += 16) {
+            __m512 r[16];
+            for (int t = 0; t < 16; t++) r[t] = t < nj ? row16(type, kr[t], d0) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int c = 0; c < 16; c++) _mm512_storeu_ps(kt + (size_t)(d0 + c) * ldk + j0, r[c]);
+        }
+    }
+    const size_t j1 = (size_t)(n_keys + 15) / 16 * 16;   // zeros written up to here already
+    for (int d = 0; d < hd; d++)
+        for (size_t j = j1; j < ldk; j += 16) _mm512_storeu_ps(kt + (size_t)d * ldk + j, _mm512_setzero_ps());
+}
+#endif
+
+void llmb_att_gather(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
+#if LLMB_VEXP_AVX512
+    if (llmb_simd_active() >= LLMB_SIMD_AVX512 && hd % (h->type == LLMB_TYPE_Q8_0 ? LLMB_QK : 16) == 0 &&
+        ldk % 16 == 0) {
+        gather_avx512(h, n_keys, hd, kt, ldk, v);
+        return;
+    }
+#endif
+    gather_scalar(h, n_keys, hd, kt, ldk, v);
+}
+
+void llmb_att_gather_ref(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
+    gather_scalar(h, n_keys, hd, kt, ldk, v);
+}
 
 void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v, int hd,
                  float scale, float *sc, float *const *out) {

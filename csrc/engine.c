@@ -563,7 +563,8 @@ static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
 
 // Attention of every batch token over its sequence's cached keys and values. Work is split by
 // (run of consecutive batch tokens of one sequence, KV head): the unit converts that head's cached
-// K (transposed) and V rows up to the run's last position to float once, then serves every query
+// K (transposed) and V rows up to the run's last position to float once (llmb_att_gather: 16 keys at a
+// time, transposed in registers, no call per row), then serves every query
 // head of the group and every token of the run, LLMB_ATT_Q queries per llmb_attend call
 // (attention.c). Each (token, head) output is computed by the same operations whatever else is in
 // the batch.
@@ -576,7 +577,6 @@ static void attention(llmb_engine *e, int layer, int n) {
     const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = e->p.block_size;
     const int64_t q_dim = (int64_t)nh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    const llmb_quant_traits *kq = llmb_quant_traits_get(e->kv_type);
     const size_t head_bytes = e->kv_row_bytes / (size_t)nkv;
     // runs of consecutive items of one sequence (build_batch emits a sequence's tokens together)
     int *run_start = e->run_start, n_runs = 0;
@@ -601,20 +601,12 @@ static void attention(llmb_engine *e, int layer, int n) {
             if (e->items[i].pos > max_pos) max_pos = e->items[i].pos;
         // this head's keys transposed (kt[d * ldk + j], zero padding) and values as rows, as floats
         const size_t ldk = llmb_att_ldk(max_pos + 1);
-        float *vf = kt + ldk * hd, *sc = vf + ldk * hd, *krow = sc + LLMB_ATT_Q * ldk;
-        for (int j = 0; j <= max_pos; j++) {
-            const uint8_t *kr = kv_row(e, layer, 0, seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
-            const uint8_t *vr = kv_row(e, layer, 1, seq->blocks[j / B], j % B) + (size_t)kvh * head_bytes;
-            if (e->kv_type == LLMB_TYPE_F32) {
-                memcpy(krow, kr, (size_t)hd * sizeof(float));
-                memcpy(vf + (size_t)j * hd, vr, (size_t)hd * sizeof(float));
-            } else {
-                kq->to_float(kr, krow, hd);
-                kq->to_float(vr, vf + (size_t)j * hd, hd);
-            }
-            for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + j] = krow[d];
-        }
-        for (int d = 0; d < hd; d++) memset(kt + (size_t)d * ldk + max_pos + 1, 0, (ldk - max_pos - 1) * sizeof(float));
+        float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
+        const size_t per_part = (size_t)e->p.n_blocks * B * e->kv_row_bytes;
+        const uint8_t *k0 = e->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
+        const llmb_kv_head kvh_rows = {e->kv_type, k0, k0 + per_part, seq->blocks, B, (size_t)B * e->kv_row_bytes,
+                                       e->kv_row_bytes};
+        llmb_att_gather(&kvh_rows, max_pos + 1, hd, kt, ldk, vf);
         // every (token, query head) of the run, LLMB_ATT_Q at a time
         const int nq_all = (i1 - i0) * group;
         for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {

@@ -65,6 +65,21 @@ size_t llmb_att_ldk(int64_t n_keys);
 // Floats of one thread's scratch for up to n_ctx keys of head size hd: the transposed keys
 // (hd x ldk), the values (ldk x hd), LLMB_ATT_Q score rows of ldk, one row of hd.
 size_t llmb_att_scratch_floats(int64_t n_ctx, int hd);
+// One KV head's rows in the paged cache: key j is at k + blocks[j / block_size] * block_stride +
+// (j % block_size) * row_stride, value j likewise from v; each row holds hd values of `type`.
+typedef struct {
+    int type;                   // LLMB_TYPE_F32, LLMB_TYPE_F16 or LLMB_TYPE_Q8_0
+    const uint8_t *k, *v;
+    const int32_t *blocks;      // block table
+    int block_size;
+    size_t block_stride, row_stride;   // bytes
+} llmb_kv_head;
+// The first n_keys keys of the head as floats, transposed (kt[d * ldk + j], zeros for n_keys <= j <
+// ldk), and the values as rows (v[j * hd + d]): llmb_attend's inputs. The conversion is exact (F16,
+// F32) or the single float product q * d of the Q8_0 dequantizer, so any version gives the same bits.
+void llmb_att_gather(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v);
+// the scalar version (one to_float call per row, then the transposed copy; for tests)
+void llmb_att_gather_ref(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v);
 // out[i] = softmax_j(scale * q[i] . k_j) v_j over j < n_keys[i], for i < nq <= LLMB_ATT_Q, with the
 // keys transposed (kt[d * ldk + j]) and the values as rows (v[j * hd + d]); sc: LLMB_ATT_Q x ldk
 // floats of scratch. Each out[i] depends only on q[i], n_keys[i] and the first n_keys[i] keys and

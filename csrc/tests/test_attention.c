@@ -6,6 +6,8 @@
 //   - the scalar version vs a float64 softmax attention: |out - ref| <= ATOL + RTOL * max_j |v_j[d]|;
 //   - vexp.h's exp within 3e-7 relative of exp() over [-87, 88], within one denormal step down to
 //     -104, 0 below and inf above;
+//   - llmb_att_gather (paged F32/F16/Q8_0 rows to transposed float keys and value rows) bit for bit
+//     vs its scalar version, and that vs to_float row by row with zero padding;
 //   - SwiGLU (same exp) SIMD vs scalar bit for bit at odd lengths, and vs float64 within 1e-6 relative.
 #include <math.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "check.h"
 #include "internal.h"
 #include "ops.h"
+#include "quants.h"
 #include "vexp.h"
 
 #define ATOL 1e-6
@@ -117,6 +120,53 @@ static void test_exp_swiglu(void) {
     }
 }
 
+// llmb_att_gather vs its scalar version bit for bit (kt including the zero padding, v), for F32, F16
+// and Q8_0 rows of random values in a paged layout (blocks in shuffled order, odd block sizes), and
+// the scalar version vs the type's to_float row by row.
+static void test_gather(int type, int hd, int nkeys, int bs) {
+    const llmb_quant_traits *t = llmb_quant_traits_get(type);
+    const llmb_type_traits *tt = llmb_type_traits_get(type);
+    const size_t row = (size_t)(hd / tt->blck_size * tt->type_size), ldk = llmb_att_ldk(nkeys);
+    const int nblk = (nkeys + bs - 1) / bs + 3;
+    const size_t head_off = row;   // this head is the second of two in a cache row
+    const size_t row_stride = 2 * row + 8, block_stride = (size_t)bs * row_stride + 24;
+    uint8_t *kc = calloc((size_t)nblk * block_stride, 1), *vc = calloc((size_t)nblk * block_stride, 1);
+    int32_t *blocks = malloc((size_t)nblk * sizeof *blocks);
+    for (int b = 0; b < nblk; b++) blocks[b] = (b * 7 + 3) % nblk;   // 7 and nblk coprime unless nblk % 7 == 0
+    float *tmp = malloc((size_t)hd * sizeof *tmp);
+    for (int w = 0; w < 2; w++)
+        for (int b = 0; b < nblk; b++)
+            for (int s = 0; s < bs; s++) {
+                for (int d = 0; d < hd; d++) tmp[d] = 3.0f * rng_normal();
+                t->from_float_ref(tmp, (w ? vc : kc) + (size_t)b * block_stride + (size_t)s * row_stride + head_off, hd);
+            }
+    const llmb_kv_head h = {type, kc + head_off, vc + head_off, blocks, bs, block_stride, row_stride};
+    float *kt[2], *v[2];
+    for (int i = 0; i < 2; i++) {
+        kt[i] = malloc(ldk * hd * sizeof(float)), v[i] = malloc(ldk * hd * sizeof(float));
+        for (size_t k = 0; k < ldk * hd; k++) kt[i][k] = v[i][k] = NAN;   // every kt element must be written
+    }
+    llmb_att_gather(&h, nkeys, hd, kt[0], ldk, v[0]);
+    llmb_att_gather_ref(&h, nkeys, hd, kt[1], ldk, v[1]);
+    CHECK(!memcmp(kt[0], kt[1], ldk * hd * sizeof(float)), "gather type %d hd %d keys %d bs %d: keys differ", type, hd,
+          nkeys, bs);
+    CHECK(!memcmp(v[0], v[1], (size_t)nkeys * hd * sizeof(float)), "gather type %d hd %d keys %d bs %d: values differ",
+          type, hd, nkeys, bs);
+    int bad = 0;
+    for (int j = 0; j < nkeys; j++) {
+        const size_t off = (size_t)blocks[j / bs] * block_stride + (size_t)(j % bs) * row_stride + head_off;
+        t->to_float_ref(kc + off, tmp, hd);
+        for (int d = 0; d < hd; d++) bad += memcmp(&tmp[d], &kt[1][(size_t)d * ldk + j], sizeof(float)) != 0;
+        t->to_float_ref(vc + off, tmp, hd);
+        bad += memcmp(tmp, v[1] + (size_t)j * hd, (size_t)hd * sizeof(float)) != 0;
+    }
+    for (int d = 0; d < hd; d++)
+        for (size_t j = (size_t)nkeys; j < ldk; j++) bad += kt[1][(size_t)d * ldk + j] != 0.0f;
+    CHECK(!bad, "gather_ref type %d hd %d keys %d: %d elements not the rows' to_float / zero padding", type, hd, nkeys, bad);
+    for (int i = 0; i < 2; i++) free(kt[i]), free(v[i]);
+    free(kc), free(vc), free(blocks), free(tmp);
+}
+
 int main(void) {
     const int hds[] = {64, 128, 80, 48, 8};
     const int keys[] = {1, 2, 15, 16, 17, 63, 64, 65, 130, 301};
@@ -125,6 +175,15 @@ int main(void) {
         for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
             for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) test_shape(hds[a], keys[b]);
         test_exp_swiglu();
+        const int gtypes[] = {LLMB_TYPE_F32, LLMB_TYPE_F16, LLMB_TYPE_Q8_0};
+        const int ghds[] = {64, 128, 96, 32, 48, 8};
+        const int gkeys[] = {1, 15, 16, 17, 63, 64, 65, 301};
+        for (size_t a = 0; a < 3; a++)
+            for (size_t b = 0; b < sizeof ghds / sizeof *ghds; b++)
+                for (size_t c = 0; c < sizeof gkeys / sizeof *gkeys; c++) {
+                    if (gtypes[a] == LLMB_TYPE_Q8_0 && ghds[b] % LLMB_QK) continue;
+                    test_gather(gtypes[a], ghds[b], gkeys[c], c % 2 ? 16 : 5);
+                }
     }
     llmb_simd_set(llmb_simd_detected());
     return check_summary();
