@@ -304,18 +304,19 @@ VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
     }
     q4k_dec dec[LLMB_PANEL_R * PANEL_MAX_SB];
     q4k_pdec pdec[PANEL_MAX_SB];
-    for (int64_t i = 0; i < nsb; i++) {
-        int32_t m32[LLMB_PANEL_R][4] = {{0}}, mins[4][16];
-        float d[16], dmin[16];
-        for (int r = 0; r < nr; r++) q4k_decode(w + r * ws + i * sizeof(llmb_block_q4_K), &dec[r * nsb + i], m32[r]);
-        for (int l = 0; l < 16; l++) {
-            const int r = l % 4;
+    for (int64_t i = 0; i < nsb; i++) {   // lane 4c + r of the pdec vectors: row r (any token c)
+        int32_t m32[LLMB_PANEL_R][4] = {{0}};
+        float d[4] = {0, 0, 0, 0}, dmin[4] = {0, 0, 0, 0};
+        for (int r = 0; r < nr; r++) {
             const uint8_t *blk = w + r * ws + i * sizeof(llmb_block_q4_K);
-            d[l] = r < nr ? half_at(blk) : 0.0f, dmin[l] = r < nr ? half_at(blk + 2) : 0.0f;
-            for (int k = 0; k < 4; k++) mins[k][l] = m32[r][k];
+            q4k_decode(blk, &dec[r * nsb + i], m32[r]);
+            d[r] = half_at(blk), dmin[r] = half_at(blk + 2);
         }
-        for (int k = 0; k < 4; k++) pdec[i].mins[k] = _mm512_loadu_si512((const void *)mins[k]);
-        pdec[i].d = _mm512_loadu_ps(d), pdec[i].dmin = _mm512_loadu_ps(dmin);
+        __m128 mk[4];   // mk[k] lane r = m32[r][k]
+        for (int r = 0; r < 4; r++) mk[r] = _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)m32[r]));
+        _MM_TRANSPOSE4_PS(mk[0], mk[1], mk[2], mk[3]);
+        for (int k = 0; k < 4; k++) pdec[i].mins[k] = _mm512_broadcast_i32x4(_mm_castps_si128(mk[k]));
+        pdec[i].d = _mm512_broadcast_f32x4(_mm_loadu_ps(d)), pdec[i].dmin = _mm512_broadcast_f32x4(_mm_loadu_ps(dmin));
     }
     const q4k_pdec *pd = pdec;
 #undef PANEL_ARGS
@@ -347,10 +348,13 @@ VNNI512 static void q6k_decode(const llmb_block_q6_K *b, q6k_dec *o) {
         o->q[2 * half] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
         o->q[2 * half + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(q2), q3, 1);
     }
-    for (int m = 0; m < 4; m++) {
-        int16_t s16[32];
-        for (int l = 0; l < 32; l++) s16[l] = b->scales[4 * m + l / 8];
-        o->sc[m] = _mm512_loadu_si512((const void *)s16);
+    const __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
+    for (int m = 0; m < 4; m++) {   // int16 lane l: scale 4m + l / 8
+        const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)(4 * m)),
+                                             _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+                                                                                19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,
+                                                                                7, 6, 5, 4, 3, 2, 1, 0), 3));
+        o->sc[m] = _mm512_permutexvar_epi16(idx, s16);
     }
     o->d = half_at((const uint8_t *)&b->d);
 }
@@ -412,9 +416,9 @@ VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
     for (int r = 0; r < nr; r++)
         for (int64_t i = 0; i < nsb; i++) q6k_decode((const llmb_block_q6_K *)(w + r * ws) + i, &dec[r * nsb + i]);
     for (int64_t i = 0; i < nsb; i++) {
-        float d[16];
-        for (int l = 0; l < 16; l++) d[l] = l % 4 < nr ? dec[(l % 4) * nsb + i].d : 0.0f;
-        pdec[i] = _mm512_loadu_ps(d);
+        float d[4] = {0, 0, 0, 0};
+        for (int r = 0; r < nr; r++) d[r] = dec[r * nsb + i].d;
+        pdec[i] = _mm512_broadcast_f32x4(_mm_loadu_ps(d));
     }
     const __m512 *pd = pdec;
 #undef PANEL_ARGS
