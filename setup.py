@@ -124,12 +124,12 @@ class BuildExt(build_ext):
         out_dir = Path(self.get_ext_fullpath("llmbench._core")).parent
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / CUDA_LIB
-        # cuBLAS is linked dynamically (its static archives are hundreds of MB); the rpath finds it
-        # in this toolkit, where the same CUDA is installed on the machines that run it.
+        # cuBLAS is loaded with dlopen when a context is made (kernels/runtime.cu; its static archives
+        # are hundreds of MB); the rpath finds it in this toolkit's lib64 first.
         libdir = Path(nvcc).resolve().parent.parent / "lib64"
         cmd = [nvcc, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden",
                "-cudart", "static", *cuda_arch_flags(), "-o", str(target), *sources,
-               "-lcublas", f"-Xlinker=-rpath={libdir}"]
+               "-ldl", f"-Xlinker=-rpath={libdir}"]
         log("building CUDA backend: " + " ".join(cmd))
         r = subprocess.run(cmd, cwd=ROOT)
         if r.returncode != 0:

@@ -29,13 +29,14 @@ LIB=llmbench/libllmbench_cuda.so
 if [ -f "$LIB" ]; then export LLMBENCH_CUDA=0; else export LLMBENCH_CUDA=1 LLMBENCH_CUDA_ARCH=90; fi
 timeout 120 "$PY" setup.py -q build_ext --inplace >"$OUT/build.log" 2>&1
 build_rc=$?
-# cuBLAS: the library's rpath names the dev machine's toolkit; add the usual places in case it is elsewhere
+# cuBLAS is dlopened when a context is made, first through the library's rpath (the dev machine's
+# toolkit); add the usual places in case it is elsewhere here
 for d in /usr/local/cuda/lib64 /usr/local/cuda-13.0/lib64 \
     $("$PY" -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2>/dev/null); do
     [ -d "$d" ] && LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 export LD_LIBRARY_PATH
-{ ldd "$LIB" | grep -E "cublas|not found"; "$PY" -c "import llmbench.backends.cuda as c; print('available', c.available(), c.versions())"; } >>"$OUT/env.txt" 2>&1
+{ ldd "$LIB" | grep "not found"; "$PY" -c "import llmbench.backends.cuda as c; print('available', c.available(), c.versions()); c.Context(); print('context (cuBLAS) ok')"; } >>"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
 # ---- tests ----

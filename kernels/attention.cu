@@ -41,7 +41,8 @@ llmb_status llmb_cu_kv_store(llmb_cuda_ctx *c, int kv_type, void *k_cache, void 
     if (n_tok == 0) return LLMB_OK;
     const int64_t rb = kv_row_bytes(kv_type, kv_dim);
     dispatch_kv(kv_type, [&](auto tc) {
-        kv_store_kernel<decltype(tc)::value><<<n_tok, 128, 0, c->stream>>>((uint8_t *)k_cache, (uint8_t *)v_cache, k, v,
+        auto *kern = kv_store_kernel<decltype(tc)::value>;
+        LLMB_LAUNCH(kern, dim3(n_tok), dim3(128), 0, c->stream, (uint8_t *)k_cache, (uint8_t *)v_cache, k, v,
                                                                            ld, kv_dim, slots, rb);
     });
     CU_LAUNCHED("kv_store_kernel");
@@ -88,14 +89,14 @@ llmb_status llmb_cu_attn_decode(llmb_cuda_ctx *c, const llmb_cuda_attn *a) {
     llmb_status st = LLMB_OK;
     dispatch_kv(a->kv_type, [&](auto tc) {
         auto *k = attn_decode_kernel<decltype(tc)::value>;
-        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) st = llmb_cu_cuda_fail(e, "cudaFuncSetAttribute(attn_decode_kernel)", __FILE__, __LINE__);
-        else k<<<grid, DEC_THREADS, smem, c->stream>>>(p);
+        else LLMB_LAUNCH(k, grid, dim3(DEC_THREADS), smem, c->stream, p);
     });
     TRY(st);
     CU_LAUNCHED("attn_decode_kernel");
     if (p.n_split > 1) {
-        attn_combine_kernel<<<dim3(a->n_head, a->n_seq), 128, 0, c->stream>>>(p);
+        LLMB_LAUNCH(attn_combine_kernel, dim3(a->n_head, a->n_seq), dim3(128), 0, c->stream, p);
         CU_LAUNCHED("attn_combine_kernel");
     }
     return LLMB_OK;
@@ -115,9 +116,9 @@ llmb_status llmb_cu_attn_prefill(llmb_cuda_ctx *c, const llmb_cuda_attn *a) {
     llmb_status st = LLMB_OK;
     dispatch_kv(a->kv_type, [&](auto tc) {
         auto *k = attn_prefill_kernel<decltype(tc)::value>;
-        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) st = llmb_cu_cuda_fail(e, "cudaFuncSetAttribute(attn_prefill_kernel)", __FILE__, __LINE__);
-        else k<<<grid, PF_THREADS, smem, c->stream>>>(*a, rb);
+        else LLMB_LAUNCH(k, grid, dim3(PF_THREADS), smem, c->stream, *a, rb);
     });
     TRY(st);
     CU_LAUNCHED("attn_prefill_kernel");

@@ -42,6 +42,24 @@ llmb_status llmb_cu_alloc(int dev, size_t nbytes, void **out, const char *what);
         if (s_) return s_;           \
     } while (0)
 
+// ---- cuBLAS, loaded on first use (runtime.cu) ----
+// The library loads and reports devices without cuBLAS; a context needs it. dlopen keeps cuBLAS (and
+// its own CUDA runtime) out of processes that never make one, e.g. every process on a machine
+// without a GPU.
+struct llmb_cublas {
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSetMathMode) set_math_mode;
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                              cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t); // overloaded in C++
+    decltype(&cublasGetStatusName) status_name;
+    decltype(&cublasGetStatusString) status_string;
+};
+extern llmb_cublas llmb_cu_blas;
+llmb_status llmb_cu_blas_load(void); // LLMB_E_BACKEND naming what is missing
+
 // ---- the context (runtime.cu) ----
 enum { WS_GEMM_W, WS_GEMM_X, WS_ATTN, WS_SAMPLE, WS_COUNT };
 

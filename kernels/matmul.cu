@@ -43,8 +43,8 @@ llmb_status llmb_cu_matvec(llmb_cuda_ctx *c, int wtype, const void *w, int64_t r
     llmb_cu_dispatch_type(wtype, [&](auto tc) {
         with_matvec_nb(ntok, [&](auto nb) {
             constexpr int T = decltype(tc)::value, NB = decltype(nb)::value;
-            if (vec) matvec_kernel<T, NB, true><<<grid, block, 0, c->stream>>>(wb, rb, rows, cols, x, ldx, ntok, y, ldy);
-            else matvec_kernel<T, NB, false><<<grid, block, 0, c->stream>>>(wb, rb, rows, cols, x, ldx, ntok, y, ldy);
+            auto *k = vec ? matvec_kernel<T, NB, true> : matvec_kernel<T, NB, false>;
+            LLMB_LAUNCH(k, grid, block, 0, c->stream, wb, rb, rows, cols, x, ldx, ntok, y, ldy);
         });
     });
     CU_LAUNCHED("matvec_kernel");
@@ -56,10 +56,11 @@ static llmb_status dequantize_on(cudaStream_t st, int wtype, const void *w, int6
     const int64_t rb = llmb_cu_row_bytes(wtype, cols);
     llmb_cu_dispatch_type(wtype, [&](auto tc) {
         constexpr int T = decltype(tc)::value;
+        auto *k16 = dequant_kernel<T, __half>;
+        auto *k32 = dequant_kernel<T, float>;
         if (out_type == LLMB_TYPE_F16)
-            dequant_kernel<T, __half><<<(unsigned)n, 128, 0, st>>>((const uint8_t *)w, rb, rows, cols, ids, n, (__half *)out);
-        else
-            dequant_kernel<T, float><<<(unsigned)n, 128, 0, st>>>((const uint8_t *)w, rb, rows, cols, ids, n, (float *)out);
+            LLMB_LAUNCH(k16, dim3((unsigned)n), dim3(128), 0, st, (const uint8_t *)w, rb, rows, cols, ids, n, (__half *)out);
+        else LLMB_LAUNCH(k32, dim3((unsigned)n), dim3(128), 0, st, (const uint8_t *)w, rb, rows, cols, ids, n, (float *)out);
     });
     CU_LAUNCHED("dequant_kernel");
     return LLMB_OK;
@@ -88,7 +89,7 @@ llmb_status llmb_cu_gemm(llmb_cuda_ctx *c, int wtype, const void *w, int64_t row
     if (rows == 0) return LLMB_OK;
     const float alpha = 1.0f, beta = 0.0f;
     if (wtype == LLMB_TYPE_F32) { // plain SGEMM on the float weights
-        CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, ntok, (int)cols, &alpha, w, CUDA_R_32F,
+        CUBLAS_CHECK(llmb_cu_blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, ntok, (int)cols, &alpha, w, CUDA_R_32F,
                                   (int)cols, x, CUDA_R_32F, (int)ldx, &beta, y, CUDA_R_32F, (int)ldy,
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return LLMB_OK;
@@ -99,8 +100,11 @@ llmb_status llmb_cu_gemm(llmb_cuda_ctx *c, int wtype, const void *w, int64_t row
     void *x16, *wt;
     TRY(llmb_cu_ws(c, WS_GEMM_X, (size_t)ntok * (size_t)cols * 2, &x16));
     const int64_t nx = (int64_t)ntok * cols;
-    if (bf) round_rows_kernel<__nv_bfloat16><<<llmb_cu_blocks(nx, 256), 256, 0, c->stream>>>(x, ldx, cols, ntok, (__nv_bfloat16 *)x16);
-    else round_rows_kernel<__half><<<llmb_cu_blocks(nx, 256), 256, 0, c->stream>>>(x, ldx, cols, ntok, (__half *)x16);
+    auto *rbf = round_rows_kernel<__nv_bfloat16>;
+    auto *rh = round_rows_kernel<__half>;
+    const dim3 g(llmb_cu_blocks(nx, 256)), b(256);
+    if (bf) LLMB_LAUNCH(rbf, g, b, 0, c->stream, x, ldx, cols, (int64_t)ntok, (__nv_bfloat16 *)x16);
+    else LLMB_LAUNCH(rh, g, b, 0, c->stream, x, ldx, cols, (int64_t)ntok, (__half *)x16);
     CU_LAUNCHED("round_rows_kernel");
     const bool direct = wtype == LLMB_TYPE_F16 || bf; // the weights are already 16-bit rows
     int64_t tile = direct ? rows : (int64_t)(GEMM_TILE_BYTES / ((size_t)cols * 2));
@@ -115,7 +119,7 @@ llmb_status llmb_cu_gemm(llmb_cuda_ctx *c, int wtype, const void *w, int64_t row
             TRY(dequantize_on(c->stream, wtype, a, nr, cols, NULL, nr, LLMB_TYPE_F16, wt));
             a = wt;
         }
-        CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, ntok, (int)cols, &alpha, a, dt, (int)cols,
+        CUBLAS_CHECK(llmb_cu_blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, ntok, (int)cols, &alpha, a, dt, (int)cols,
                                   x16, dt, (int)cols, &beta, y + r0, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
     }

@@ -13,7 +13,7 @@ llmb_status llmb_cu_rmsnorm(llmb_cuda_ctx *c, float *out, float *x, const float 
         return llmb_cu_fail(LLMB_E_ARG, "rmsnorm: %d rows of %lld, eps %g (need n >= 1, eps >= 0, no NULL pointers)",
                             n_rows, (long long)n, (double)eps);
     if (n_rows == 0) return LLMB_OK;
-    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, c->stream>>>(out, x, residual, w, n, eps);
+    LLMB_LAUNCH(rmsnorm_kernel, dim3(n_rows), dim3(NORM_THREADS), 0, c->stream, out, x, residual, w, n, eps);
     CU_LAUNCHED("rmsnorm_kernel");
     return LLMB_OK;
 }
@@ -26,8 +26,8 @@ llmb_status llmb_cu_rope(llmb_cuda_ctx *c, float *v, int n_tok, int n_heads, int
                             head_dim, (long long)ld);
     const int64_t n = (int64_t)n_tok * n_heads * (head_dim / 2);
     if (n == 0) return LLMB_OK;
-    rope_kernel<<<llmb_cu_blocks(n, 256), 256, 0, c->stream>>>(v, n_tok, n_heads, head_dim, ld, pos, base, scale,
-                                                               freq_factors, neox);
+    LLMB_LAUNCH(rope_kernel, dim3(llmb_cu_blocks(n, 256)), dim3(256), 0, c->stream, v, n_tok, n_heads, head_dim, ld, pos,
+                base, scale, freq_factors, neox);
     CU_LAUNCHED("rope_kernel");
     return LLMB_OK;
 }
@@ -38,7 +38,7 @@ static llmb_status elementwise(llmb_cuda_ctx *c, const char *op, K kernel, float
     TRY(llmb_cu_enter(c));
     if (n < 0 || !y || !x) return llmb_cu_fail(LLMB_E_ARG, "%s: %lld elements, NULL pointers?", op, (long long)n);
     if (n == 0) return LLMB_OK;
-    kernel<<<llmb_cu_blocks(n, 256), 256, 0, c->stream>>>(y, x, n);
+    LLMB_LAUNCH(kernel, dim3(llmb_cu_blocks(n, 256)), dim3(256), 0, c->stream, y, x, n);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return llmb_cu_cuda_fail(e, op, __FILE__, __LINE__); // names the kernel's op
     return LLMB_OK;

@@ -3,9 +3,12 @@
 // A plain shared library with a C ABI (kernels/llmb_cuda_abi.h), no Python. Every CUDA call is
 // checked; an error names the call, file and line. Compiled in CI wherever nvcc exists; exercised
 // on a GPU by tests/test_cuda.py and tests/test_cuda_kernels.py (skipped with the reason elsewhere).
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <mutex>
 
 #include "common.cuh"
 
@@ -27,8 +30,50 @@ llmb_status llmb_cu_cuda_fail(cudaError_t e, const char *call, const char *file,
 
 llmb_status llmb_cu_cublas_fail(cublasStatus_t e, const char *call, const char *file, int line) {
     return llmb_cu_fail(e == CUBLAS_STATUS_ALLOC_FAILED ? LLMB_E_DEVICE_OOM : LLMB_E_DEVICE,
-                        "%s failed at %s:%d: %s (%s)", call, file, line, cublasGetStatusString(e),
-                        cublasGetStatusName(e));
+                        "%s failed at %s:%d: %s (%s)", call, file, line, llmb_cu_blas.status_string(e),
+                        llmb_cu_blas.status_name(e));
+}
+
+llmb_cublas llmb_cu_blas;
+
+llmb_status llmb_cu_blas_load(void) {
+    static std::mutex mu;
+    static llmb_status st = LLMB_E_BACKEND;
+    static bool tried;
+    static char why[512];
+    std::lock_guard<std::mutex> g(mu);
+    if (!tried) {
+        tried = true;
+#ifdef LLMB_SIMT_HOST // the emulated library defines these itself (kernels/tests/cuda_emu.cpp)
+        llmb_cu_blas = {cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSetMathMode, cublasGemmEx,
+                        cublasGetStatusName, cublasGetStatusString};
+        st = LLMB_OK;
+#else
+        // the soname of the toolkit the library was built with; the build's rpath points at its lib64
+        char name[64];
+        snprintf(name, sizeof name, "libcublas.so.%d", CUBLAS_VER_MAJOR);
+        void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            snprintf(why, sizeof why, "cannot load cuBLAS (%s): %s", name, dlerror());
+        } else {
+            bool ok = true;
+#define SYM(field, sym) ok = ok && (*(void **)&llmb_cu_blas.field = dlsym(h, sym)) != NULL
+            SYM(create, "cublasCreate_v2");
+            SYM(destroy, "cublasDestroy_v2");
+            SYM(set_stream, "cublasSetStream_v2");
+            SYM(set_math_mode, "cublasSetMathMode");
+            SYM(gemm_ex, "cublasGemmEx");
+            SYM(status_name, "cublasGetStatusName");
+            SYM(status_string, "cublasGetStatusString");
+#undef SYM
+            if (ok) st = LLMB_OK;
+            else snprintf(why, sizeof why, "%s lacks a cuBLAS function this backend needs (cuBLAS %d.x expected)",
+                          name, CUBLAS_VER_MAJOR);
+        }
+#endif
+    }
+    if (st) return llmb_cu_fail(st, "%s", why);
+    return LLMB_OK;
 }
 
 llmb_status llmb_cu_alloc(int dev, size_t nbytes, void **out, const char *what) {
@@ -169,7 +214,7 @@ static void ctx_destroy(llmb_cuda_ctx *c) {
     for (int i = 0; i < LLMB_CUDA_PHASES; i++)
         for (int j = 0; j < 2; j++)
             if (c->ev[i][j]) cudaEventDestroy(c->ev[i][j]);
-    if (c->blas) cublasDestroy(c->blas);
+    if (c->blas) llmb_cu_blas.destroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
     cudaGetLastError();
     free(c);
@@ -177,9 +222,10 @@ static void ctx_destroy(llmb_cuda_ctx *c) {
 
 static llmb_status ctx_init(llmb_cuda_ctx *c) {
     CU_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    CUBLAS_CHECK(cublasCreate(&c->blas));
-    CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
-    CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+    TRY(llmb_cu_blas_load());
+    CUBLAS_CHECK(llmb_cu_blas.create(&c->blas));
+    CUBLAS_CHECK(llmb_cu_blas.set_stream(c->blas, c->stream));
+    CUBLAS_CHECK(llmb_cu_blas.set_math_mode(c->blas, CUBLAS_DEFAULT_MATH));
     for (int i = 0; i < LLMB_CUDA_PHASES; i++)
         for (int j = 0; j < 2; j++) CU_CHECK(cudaEventCreate(&c->ev[i][j]));
     return LLMB_OK;

@@ -37,7 +37,8 @@ llmb_status llmb_cu_sample(llmb_cuda_ctx *c, const float *logits, int n_rows, in
     int32_t *di = (int32_t *)((char *)ws + ((pb + 15) & ~(size_t)15));
     float *dl = (float *)((char *)di + ib);
     CU_CHECK(cudaMemcpyAsync(dp, params, pb, cudaMemcpyHostToDevice, c->stream));
-    sample_kernel<<<n_rows, SAMPLE_THREADS, 0, c->stream>>>(logits, vocab, dp, di, logprobs ? dl : NULL);
+    LLMB_LAUNCH(sample_kernel, dim3(n_rows), dim3(SAMPLE_THREADS), 0, c->stream, logits, vocab, (const llmb_cuda_sampling *)dp,
+                di, logprobs ? dl : (float *)NULL);
     CU_LAUNCHED("sample_kernel");
     CU_CHECK(cudaMemcpyAsync(ids, di, ib, cudaMemcpyDeviceToHost, c->stream));
     if (logprobs) CU_CHECK(cudaMemcpyAsync(logprobs, dl, ib, cudaMemcpyDeviceToHost, c->stream));

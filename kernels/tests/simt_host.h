@@ -1,6 +1,7 @@
 // simt_host.h — enough of CUDA's execution model to run this backend's kernels on the host, so their
-// indexing, synchronization and arithmetic are tested on machines without a GPU. Include it before
-// the kernel headers (kernels/*.cuh). Each thread of a block is a fiber (ucontext) on one OS thread;
+// indexing, synchronization and arithmetic are tested on machines without a GPU. Force-included
+// (-include) when kernels/*.cu are compiled as C++ into the emulated backend library, with
+// kernels/tests/cuda_emu.cpp standing in for the CUDA runtime and cuBLAS (see tests/test_cuda_emulated.py). Each thread of a block is a fiber (ucontext) on one OS thread;
 // blocks run one after another. __syncthreads and __syncwarp are barriers (a fiber waits until every
 // fiber of its block, or warp, that has not returned arrives; a block whose fibers wait at different
 // barriers is reported as a deadlock), warp shuffles exchange through a buffer between two warp
@@ -23,7 +24,10 @@
 #include <limits>
 #include <vector>
 
-// the CUDA headers the kernels use, first: they declare the built-in variables this file redefines
+// the CUDA headers the kernels and their wrappers use, first: they declare the built-in variables
+// this file redefines
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <vector_types.h> // dim3, uint3, float4, uint4
