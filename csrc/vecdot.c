@@ -347,11 +347,11 @@ void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_stride, int nr
     k->tile(n, w, w_stride, nr, x, x_stride, nc, y, ldy);
 }
 
-// This thread's share (id of nt) of one matrix product: a contiguous range of row panels (prefill,
-// where the level has a panel kernel) or of 4-row tiles.
+// This thread's share (id of nt) of one matrix product: a contiguous range of row panels (from
+// LLMB_PANEL_MIN_TOKENS tokens, where the level has a panel kernel) or of 4-row tiles.
 static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, const void *w, size_t w_stride,
                          int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt) {
-    if (ntok > 1 && k->panel) {   // prefill: token blocks outside, this thread's row panels inside
+    if (ntok >= LLMB_PANEL_MIN_TOKENS && k->panel) {   // token blocks outside, this thread's row panels inside
         const int64_t n_panels = (nrows + LLMB_PANEL_R - 1) / LLMB_PANEL_R;
         const int64_t p0 = n_panels * id / nt, p1 = n_panels * (id + 1) / nt;
         for (int t0 = 0; t0 < ntok; t0 += LLMB_PANEL_TOKENS) {

@@ -3,7 +3,8 @@
 //   Q4_0, Q5_0, Q8_0 -> Q8_0      Q4_1, Q5_1 -> Q8_1 (below)      Q4_K, Q5_K, Q6_K, Q8_K -> Q8_K
 //   F32, F16, BF16   -> F32 (the weight is converted on the fly)
 // plus a tile kernel for prefill (nr <= 4 weight rows x nc <= 4 tokens, loads reused) and, where a
-// level has one, a panel kernel (nr <= LLMB_PANEL_R rows decoded once, then any number of tokens).
+// level has one, a panel kernel (nr <= LLMB_PANEL_R rows decoded once, then any number of tokens;
+// llmb_vec_dot_matmul uses it from LLMB_PANEL_MIN_TOKENS tokens).
 //
 // Batch invariance: at a given SIMD level the value for (row r, token t) is bit-identical whether
 // it comes from llmb_vec_dot_get(...), from llmb_gemm_tile at any nr, nc and tile position, or from a
@@ -33,6 +34,10 @@ extern "C" {
 #define LLMB_TILE_MAX_C 4   // tokens per llmb_gemm_tile call
 #define LLMB_PANEL_R 4      // weight rows per panel call (llmb_vec_dot_matmul, several tokens)
 #define LLMB_PANEL_TOKENS 64   // tokens per panel call: their activations stay in L2 while the rows are reused
+// Fewest tokens for panels: decoding 4 rows per call costs more than it saves below (batched decode,
+// llama-125m Q4_K_M, 2 threads, ms/step tiles vs panels: 2 tokens 9.7 vs 10.7, 3: 11.9 vs 12.0,
+// 4: 13.9 vs 12.9, 6: 18.9 vs 16.1)
+#define LLMB_PANEL_MIN_TOKENS 3
 
 // Activations of Q4_1/Q5_1 dot products: x = d*q, s = d*sum(q). Internal to the engine (never in a
 // file); float d and s as in ggml's original block_q8_1, whose 40 bytes are still gguf's size for
@@ -69,8 +74,8 @@ LLMB_API void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_strid
                              size_t x_stride, int nc, float *y, int64_t ldy);
 
 // Y[t*ldy + r] = dot(row r, token t) for r < nrows, t < ntok: row tiles of 4 split over `nthreads`
-// OpenMP threads (0: the OpenMP default), token tiles of 4; where the level has a panel kernel for
-// the type, each thread takes a contiguous range of row panels and runs them for LLMB_PANEL_TOKENS
+// OpenMP threads (0: the OpenMP default), token tiles of 4; from LLMB_PANEL_MIN_TOKENS tokens, where
+// the level has a panel kernel for the type, each thread takes a contiguous range of row panels and runs them for LLMB_PANEL_TOKENS
 // tokens at a time (rows decoded once per panel call). One token: single dots row after row, which
 // keeps the weight reads one sequential stream (from DRAM the 4 interleaved streams of a 4x1 tile are
 // up to 1.5x slower), except float weights of n >= 2048: 4x1 tiles, so the float x is loaded once

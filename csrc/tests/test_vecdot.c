@@ -211,7 +211,8 @@ static void check_panels(int t, int64_t n) {
         for (int c = 0; c < PT; c++)
             for (int r = 0; r < PR; r++) dot(n, &one[c * PR + r], w + r * ws, xq + c * xs);
         for (int nt = 1; nt <= 2; nt++)
-            for (int ntok = 1; ntok <= PT; ntok += ntok == 1 ? PT - 2 : 1) {   // 1 (decode), 69, 70: ragged groups
+            for (int ntok = 1; ntok <= PT; ntok += ntok == 6 ? PT - 7 : 1) {   // 1 (decode), 2..6 (either side of
+                                                                                 // LLMB_PANEL_MIN_TOKENS), 69, 70
                 llmb_vec_dot_matmul(t, n, w, ws, PR, xq, xs, ntok, y, PR, nt);
                 CHECK(memcmp(y, one, sizeof(float) * PR * ntok) == 0, "%s %s n=%lld: matmul of %d x %d on %d threads "
                       "differs from the single dot", llmb_simd_name(levels[k]), tname(t), (long long)n, PR, ntok, nt);
