@@ -211,9 +211,18 @@ LLMB_A512 LLMB_INLINE void transpose16(__m512 r[16]) {
 // as 16 rows of kt; the values converted row by row. No call per row.
 LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
     const int type = h->type;
+    const size_t row_bytes = type == LLMB_TYPE_F32 ? 4 * (size_t)hd : type == LLMB_TYPE_F16 ? 2 * (size_t)hd
+                                                                     : (size_t)hd / LLMB_QK * sizeof(llmb_block_q8_0);
     for (int j0 = 0; j0 < n_keys; j0 += 16) {
         const int nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
         const uint8_t *kr[16];
+        for (int t = j0 + 16; t < j0 + 32 && t < n_keys; t++) {   // the next 16 rows, from DRAM at large batch
+            const uint8_t *kn = kv_at(h, h->k, t), *vn = kv_at(h, h->v, t);
+            for (size_t o = 0; o < row_bytes; o += 64) {
+                _mm_prefetch((const char *)kn + o, _MM_HINT_T0);
+                _mm_prefetch((const char *)vn + o, _MM_HINT_T0);
+            }
+        }
         for (int t = 0; t < nj; t++) {
             kr[t] = kv_at(h, h->k, j0 + t);
             const uint8_t *vr = kv_at(h, h->v, j0 + t);
