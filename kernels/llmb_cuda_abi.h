@@ -15,6 +15,10 @@
 
 #define LLMB_CUDA_ABI_VERSION 2
 
+// A string the library carries (kernels/runtime.cu) and the core reads from the file before any
+// dlopen: "LLMB_CUDA_BUILD abi=<version> cudart=<CUDART_VERSION> driver=<1 needs libcuda, 0 not>".
+#define LLMB_CUDA_BUILD_MARKER_KEY "LLMB_CUDA_BUILD "
+
 #ifdef __cplusplus
 extern "C" {
 #endif

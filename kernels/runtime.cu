@@ -319,4 +319,15 @@ static const llmb_cuda_api api = {
     llmb_cu_sample,
 };
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#ifdef LLMB_SIMT_HOST
+#define NEEDS_DRIVER "0" // the emulated library (kernels/tests) runs without one
+#else
+#define NEEDS_DRIVER "1"
+#endif
+// read from the file by csrc/cuda_loader.c before it decides to dlopen this library
+extern "C" __attribute__((visibility("default"), used)) const char llmb_cuda_build_marker[] =
+    LLMB_CUDA_BUILD_MARKER_KEY "abi=" STR(LLMB_CUDA_ABI_VERSION) " cudart=" STR(CUDART_VERSION) " driver=" NEEDS_DRIVER;
+
 extern "C" __attribute__((visibility("default"))) const llmb_cuda_api *llmb_cuda_get_api(void) { return &api; }
