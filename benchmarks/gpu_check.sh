@@ -6,7 +6,12 @@
 #   env.txt  build.log  pytest.log  pytest.xml  bench.log  bench_cuda.json  gpu_check.json
 # From the repository root, through the device tool (after building here with
 # `LLMBENCH_CUDA=1 LLMBENCH_CUDA_ARCH=90 pip install --no-build-isolation -e .`):
-#   run(command="bash benchmarks/gpu_check.sh", carry=["llmbench/libllmbench_cuda.so"], timeout_s=540)
+#   run(command="bash benchmarks/gpu_check.sh", carry=["llmbench/libllmbench_cuda.so", ".gpu_carry"], timeout_s=540)
+# .gpu_carry (optional, git-ignored through .git/info/exclude) lets the end-to-end test run there: the
+# stories260K model, which lives outside the checkout, and the gguf wheel its reference forward needs:
+#   echo /.gpu_carry/ >> .git/info/exclude; mkdir -p .gpu_carry
+#   cp ../shared/models/stories260K/stories260K.gguf .gpu_carry/
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .gpu_carry gguf==0.19.0
 # Budget: build ~1 min, tests ~1 min, benchmark ~2 min; each stage has its own timeout (120 + 150 +
 # 180 s at most), so the JSON is written whatever happens.
 set -uo pipefail
@@ -22,6 +27,15 @@ log() { echo "[gpu_check +$(($(date +%s) - T0))s] $*"; }
     "$PY" -c "import sys, numpy; print('python', sys.version.split()[0], 'numpy', numpy.__version__)"
     command -v nvcc && nvcc --version | tail -1
 } >"$OUT/env.txt" 2>&1
+
+# ---- carried extras: the model where tests/conftest.py looks, the gguf package ----
+if [ -f .gpu_carry/stories260K.gguf ] && [ ! -f ../shared/models/stories260K/stories260K.gguf ]; then
+    mkdir -p ../shared/models/stories260K && cp .gpu_carry/stories260K.gguf ../shared/models/stories260K/
+fi
+if ls .gpu_carry/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu_carry/*.whl >>"$OUT/env.txt" 2>&1 &&
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 
 # ---- build ----
 log "building the C extension"
