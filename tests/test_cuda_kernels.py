@@ -56,7 +56,7 @@ os._exit(0)
 
 @pytest.mark.skipif(LIB is None, reason="llmbench was built without the CUDA backend (no nvcc)")
 def test_library_exports_current_abi_and_a_complete_table():
-    r = subprocess.run([sys.executable, "-c", TABLE_PROBE, LIB], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", TABLE_PROBE, LIB], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     t = json.loads(r.stdout)
     assert t["version"] == cuda.abi_version() == 2
