@@ -190,9 +190,9 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
     models = parse_list(args.model, str)
     input_len = args.input_len
     if "max" in input_len:   # the longest prompt every model's training context holds with the output
-        from .perf.bench import model_tokenizer
+        from .perf.bench import model_context
 
-        longest = min(model_tokenizer(m)[1] for m in models) - args.output_len - 8
+        longest = min(model_context(m) for m in models) - args.output_len - 8
         input_len = input_len.replace("max", str(longest))
     lists = {"model": models, "kv_dtype": parse_list(args.kv_dtype, str),
              "threads": parse_list(args.threads) if args.threads else [None],

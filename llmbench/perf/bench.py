@@ -266,17 +266,23 @@ def load(cfg: BenchConfig, ctx: int, max_seqs: int) -> LLM:
                max_batch_tokens=max(512, min(cfg.pp, 2048)), max_seqs=max(max_seqs, 4))
 
 
-def model_tokenizer(model: str) -> tuple[Callable[[str], list[int]] | None, int]:
-    """The tokenizer (encode) and training context of a model, without loading the engine."""
-    path = resolve_model(model)
-    with GGUFFile(path) as f:
-        meta = f.metadata
-    arch = meta.get("general.architecture", "?")
+def _metadata(model: str) -> dict:
+    with GGUFFile(resolve_model(model)) as f:
+        return f.metadata
+
+
+def model_context(model: str) -> int:
+    """The training context of a model, from its metadata (no engine, no tokenizer)."""
+    meta = _metadata(model)
+    return int(meta.get(f"{meta.get('general.architecture', '?')}.context_length", 2048))
+
+
+def model_tokenizer(model: str) -> Callable[[str], list[int]] | None:
+    """The tokenizer's encode of a model without loading the engine (None if it has none)."""
     try:
-        tok = Tokenizer.from_gguf(meta)
+        return Tokenizer.from_gguf(_metadata(model)).encode
     except UnsupportedError:
-        return None, int(meta.get(f"{arch}.context_length", 2048))
-    return tok.encode, int(meta.get(f"{arch}.context_length", 2048))
+        return None
 
 
 def peak_rss_bytes() -> int:
@@ -290,14 +296,15 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
     if cfg.backend == "cuda":
         LLM(cfg.model, backend="cuda")   # raises BackendUnavailableError / UnsupportedError with the reason
     progress(f"preparing {cfg.model}")
-    tokenize, ctx_train = model_tokenizer(cfg.model)
-    prompts = latency_prompts(cfg, tokenize, 10**9, ctx_train) if cfg.batch and cfg.dataset else None
+    prompts = None
+    if cfg.batch and cfg.dataset:   # tokenized before the load: their lengths size the KV cache
+        prompts = latency_prompts(cfg, model_tokenizer(cfg.model), 10**9, model_context(cfg.model))
     longest = max((len(p) for run_ in prompts or [] for p in run_), default=cfg.input_len if cfg.batch else 0)
     ctx = max(cfg.pp + max(cfg.depth) + 8, cfg.tg + max(cfg.depth) + 8, longest + cfg.output_len + 8)
     progress(f"loading {cfg.model}")
     llm = load(cfg, ctx, cfg.batch)
     if prompts is None and cfg.batch:
-        prompts = latency_prompts(cfg, tokenize, llm.info["vocab"], ctx)
+        prompts = latency_prompts(cfg, None, llm.info["vocab"], ctx)
     rng = np.random.default_rng(cfg.seed)
     progress("measuring memory bandwidth")
     bw = membw_elsewhere(llm.threads)

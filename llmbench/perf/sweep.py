@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 from .. import fit
 from .bench import BenchConfig, config_json, environment, header, latency_prompts, latency_run, load, \
-    membw_elsewhere, model_tokenizer, openai_latency, peak_rss_bytes, timing_overhead
+    membw_elsewhere, model_context, openai_latency, peak_rss_bytes, timing_overhead
 from .schema import validate
 
 AXES = ("model", "kv_dtype", "threads", "input_len", "request_rate", "batch")
@@ -158,8 +158,7 @@ def _context_limit(sweep: Sweep, group: list[dict]) -> tuple[int, int]:
     for p in group:
         c = sweep.config(p)
         if c.dataset:
-            _, ctx_train = model_tokenizer(c.model)
-            need = ctx_train
+            need = model_context(c.model)
         else:
             need = c.input_len + c.output_len + 8
         ctx, batch = max(ctx, need), max(batch, c.batch)
@@ -241,9 +240,7 @@ def _run_group_isolated(sweep: Sweep, log: SweepLog, gi: int, done: dict[str, di
                     if kind == "progress":
                         progress(rest)
                     elif kind == "point":
-                        p = json.loads(rest)
-                        done[point_key(p)] = {"params": p}   # the record itself is read back at the end
-                        on_point(done[point_key(p)])
+                        on_point({"params": json.loads(rest)})   # the record itself is read back at the end
                 rc = proc.wait()
             finally:
                 if proc.poll() is None:
