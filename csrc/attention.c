@@ -32,7 +32,7 @@ size_t llmb_att_ldk(int64_t n_keys) { return (size_t)(n_keys + 63) / 64 * 64; }
 
 size_t llmb_att_scratch_floats(int64_t n_ctx, int hd) {
     const size_t ldk = llmb_att_ldk(n_ctx);
-    return ldk * (2 * (size_t)hd + LLMB_ATT_Q) + (size_t)hd;
+    return ldk * (2 * (size_t)hd + LLMB_ATT_Q);
 }
 
 // ---- scalar version (the definition) ----

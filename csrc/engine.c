@@ -56,6 +56,7 @@ struct llmb_engine {
     llmb_model *model;
     llmb_engine_params p;
     int kv_type;
+    const llmb_quant_traits *kv_q;   // its row conversions (from_float writes the cache)
     size_t kv_row_bytes;      // one token's K (or V) of one layer
     uint8_t *kv;              // [layer][K|V][block][slot] rows
     int32_t *block_ref;       // reference count per block
@@ -84,6 +85,7 @@ struct llmb_engine {
     int32_t *counts;
     double *lse;              // log-sum-exp of each logits row that needs one this step
     int *lse_rows;            // those rows
+    int *lse_am;              // and the argmax of each (the first of the largest)
     // events
     llmb_event *ev;
     int32_t *ev_topn_id;
@@ -168,12 +170,7 @@ static int blocks_for(const llmb_engine *e, int n_tokens) {
     return (n_tokens + e->p.block_size - 1) / e->p.block_size;
 }
 
-static void store_kv(llmb_engine *e, uint8_t *dst, const float *src, int n) {
-    if (e->kv_type == LLMB_TYPE_F32) memcpy(dst, src, (size_t)n * sizeof(float));
-    else if (e->kv_type == LLMB_TYPE_F16)
-        for (int i = 0; i < n; i++) ((llmb_half *)dst)[i] = llmb_fp32_to_fp16(src[i]);
-    else llmb_quant_traits_get(e->kv_type)->from_float(src, dst, n);
-}
+static void store_kv(llmb_engine *e, uint8_t *dst, const float *src, int n) { e->kv_q->from_float(src, dst, n); }
 
 // ---- engine lifetime ----
 
@@ -207,6 +204,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
         llmb_engine_free(e);
         return llmb_fail(LLMB_E_ARG, "engine: KV cache type %d is not one of F32, F16, Q8_0", e->kv_type);
     }
+    e->kv_q = llmb_quant_traits_get(e->kv_type);
     const llmb_type_traits *kt = llmb_type_traits_get(e->kv_type);
     e->kv_row_bytes = (size_t)(kv_dim / kt->blck_size * kt->type_size);
     size_t kv_bytes = (size_t)c->n_layer * 2 * (size_t)p->n_blocks * (size_t)p->block_size * e->kv_row_bytes;
@@ -258,6 +256,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     e->counts = xcalloc((size_t)c->vocab, sizeof *e->counts, &oom);
     e->lse = xcalloc((size_t)e->max_logit_rows, sizeof *e->lse, &oom);
     e->lse_rows = xcalloc((size_t)e->max_logit_rows, sizeof *e->lse_rows, &oom);
+    e->lse_am = xcalloc((size_t)e->max_logit_rows, sizeof *e->lse_am, &oom);
     if (oom) {
         int vocab = c->vocab;
         llmb_engine_free(e);
@@ -298,6 +297,7 @@ void llmb_engine_free(llmb_engine *e) {
     free(e->counts);
     free(e->lse);
     free(e->lse_rows);
+    free(e->lse_am);
     free(e->ev);
     free(e->ev_topn_id);
     free(e->ev_topn_lp);
@@ -834,7 +834,10 @@ static llmb_status process_logits(llmb_engine *e, int n) {
             e->lse_rows[n_lse++] = it->logit_row;
     }
 #pragma omp parallel for schedule(static) num_threads(e->p.n_threads) if (e->p.n_threads > 1 && n_lse > 1)
-    for (int k = 0; k < n_lse; k++) e->lse[e->lse_rows[k]] = row_lse(e->logits + (int64_t)e->lse_rows[k] * V, V, NULL);
+    for (int k = 0; k < n_lse; k++) {
+        const int r = e->lse_rows[k];
+        e->lse[r] = row_lse(e->logits + (int64_t)r * V, V, &e->lse_am[r]);
+    }
     for (int i = 0; i < n; i++) {
         item_t *it = &e->items[i];
         seq_t *s = it->seq;
@@ -843,11 +846,9 @@ static llmb_status process_logits(llmb_engine *e, int n) {
         if (s->prompt_logits && it->pos < s->n_prompt)
             memcpy(s->prompt_logits + (int64_t)it->pos * V, row, (size_t)V * sizeof *row);
         if (wants_prompt_lp(s, it->pos)) {
-            int am = 0, k = it->pos - s->s.prompt_logprobs_from, next = s->tokens[it->pos + 1];
-            for (int t = 1; t < V; t++)   // row_lse's argmax (the first of the largest)
-                if (row[t] > row[am]) am = t;
+            const int k = it->pos - s->s.prompt_logprobs_from, next = s->tokens[it->pos + 1];
             s->prompt_lp[k] = (float)(row[next] - e->lse[it->logit_row]);
-            s->prompt_greedy[k] = row[next] >= row[am];
+            s->prompt_greedy[k] = row[next] >= row[e->lse_am[it->logit_row]];
         }
     }
     // Advance the computed counts, then sample where a sequence reached its last known token.

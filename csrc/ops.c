@@ -110,10 +110,6 @@ void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64
     llmb_matmul_n(c, 1, &w, x, ldx, n_tok, &y, &ldy);
 }
 
-LLMB_CLONES void llmb_axpy(float *y, float a, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
-}
-
 // sum of squares in 8 interleaved double partial sums combined in a fixed tree (vectorizable; one
 // serial chain of double adds was ~5% of a 125m prefill)
 LLMB_CLONES void llmb_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {

@@ -43,7 +43,6 @@ static inline void llmb_matmul_forget(llmb_matmul_ctx *c) { c->src = NULL; }
 // Fixed-order float32 dot product (8 interleaved partial sums, combined in a fixed tree).
 float llmb_dot_f32(const float *a, const float *b, int64_t n);
 
-void llmb_axpy(float *y, float a, const float *x, int64_t n); // y += a * x
 
 void llmb_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
@@ -63,7 +62,7 @@ void llmb_swiglu_ref(float *gate, const float *up, int64_t n); // its scalar ver
 // Row length of the transposed keys for n_keys keys (a multiple of 64; the padding is read, never used).
 size_t llmb_att_ldk(int64_t n_keys);
 // Floats of one thread's scratch for up to n_ctx keys of head size hd: the transposed keys
-// (hd x ldk), the values (ldk x hd), LLMB_ATT_Q score rows of ldk, one row of hd.
+// (hd x ldk), the values (ldk x hd) and LLMB_ATT_Q score rows of ldk.
 size_t llmb_att_scratch_floats(int64_t n_ctx, int hd);
 // One KV head's rows in the paged cache: key j is at k + blocks[j / block_size] * block_stride +
 // (j % block_size) * row_stride, value j likewise from v; each row holds hd values of `type`.
