@@ -20,6 +20,7 @@ import numpy as np
 
 from . import BackendUnavailableError, UnsupportedError, _core
 from .gguf import GGUFFile
+from .info import memory_bytes
 from .tokenizer import Tokenizer
 
 KV_DTYPES = {"f32": 0, "f16": 1, "q8_0": 8}
@@ -104,14 +105,7 @@ def _parse_bytes(v: int | str) -> int:
 
 
 def _available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 << 30
+    return memory_bytes()["available"] or 8 << 30
 
 
 def resolve_model(model: str | os.PathLike[str]) -> Path:
@@ -236,8 +230,6 @@ class LLM:
         forks it (copy on write) for each request instead of recomputing it. Release it with
         ``p.release()`` or use it as a context manager."""
         ids = self._prompt_ids(prompt)
-        if not ids:
-            raise ValueError("hold_prefix: the prefix is empty")
         seq = self.engine.add(ids, max_tokens=0, hold=True)
         try:
             while self.engine.step():
@@ -285,15 +277,16 @@ class LLM:
         return [r.result() for r in runs]
 
     def _drive(self, by_seq: dict[int, _Run], on_token: Callable[[int, int, str], None] | None) -> None:
+        topn = max((r.sp.logprobs or 0) for r in by_seq.values()) if by_seq else 0   # top-n only if asked
         busy = True
         while busy:
             busy = self.engine.step()
-            for seq, kind, tok, lp, t, top_ids, top_lps in self.engine.poll(20):
-                for k in range(len(seq)):
-                    r = by_seq.get(int(seq[k]))
-                    if r is None:
-                        continue
-                    r.event(int(kind[k]), int(tok[k]), float(lp[k]), int(t[k]), top_ids[k], top_lps[k], on_token)
+            for seq, kind, tok, lp, t, top_ids, top_lps in self.engine.poll(topn):
+                for k, (sq, kd, tk, p, tt) in enumerate(zip(seq.tolist(), kind.tolist(), tok.tolist(), lp.tolist(),
+                                                             t.tolist())):
+                    r = by_seq.get(sq)
+                    if r is not None:
+                        r.event(kd, tk, p, tt, top_ids[k], top_lps[k], on_token)
 
     def chat(self, messages: list[dict[str, str]] | list[list[dict[str, str]]],
              params: SamplingParams | None = None, chat_template: str | None = None,

@@ -82,9 +82,14 @@ def test_summarize_edge_cases():
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=30), st.floats(0, 100))
-def test_summarize_matches_numpy(xs, p):
+def test_summarize_percentile_is_linear_interpolation(xs, p):
+    # vLLM's (and NumPy's default) definition, written out: rank h = (n - 1) p / 100 between order statistics
     s = summarize(xs, percentiles=(p,))
-    assert s[percentile_key(p)] == pytest.approx(np.percentile(xs, p), rel=1e-12, abs=1e-9)
+    v = sorted(xs)
+    h = (len(v) - 1) * p / 100
+    lo = int(np.floor(h))
+    want = v[lo] + (h - lo) * (v[min(lo + 1, len(v) - 1)] - v[lo])
+    assert s[percentile_key(p)] == pytest.approx(want, rel=1e-9, abs=1e-6)
     assert s["min"] <= s["median"] <= s["max"]
 
 

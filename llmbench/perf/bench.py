@@ -245,7 +245,7 @@ def latency_run(llm: LLM, cfg: BenchConfig, prompts: list[list[list[int]]], prog
         ctx_tokens.append(ctx)
         reqs += run_reqs
     out = {"metrics": serving_metrics(reqs, cfg.percentiles, cfg.goodput or None, duration_s=duration),
-           "requests": [q.to_dict() for q in reqs], "output_throughput_runs": per_run, "decode_step_s": steps}
+           "requests": [q.to_dict() for q in reqs], "output_throughput_runs": per_run}
     if steps:
         step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], int(np.mean(ctx_tokens)))
         out["bandwidth"] = decode_bandwidth(step_bytes, steps, measured_gbps=(bw or {}).get("read"))
