@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmbench.backends.openai import OpenAIClient, RequestResult, SSEParser, _endpoint
 from llmbench.perf.arrivals import gamma_arrivals, run_requests
@@ -176,6 +178,33 @@ def test_sse_parser_byte_by_byte():
     events += p.close()
     assert events == [("message", '{"a": "é"}'), ("error", "line1\nline2"), ("message", " x"),
                       ("message", "[DONE]")]
+
+
+_SSE_LINE = st.one_of(
+    st.builds(lambda v: f"data: {v}", st.text(st.characters(blacklist_characters="\r\n"), max_size=12)),
+    st.builds(lambda v: f"event: {v}", st.sampled_from(["error", "delta", ""])),
+    st.just(": ping"), st.just(""), st.just("retry: 5"), st.just("data:x"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.tuples(_SSE_LINE, st.sampled_from(["\n", "\r\n", "\r"])), max_size=12),
+       cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_sse_parser_events_do_not_depend_on_how_the_stream_is_split(lines, cuts):
+    stream = "".join(line + end for line, end in lines).encode()
+
+    def parse(pieces):
+        p, events = SSEParser(), []
+        for piece in pieces:
+            events += p.feed(piece)
+        return events + p.close()
+
+    whole = parse([stream])
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    assert parse([stream[a:b] for a, b in zip(bounds, bounds[1:])]) == whole
+    assert parse([stream[i:i + 1] for i in range(len(stream))]) == whole
+    # every data line of a dispatched event is in it, in order
+    n_dispatched = sum(1 for line, _ in lines if line == "") + 1
+    assert len(whole) <= n_dispatched
 
 
 # ---- arrivals ----

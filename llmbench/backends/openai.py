@@ -26,6 +26,7 @@ import asyncio
 import codecs
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -66,6 +67,9 @@ class RequestResult:
 
 # ---- Server-Sent Events ----
 
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
 class SSEParser:
     """Incremental SSE decoder (WHATWG event-stream rules): feed bytes, get completed events.
 
@@ -80,22 +84,15 @@ class SSEParser:
         self._event = ""
 
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
-        self._buf += self._decoder.decode(chunk)
+        buf = self._buf + self._decoder.decode(chunk)
         out: list[tuple[str, str]] = []
         start = 0
-        n = len(self._buf)
-        i = 0
-        while i < n:
-            c = self._buf[i]
-            if c == "\n" or c == "\r":
-                if c == "\r" and i + 1 == n:
-                    break                       # might be the first half of \r\n: wait for more
-                self._line(self._buf[start:i], out)
-                i += 2 if (c == "\r" and self._buf[i + 1] == "\n") else 1
-                start = i
-            else:
-                i += 1
-        self._buf = self._buf[start:]
+        for m in _EOL.finditer(buf):            # line ends found by the regex engine, not per character
+            if m.end() == len(buf) and m.group() == "\r":
+                break                           # might be the first half of \r\n: wait for more
+            self._line(buf[start:m.start()], out)
+            start = m.end()
+        self._buf = buf[start:]
         return out
 
     def close(self) -> list[tuple[str, str]]:
