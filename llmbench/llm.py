@@ -225,6 +225,13 @@ class LLM:
 
     # ---- generation ----
 
+    def _run_to_idle(self) -> None:
+        """Step the engine until no request is left to run, discarding the events (for requests whose
+        results are read back another way: held prefixes, prompt logits and logprobs)."""
+        while self.engine.step():
+            pass
+        self.engine.poll()
+
     def hold_prefix(self, prompt: str | Sequence[int]) -> Prefix:
         """Compute a prompt prefix once and keep its KV cache: ``generate(..., prefix=p)`` then
         forks it (copy on write) for each request instead of recomputing it. Release it with
@@ -232,9 +239,7 @@ class LLM:
         ids = self._prompt_ids(prompt)
         seq = self.engine.add(ids, max_tokens=0, hold=True)
         try:
-            while self.engine.step():
-                pass
-            self.engine.poll()
+            self._run_to_idle()
         except BaseException:
             self.engine.release(seq)
             raise
@@ -304,9 +309,7 @@ class LLM:
         ids = [int(t) for t in token_ids]
         seq = self.engine.add(ids, max_tokens=0, prompt_logits=True)
         try:
-            while self.engine.step():
-                pass
-            self.engine.poll()
+            self._run_to_idle()
             return self.engine.prompt_logits(seq, len(ids), self.info["vocab"])
         finally:
             self.engine.release(seq)
@@ -348,16 +351,12 @@ class LLM:
             for key, c in counts.items():
                 if c > 1 and len(key) > 1:
                     parents[key] = self.engine.add(list(key), max_tokens=0, hold=True)
-            while self.engine.step():
-                pass
-            self.engine.poll()
+            self._run_to_idle()
             seqs = []
             for ids, n_ctx in reqs:
                 fork = parents.get(tuple(ids[:n_ctx]), -1)
                 seqs.append(self.engine.add(list(ids), max_tokens=0, prompt_logprobs_from=n_ctx - 1, fork_from=fork))
-            while self.engine.step():
-                pass
-            self.engine.poll()
+            self._run_to_idle()
             out = []
             for (ids, n_ctx), s in zip(reqs, seqs):
                 lp, greedy = self.engine.prompt_logprobs(s, len(ids) - n_ctx)

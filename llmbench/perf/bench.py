@@ -169,10 +169,12 @@ def llama_bench_tests(llm: LLM, cfg: BenchConfig, rng: np.random.Generator,
     for depth in cfg.depth:
         prefix = llm.hold_prefix(_random_prompt(rng, vocab, depth)) if depth else None
         try:
-            for kind, n_prompt, n_gen in (("pp", cfg.pp, 0), ("tg", 1, cfg.tg)):
-                if not (cfg.pp if kind == "pp" else cfg.tg):
+            # (kind, tokens the test counts, prompt tokens, tokens generated): llama-bench's tg
+            # starts from one prompt token and counts only the generated ones
+            for kind, n_test, n_prompt, n_gen in (("pp", cfg.pp, cfg.pp, 0), ("tg", cfg.tg, 1, cfg.tg)):
+                if not n_test:
                     continue
-                name = _test_name(kind, cfg.pp if kind == "pp" else cfg.tg, depth)
+                name = _test_name(kind, n_test, depth)
                 progress(name)
                 secs = []
                 for r in range(cfg.warmup + cfg.repetitions):
@@ -182,9 +184,8 @@ def llama_bench_tests(llm: LLM, cfg: BenchConfig, rng: np.random.Generator,
                     secs.append((c.finish_ns - c.admit_ns) / 1e9)
                     if kind == "tg" and depth == 0:
                         step_s += (np.diff(c.token_ns.astype(np.int64)) / 1e9).tolist()  # pure decode steps
-                tests.append({"test": name, "n_prompt": cfg.pp if kind == "pp" else 0,
-                              "n_gen": cfg.tg if kind == "tg" else 0, "n_depth": depth,
-                              **llama_bench_stats(cfg.pp if kind == "pp" else cfg.tg, secs)})
+                tests.append({"test": name, "n_prompt": n_prompt if kind == "pp" else 0, "n_gen": n_gen,
+                              "n_depth": depth, **llama_bench_stats(n_test, secs)})
         finally:
             if prefix is not None:
                 prefix.release()
