@@ -45,15 +45,48 @@
 
 namespace simt {
 enum { RUN = 0, AT_BLOCK = 1, AT_WARP = 2, DONE = 3 };
+
+// Switching fibers. glibc's swapcontext saves and restores the signal mask with a system call on
+// every switch, which was ~95% of an emulated forward step; on x86-64 a fiber switch is instead the
+// callee-saved registers, MXCSR and the x87 control word pushed on the old stack and popped from the
+// new one (what a function call may assume preserved). Elsewhere, ucontext.
+#if defined(__x86_64__) && !defined(LLMB_SIMT_UCONTEXT)
+#define LLMB_SIMT_FAST_SWITCH 1
+extern "C" void llmb_simt_switch(void **save_sp, void *next_sp);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".type llmb_simt_switch, @function\n"
+        "llmb_simt_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size llmb_simt_switch, .-llmb_simt_switch\n");
+#endif
+
 struct Fiber {
+#ifdef LLMB_SIMT_FAST_SWITCH
+    void *sp;
+#else
     ucontext_t ctx;
+#endif
     uint3 tid;
     int state;
     std::vector<char> stack;
 };
 inline std::vector<Fiber> fibers;
 inline Fiber *cur;
+#ifdef LLMB_SIMT_FAST_SWITCH
+inline void *sched_sp;
+inline void to_sched() { llmb_simt_switch(&cur->sp, sched_sp); }
+inline void to_fiber(Fiber &f) { llmb_simt_switch(&sched_sp, f.sp); }
+#else
 inline ucontext_t sched;
+inline void to_sched() { swapcontext(&cur->ctx, &sched); }
+inline void to_fiber(Fiber &f) { swapcontext(&sched, &f.ctx); }
+#endif
 inline uint3 block_idx;
 inline dim3 block_dim, grid_dim;
 inline std::vector<uint64_t> xchg;
@@ -62,13 +95,34 @@ inline std::function<void()> thunk;
 
 inline void wait(int kind) {
     cur->state = kind;
-    swapcontext(&cur->ctx, &sched);
+    to_sched();
 }
 
 inline void entry() {
     thunk();
     cur->state = DONE;
-    swapcontext(&cur->ctx, &sched);
+    to_sched(); // never resumed
+}
+
+// f starts at entry() on its own stack when first switched to
+inline void start(Fiber &f) {
+#ifdef LLMB_SIMT_FAST_SWITCH
+    uintptr_t top = ((uintptr_t)(f.stack.data() + f.stack.size())) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = nullptr;          // entry() sees the stack of a call: 8 mod 16 after the return address pops
+    *--sp = (void *)&entry;   // llmb_simt_switch's ret goes here
+    for (int i = 0; i < 6; i++) *--sp = nullptr; // rbp rbx r12 r13 r14 r15
+    uint32_t csr[2];
+    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+    *--sp = *(void **)csr;    // MXCSR and the x87 control word of the scheduler
+    f.sp = sp;
+#else
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, entry, 0);
+#endif
 }
 
 // run one block to completion
@@ -78,11 +132,7 @@ inline void run_block() {
         Fiber &f = fibers[t];
         f.tid = uint3{t, 0, 0};
         f.state = RUN;
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, entry, 0);
+        start(f);
     }
     std::fill(smem.begin(), smem.end(), std::numeric_limits<float>::quiet_NaN());
     for (;;) {
@@ -90,7 +140,7 @@ inline void run_block() {
         for (unsigned t = 0; t < n; t++) {
             if (fibers[t].state != RUN) continue;
             cur = &fibers[t];
-            swapcontext(&sched, &cur->ctx);
+            to_fiber(*cur);
         }
         // release each warp whose live fibers all wait at the warp barrier; else the block barrier
         bool released = false, live = false, all_block = true;
