@@ -3,7 +3,9 @@
 //   kv_store      K and V rows of new tokens into their slots (Q8_0 as csrc/quants.c quantizes);
 //   attn_decode   one query per sequence; the context is split into chunks of split_keys keys, one
 //                 block per (head, sequence, chunk) computes scores, a local softmax and P.V, and a
-//                 combine kernel merges the chunks with log-sum-exp weights;
+//                 combine kernel merges the chunks with log-sum-exp weights; the grid is sized from
+//                 the host's max_seq_len (a bound: a graph passes the context length) and each block
+//                 reads its sequence's real length from seq_lens, so chunks past it are empty;
 //   attn_prefill  tiles of 16 queries x 32 keys with an online softmax (FlashAttention's running max
 //                 and sum), causal by position, so chunked prefill over a cached prefix works too.
 // GQA: query head h reads KV head h / (n_head / n_head_kv).
@@ -22,6 +24,13 @@ static int dispatch_kv(int kv_type, F &&f) {
     case LLMB_TYPE_Q8_0: f(std::integral_constant<int, LLMB_TYPE_Q8_0>{}); return 1;
     default: return 0;
     }
+}
+
+// Dynamic shared memory above the default 48 KiB needs the kernel's limit raised; decode's never
+// does (at most (256 + 8192 + 4) floats), so a captured decode step makes no attribute calls.
+static cudaError_t smem_limit(const void *kernel, size_t smem) {
+    if (smem <= (size_t)48 << 10) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
 static llmb_status check_kv(const char *op, int kv_type, int kv_dim) {
@@ -89,7 +98,7 @@ llmb_status llmb_cu_attn_decode(llmb_cuda_ctx *c, const llmb_cuda_attn *a) {
     llmb_status st = LLMB_OK;
     dispatch_kv(a->kv_type, [&](auto tc) {
         auto *k = attn_decode_kernel<decltype(tc)::value>;
-        cudaError_t e = cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = smem_limit((const void *)k, smem);
         if (e != cudaSuccess) st = llmb_cu_cuda_fail(e, "cudaFuncSetAttribute(attn_decode_kernel)", __FILE__, __LINE__);
         else LLMB_LAUNCH(k, grid, dim3(DEC_THREADS), smem, c->stream, p);
     });
@@ -116,7 +125,7 @@ llmb_status llmb_cu_attn_prefill(llmb_cuda_ctx *c, const llmb_cuda_attn *a) {
     llmb_status st = LLMB_OK;
     dispatch_kv(a->kv_type, [&](auto tc) {
         auto *k = attn_prefill_kernel<decltype(tc)::value>;
-        cudaError_t e = cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = smem_limit((const void *)k, smem);
         if (e != cudaSuccess) st = llmb_cu_cuda_fail(e, "cudaFuncSetAttribute(attn_prefill_kernel)", __FILE__, __LINE__);
         else LLMB_LAUNCH(k, grid, dim3(PF_THREADS), smem, c->stream, *a, rb);
     });

@@ -51,6 +51,7 @@ struct llmb_cublas {
     decltype(&cublasDestroy_v2) destroy;
     decltype(&cublasSetStream_v2) set_stream;
     decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&cublasSetWorkspace_v2) set_workspace;
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
                               const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
                               cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t); // overloaded in C++
@@ -61,19 +62,30 @@ extern llmb_cublas llmb_cu_blas;
 llmb_status llmb_cu_blas_load(void); // LLMB_E_BACKEND naming what is missing
 
 // ---- the context (runtime.cu) ----
-enum { WS_GEMM_W, WS_GEMM_X, WS_ATTN, WS_SAMPLE, WS_COUNT };
+enum { WS_GEMM_W, WS_GEMM_X, WS_ATTN, WS_SAMPLE, WS_BLAS, WS_COUNT };
+
+#define LLMB_CUBLAS_WORKSPACE ((size_t)32 << 20) // cuBLAS's own workspace (NVIDIA's advice for Hopper)
 
 struct llmb_cuda_ctx {
     int dev;
     cudaStream_t stream;
     cublasHandle_t blas;
-    void *ws[WS_COUNT];       // workspaces, grown on demand
+    void *ws[WS_COUNT];       // workspaces, grown on demand (WS_BLAS: fixed, set at creation)
     size_t ws_bytes[WS_COUNT];
     cudaEvent_t ev[LLMB_CUDA_PHASES][2];
     int gemm_min_tokens;
+    // graphs (runtime.cu): a capture in progress, the graphs alive, and workspaces outgrown while
+    // graphs were alive (a graph holds their pointers: freed when the last graph goes)
+    bool capturing;
+    double capture_t0;        // ms, monotonic
+    char capture_err[512];    // the first failure inside the capture (graph_end reports it)
+    int graphs;
+    void **retired;
+    int n_retired;
 };
 
 // Make c's device current and workspace `slot` at least nbytes (growing it syncs the stream).
+// Inside a capture a workspace cannot grow: that fails, saying which op needs how many bytes.
 llmb_status llmb_cu_ws(llmb_cuda_ctx *c, int slot, size_t nbytes, void **out);
 llmb_status llmb_cu_enter(llmb_cuda_ctx *c); // cudaSetDevice(c->dev), NULL check
 
@@ -103,6 +115,8 @@ llmb_status llmb_cu_attn_prefill(llmb_cuda_ctx *c, const llmb_cuda_attn *a);
 // sample.cu
 llmb_status llmb_cu_sample(llmb_cuda_ctx *c, const float *logits, int n_rows, int vocab,
                            const llmb_cuda_sampling *params, int32_t *ids, float *logprobs);
+llmb_status llmb_cu_sample_dev(llmb_cuda_ctx *c, const float *logits, int n_rows, int vocab,
+                               const llmb_cuda_sampling *params, int32_t *ids, float *logprobs);
 
 
 #endif

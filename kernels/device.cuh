@@ -9,7 +9,7 @@
 // or the host emulation's launch. `kernel` is one token: a name, or a pointer to a templated kernel.
 #ifdef LLMB_SIMT_HOST
 #define DYN_SMEM(T, name) T *name = (T *)llmb_simt_dyn_smem()
-#define LLMB_LAUNCH(kernel, grid, block, smem, stream, ...) simt::launch(grid, block, smem, kernel, __VA_ARGS__)
+#define LLMB_LAUNCH(kernel, grid, block, smem, stream, ...) simt::launch(stream, grid, block, smem, kernel, __VA_ARGS__)
 #else
 #define DYN_SMEM(T, name) extern __shared__ T name[]
 #define LLMB_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)

@@ -8,12 +8,23 @@
 // memory unless its comment says host, ops are asynchronous on the context's stream, and `sync`
 // waits for them and reports an error a kernel raised. Matrices are row-major; a weight matrix is
 // `rows` rows of `cols` elements of a ggml type (csrc/quants.h), packed back to back.
+//
+// Version 3 adds CUDA Graphs: graph_begin starts capturing what the context's stream receives,
+// graph_end turns it into an instantiated graph (with its kernel count and the capture time), and
+// graph_launch replays it on the stream. Every op of a decode step is capturable: launches only,
+// grids fixed by host values that stay the same across replays (decode attention sizes its split
+// grid from max_seq_len, so a graph passes the longest context and the real lengths are read from
+// device memory), workspaces that never grow inside a capture (they grow on an uncaptured call;
+// growing one while graphs exist keeps the old buffer alive for them), and cuBLAS with a workspace
+// of its own (cublasSetWorkspace). What cannot be captured fails with a message that says so: a
+// sync, an allocation, a copy to or from host memory, phase events, the synchronous sampler. After
+// such a failure, graph_end ends the (invalidated) capture and fails too; the context stays usable.
 #ifndef LLMB_CUDA_ABI_H
 #define LLMB_CUDA_ABI_H
 
 #include "../csrc/llmb.h"
 
-#define LLMB_CUDA_ABI_VERSION 2
+#define LLMB_CUDA_ABI_VERSION 3
 
 // A string the library carries (kernels/runtime.cu) and the core reads from the file before any
 // dlopen: "LLMB_CUDA_BUILD abi=<version> cudart=<CUDART_VERSION> driver=<1 needs libcuda, 0 not>".
@@ -24,6 +35,7 @@ extern "C" {
 #endif
 
 typedef struct llmb_cuda_ctx llmb_cuda_ctx;
+typedef struct llmb_cuda_graph llmb_cuda_graph; // an instantiated graph, replayed on the context that captured it
 
 #define LLMB_CUDA_MATVEC_MAX 16 // tokens one matvec call serves (weights read once for all of them)
 #define LLMB_CUDA_PHASES 8      // phase timers per context (ids 0..7; the engine names them)
@@ -45,7 +57,8 @@ typedef struct {
     // decode: query row s of sequence s attends its keys 0 .. seq_lens[s]-1
     const int32_t *seq_lens;
     int split_keys;               // decode: keys per split of the context (0: chosen from the lengths)
-    int max_seq_len;              // decode: the largest seq_lens (host value; sizes the split grid)
+    int max_seq_len;              // decode: at least the largest seq_lens (host value; sizes the split grid,
+                                  // keys past max_seq_len are not attended): a graph passes the context length
     // prefill: query rows q_start[s] + i (i < q_len[s]) of sequence s sit at positions pos0[s] + i
     // and attend keys 0 .. pos0[s] + i (causal)
     const int32_t *q_start, *q_len, *pos0;
@@ -61,6 +74,13 @@ typedef struct {
     float temperature, top_p, min_p, u;
     int top_k;
 } llmb_cuda_sampling;
+
+// What graph_end reports about a capture.
+typedef struct {
+    int n_nodes;       // nodes of the graph (kernels, copies, memsets)
+    int n_kernels;     // of which kernel launches (cudaGraphNodeTypeKernel)
+    double capture_ms; // host time from graph_begin to the instantiated graph (monotonic clock)
+} llmb_cuda_graph_info;
 
 // Every entry returns an llmb_status; on failure the library's last_error() names the CUDA or
 // cuBLAS call, the source file and line, and the error; out of device memory says how many bytes
@@ -142,6 +162,26 @@ typedef struct {
     // token's log-probability under the unmodified logits. Synchronous: only ids cross the bus.
     llmb_status (*sample)(llmb_cuda_ctx *c, const float *logits, int n_rows, int vocab,
                           const llmb_cuda_sampling *params, int32_t *ids, float *logprobs);
+
+    // ---- version 3: CUDA Graphs ----
+    // Capture the work the context's stream receives from this thread (cudaStreamCaptureModeThreadLocal)
+    // until graph_end. Ops called meanwhile are recorded, not run; their pointers and host values are
+    // fixed in the graph, the contents of device memory are read when it replays.
+    llmb_status (*graph_begin)(llmb_cuda_ctx *c);
+    // End the capture and instantiate it: *out is the graph (NULL on failure), info (may be NULL) its
+    // node and kernel counts and the capture time. Fails if an op inside the capture failed.
+    llmb_status (*graph_end)(llmb_cuda_ctx *c, llmb_cuda_graph **out, llmb_cuda_graph_info *info);
+    // Replay g on the context that captured it (asynchronous, like the ops it holds).
+    llmb_status (*graph_launch)(llmb_cuda_ctx *c, llmb_cuda_graph *g);
+    void (*graph_destroy)(llmb_cuda_graph *g); // NULL is fine; destroy graphs before their context
+    // Stream-ordered copy on the context's stream (kind as memcpy_: 0 to device, 1 to host, 2 device to
+    // device): per-step inputs into a graph's fixed buffers before graph_launch, results back after.
+    // Host copies are synchronous; device-to-device copies are asynchronous and capturable.
+    llmb_status (*copy)(llmb_cuda_ctx *c, void *dst, const void *src, size_t nbytes, int kind);
+    // sample with everything in device memory (params, ids, logprobs: n_rows each; logprobs may be
+    // NULL): asynchronous and capturable. Parameters are not checked on the host (sample checks them).
+    llmb_status (*sample_dev)(llmb_cuda_ctx *c, const float *logits, int n_rows, int vocab,
+                              const llmb_cuda_sampling *params, int32_t *ids, float *logprobs);
 } llmb_cuda_api;
 
 typedef const llmb_cuda_api *(*llmb_cuda_get_api_fn)(void);

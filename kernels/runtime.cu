@@ -1,5 +1,6 @@
 // runtime.cu — the CUDA backend's device management: versions, device list, memory, copies, the
-// context (stream, cuBLAS handle, workspaces), CUDA-event phase timing, and the function table.
+// context (stream, cuBLAS handle, workspaces), CUDA-event phase timing, CUDA Graphs (capture of a
+// context's stream, replay), and the function table.
 // A plain shared library with a C ABI (kernels/llmb_cuda_abi.h), no Python. Every CUDA call is
 // checked; an error names the call, file and line. Compiled in CI wherever nvcc exists; exercised
 // on a GPU by tests/test_cuda.py and tests/test_cuda_kernels.py (skipped with the reason elsewhere).
@@ -8,24 +9,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <time.h>
+
 #include <mutex>
+#include <vector>
 
 #include "common.cuh"
 
 static thread_local char errbuf[1024];
+// the context this thread is capturing (graph_begin .. graph_end): a failure meanwhile spoils the capture
+static thread_local llmb_cuda_ctx *capturing;
 
 llmb_status llmb_cu_fail(llmb_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(errbuf, sizeof errbuf, fmt, ap);
     va_end(ap);
+    if (capturing && !capturing->capture_err[0]) snprintf(capturing->capture_err, sizeof capturing->capture_err, "%s", errbuf);
     return s;
+}
+
+static bool capture_error(cudaError_t e) {
+    return e == cudaErrorStreamCaptureUnsupported || e == cudaErrorStreamCaptureInvalidated ||
+           e == cudaErrorStreamCaptureImplicit || e == cudaErrorCapturedEvent || e == cudaErrorStreamCaptureWrongThread;
 }
 
 llmb_status llmb_cu_cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
     cudaGetLastError(); // clear a sticky-free error so the process stays usable
     return llmb_cu_fail(e == cudaErrorMemoryAllocation ? LLMB_E_DEVICE_OOM : LLMB_E_DEVICE,
-                        "%s failed at %s:%d: %s (%s)", call, file, line, cudaGetErrorString(e), cudaGetErrorName(e));
+                        "%s failed at %s:%d: %s (%s)%s", call, file, line, cudaGetErrorString(e), cudaGetErrorName(e),
+                        capture_error(e) ? "; a graph capture cannot hold this call (syncs, allocations, host copies "
+                                           "and events run outside graph_begin .. graph_end)" : "");
 }
 
 llmb_status llmb_cu_cublas_fail(cublasStatus_t e, const char *call, const char *file, int line) {
@@ -45,8 +59,8 @@ llmb_status llmb_cu_blas_load(void) {
     if (!tried) {
         tried = true;
 #ifdef LLMB_SIMT_HOST // the emulated library defines these itself (kernels/tests/cuda_emu.cpp)
-        llmb_cu_blas = {cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2, cublasSetMathMode, cublasGemmEx,
-                        cublasGetStatusName, cublasGetStatusString};
+        llmb_cu_blas = {cublasCreate_v2,  cublasDestroy_v2, cublasSetStream_v2,  cublasSetMathMode,
+                        cublasSetWorkspace_v2, cublasGemmEx, cublasGetStatusName, cublasGetStatusString};
         st = LLMB_OK;
 #else
         // the soname of the toolkit the library was built with; the build's rpath points at its lib64
@@ -62,6 +76,7 @@ llmb_status llmb_cu_blas_load(void) {
             SYM(destroy, "cublasDestroy_v2");
             SYM(set_stream, "cublasSetStream_v2");
             SYM(set_math_mode, "cublasSetMathMode");
+            SYM(set_workspace, "cublasSetWorkspace_v2");
             SYM(gemm_ex, "cublasGemmEx");
             SYM(status_name, "cublasGetStatusName");
             SYM(status_string, "cublasGetStatusString");
@@ -205,12 +220,25 @@ static llmb_status mem_info(int dev, size_t *free_bytes, size_t *total_bytes) {
     return LLMB_OK;
 }
 
+static void free_retired(llmb_cuda_ctx *c) {
+    for (int i = 0; i < c->n_retired; i++) cudaFree(c->retired[i]);
+    free(c->retired);
+    c->retired = NULL;
+    c->n_retired = 0;
+}
+
 static void ctx_destroy(llmb_cuda_ctx *c) {
     if (!c) return;
     cudaSetDevice(c->dev);
+    if (c->capturing) { // abandoned mid-capture: end it so the stream can go
+        cudaGraph_t g = NULL;
+        if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+        if (capturing == c) capturing = NULL;
+    }
     if (c->stream) cudaStreamSynchronize(c->stream);
     for (int i = 0; i < WS_COUNT; i++)
         if (c->ws[i]) cudaFree(c->ws[i]);
+    free_retired(c);
     for (int i = 0; i < LLMB_CUDA_PHASES; i++)
         for (int j = 0; j < 2; j++)
             if (c->ev[i][j]) cudaEventDestroy(c->ev[i][j]);
@@ -226,6 +254,10 @@ static llmb_status ctx_init(llmb_cuda_ctx *c) {
     CUBLAS_CHECK(llmb_cu_blas.create(&c->blas));
     CUBLAS_CHECK(llmb_cu_blas.set_stream(c->blas, c->stream));
     CUBLAS_CHECK(llmb_cu_blas.set_math_mode(c->blas, CUBLAS_DEFAULT_MATH));
+    // a workspace of cuBLAS's own, so it allocates nothing inside a graph capture
+    TRY(llmb_cu_alloc(c->dev, LLMB_CUBLAS_WORKSPACE, &c->ws[WS_BLAS], "the cuBLAS workspace"));
+    c->ws_bytes[WS_BLAS] = LLMB_CUBLAS_WORKSPACE;
+    CUBLAS_CHECK(llmb_cu_blas.set_workspace(c->blas, c->ws[WS_BLAS], LLMB_CUBLAS_WORKSPACE));
     for (int i = 0; i < LLMB_CUDA_PHASES; i++)
         for (int j = 0; j < 2; j++) CU_CHECK(cudaEventCreate(&c->ev[i][j]));
     return LLMB_OK;
@@ -255,10 +287,21 @@ llmb_status llmb_cu_enter(llmb_cuda_ctx *c) {
 
 llmb_status llmb_cu_ws(llmb_cuda_ctx *c, int slot, size_t nbytes, void **out) {
     static const char *names[WS_COUNT] = {"the dequantized weight tile workspace", "the 16-bit activation workspace",
-                                          "the attention workspace", "the sampling workspace"};
+                                          "the attention workspace", "the sampling workspace", "the cuBLAS workspace"};
     if (nbytes > c->ws_bytes[slot]) {
+        if (c->capturing)
+            return llmb_cu_fail(LLMB_E_ARG, "%s must grow from %zu to %zu bytes inside a graph capture, where memory "
+                                            "cannot be allocated: run the same op once before graph_begin",
+                                names[slot], c->ws_bytes[slot], nbytes);
         CU_CHECK(cudaStreamSynchronize(c->stream)); // the old buffer may still be in use
-        if (c->ws[slot]) CU_CHECK(cudaFree(c->ws[slot]));
+        if (c->ws[slot] && c->graphs) { // graphs captured with the old buffer still use it
+            void **r = (void **)realloc(c->retired, (size_t)(c->n_retired + 1) * sizeof *r);
+            if (!r) return llmb_cu_fail(LLMB_E_NOMEM, "cannot grow %s (host memory)", names[slot]);
+            c->retired = r;
+            c->retired[c->n_retired++] = c->ws[slot];
+        } else if (c->ws[slot]) {
+            CU_CHECK(cudaFree(c->ws[slot]));
+        }
         c->ws[slot] = NULL;
         c->ws_bytes[slot] = 0;
         size_t grow = nbytes + nbytes / 4; // headroom so a slowly growing size does not realloc each call
@@ -287,6 +330,9 @@ static llmb_status ctx_workspace_bytes(llmb_cuda_ctx *c, size_t *out) {
 static llmb_status check_phase(llmb_cuda_ctx *c, int id) {
     TRY(llmb_cu_enter(c));
     if (id < 0 || id >= LLMB_CUDA_PHASES) return llmb_cu_fail(LLMB_E_ARG, "phase id %d is not in 0..%d", id, LLMB_CUDA_PHASES - 1);
+    if (c->capturing)
+        return llmb_cu_fail(LLMB_E_ARG, "phase %d: phase events cannot be recorded inside a graph capture (time "
+                                        "graph_launch instead)", id);
     return LLMB_OK;
 }
 
@@ -309,6 +355,115 @@ static llmb_status phase_ms(llmb_cuda_ctx *c, int id, float *ms) {
     return LLMB_OK;
 }
 
+// ---- version 3: CUDA Graphs ----
+
+struct llmb_cuda_graph {
+    llmb_cuda_ctx *c;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static llmb_status graph_begin(llmb_cuda_ctx *c) {
+    TRY(llmb_cu_enter(c));
+    if (c->capturing) return llmb_cu_fail(LLMB_E_ARG, "graph_begin: the context is already capturing (graph_end first)");
+    if (capturing) return llmb_cu_fail(LLMB_E_ARG, "graph_begin: this thread is already capturing another context");
+    c->capture_t0 = now_ms();
+    CU_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->capturing = true;
+    c->capture_err[0] = 0;
+    capturing = c;
+    return LLMB_OK;
+}
+
+static void graph_destroy(llmb_cuda_graph *g) {
+    if (!g) return;
+    llmb_cuda_ctx *c = g->c;
+    cudaSetDevice(c->dev);
+    if (g->exec) cudaGraphExecDestroy(g->exec); // a replay in flight completes first
+    if (g->graph) cudaGraphDestroy(g->graph);
+    free(g);
+    // the last graph gone: the outgrown workspaces it may have used can go once the stream is idle
+    // (not inside a capture, where a sync would invalidate it; then with a later graph or the context)
+    if (--c->graphs == 0 && !c->capturing && c->n_retired && cudaStreamSynchronize(c->stream) == cudaSuccess)
+        free_retired(c);
+    cudaGetLastError();
+}
+
+static llmb_status graph_end(llmb_cuda_ctx *c, llmb_cuda_graph **out, llmb_cuda_graph_info *info) {
+    *out = NULL;
+    if (info) *info = llmb_cuda_graph_info{0, 0, 0.0};
+    TRY(llmb_cu_enter(c));
+    if (!c->capturing) return llmb_cu_fail(LLMB_E_ARG, "graph_end: the context is not capturing (graph_begin first)");
+    c->capturing = false;
+    capturing = NULL;
+    cudaGraph_t cg = NULL;
+    const cudaError_t e = cudaStreamEndCapture(c->stream, &cg);
+    if (c->capture_err[0]) { // an op failed inside the capture: the graph would lack it
+        if (cg) cudaGraphDestroy(cg);
+        cudaGetLastError();
+        return llmb_cu_fail(LLMB_E_DEVICE, "graph_end: the capture is invalid: an op inside it failed: %s", c->capture_err);
+    }
+    if (e != cudaSuccess) {
+        if (cg) cudaGraphDestroy(cg);
+        return llmb_cu_cuda_fail(e, "cudaStreamEndCapture", __FILE__, __LINE__);
+    }
+    llmb_cuda_graph *g = (llmb_cuda_graph *)calloc(1, sizeof *g);
+    if (!g) {
+        cudaGraphDestroy(cg);
+        return llmb_cu_fail(LLMB_E_NOMEM, "graph_end: out of host memory");
+    }
+    g->c = c;
+    g->graph = cg;
+    c->graphs++;
+    size_t n = 0;
+    cudaError_t e2 = cudaGraphGetNodes(cg, NULL, &n);
+    std::vector<cudaGraphNode_t> nodes(n);
+    if (e2 == cudaSuccess && n) e2 = cudaGraphGetNodes(cg, nodes.data(), &n);
+    int kernels = 0;
+    for (size_t i = 0; i < n && e2 == cudaSuccess; i++) {
+        cudaGraphNodeType t;
+        e2 = cudaGraphNodeGetType(nodes[i], &t);
+        kernels += e2 == cudaSuccess && t == cudaGraphNodeTypeKernel;
+    }
+    if (e2 == cudaSuccess) e2 = cudaGraphInstantiate(&g->exec, cg, 0);
+    if (e2 != cudaSuccess) {
+        graph_destroy(g);
+        return llmb_cu_cuda_fail(e2, "cudaGraphGetNodes/cudaGraphNodeGetType/cudaGraphInstantiate", __FILE__, __LINE__);
+    }
+    if (info) *info = llmb_cuda_graph_info{(int)n, kernels, now_ms() - c->capture_t0};
+    *out = g;
+    return LLMB_OK;
+}
+
+static llmb_status graph_launch(llmb_cuda_ctx *c, llmb_cuda_graph *g) {
+    TRY(llmb_cu_enter(c));
+    if (!g || g->c != c) return llmb_cu_fail(LLMB_E_ARG, "graph_launch: %s", g ? "the graph was captured on another context" : "NULL graph");
+    if (c->capturing) return llmb_cu_fail(LLMB_E_ARG, "graph_launch: the context is capturing");
+    CU_CHECK(cudaGraphLaunch(g->exec, c->stream));
+    return LLMB_OK;
+}
+
+static llmb_status copy(llmb_cuda_ctx *c, void *dst, const void *src, size_t nbytes, int kind) {
+    static const cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
+    TRY(llmb_cu_enter(c));
+    if (kind < 0 || kind > 2) return llmb_cu_fail(LLMB_E_ARG, "copy kind %d: expected 0 (to device), 1 (to host) or 2", kind);
+    if (nbytes && (!dst || !src)) return llmb_cu_fail(LLMB_E_ARG, "copy: NULL pointer");
+    if (c->capturing && kind != 2)
+        return llmb_cu_fail(LLMB_E_ARG, "copy: a copy %s host memory cannot be captured in a graph (copy into its "
+                                        "fixed device buffers before graph_launch, read results after)",
+                            kind == 0 ? "from" : "to");
+    if (!nbytes) return LLMB_OK;
+    CU_CHECK(cudaMemcpyAsync(dst, src, nbytes, kinds[kind], c->stream));
+    if (kind != 2) CU_CHECK(cudaStreamSynchronize(c->stream)); // the host buffer is free (or filled) on return
+    return LLMB_OK;
+}
+
 static const llmb_cuda_api api = {
     LLMB_CUDA_ABI_VERSION, sizeof(llmb_cuda_api), last_error, init, versions, device_count, device_info,
     malloc_, free_, memcpy_, memset_, time_copy,
@@ -317,6 +472,7 @@ static const llmb_cuda_api api = {
     llmb_cu_rmsnorm, llmb_cu_rope, llmb_cu_swiglu, llmb_cu_add,
     llmb_cu_kv_store, llmb_cu_attn_decode, llmb_cu_attn_prefill,
     llmb_cu_sample,
+    graph_begin, graph_end, graph_launch, graph_destroy, copy, llmb_cu_sample_dev,
 };
 
 #define STR_(x) #x

@@ -29,6 +29,9 @@ llmb_status llmb_cu_sample(llmb_cuda_ctx *c, const float *logits, int n_rows, in
                                 p->top_k, (double)p->min_p, (double)p->temperature);
     }
     if (n_rows == 0) return LLMB_OK;
+    if (c->capturing)
+        return llmb_cu_fail(LLMB_E_ARG, "sample copies ids to the host and waits, so it cannot be captured in a "
+                                        "graph: capture sample_dev (device params and ids) instead");
     // staging: params in, ids and logprobs out
     const size_t pb = (size_t)n_rows * sizeof(llmb_cuda_sampling), ib = (size_t)n_rows * sizeof(int32_t);
     void *ws;
@@ -37,11 +40,20 @@ llmb_status llmb_cu_sample(llmb_cuda_ctx *c, const float *logits, int n_rows, in
     int32_t *di = (int32_t *)((char *)ws + ((pb + 15) & ~(size_t)15));
     float *dl = (float *)((char *)di + ib);
     CU_CHECK(cudaMemcpyAsync(dp, params, pb, cudaMemcpyHostToDevice, c->stream));
-    LLMB_LAUNCH(sample_kernel, dim3(n_rows), dim3(SAMPLE_THREADS), 0, c->stream, logits, vocab, (const llmb_cuda_sampling *)dp,
-                di, logprobs ? dl : (float *)NULL);
-    CU_LAUNCHED("sample_kernel");
+    TRY(llmb_cu_sample_dev(c, logits, n_rows, vocab, dp, di, logprobs ? dl : NULL));
     CU_CHECK(cudaMemcpyAsync(ids, di, ib, cudaMemcpyDeviceToHost, c->stream));
     if (logprobs) CU_CHECK(cudaMemcpyAsync(logprobs, dl, ib, cudaMemcpyDeviceToHost, c->stream));
     CU_CHECK(cudaStreamSynchronize(c->stream));
+    return LLMB_OK;
+}
+
+llmb_status llmb_cu_sample_dev(llmb_cuda_ctx *c, const float *logits, int n_rows, int vocab,
+                               const llmb_cuda_sampling *params, int32_t *ids, float *logprobs) {
+    TRY(llmb_cu_enter(c));
+    if (n_rows < 0 || vocab < 1 || !logits || !params || !ids)
+        return llmb_cu_fail(LLMB_E_ARG, "sample_dev: %d rows of %d logits, NULL pointers?", n_rows, vocab);
+    if (n_rows == 0) return LLMB_OK;
+    LLMB_LAUNCH(sample_kernel, dim3(n_rows), dim3(SAMPLE_THREADS), 0, c->stream, logits, vocab, params, ids, logprobs);
+    CU_LAUNCHED("sample_kernel");
     return LLMB_OK;
 }

@@ -1,6 +1,6 @@
-// _cuda_py.c — Python bindings of the CUDA backend's kernels (kernels/llmb_cuda_abi.h, version 2):
-// contexts, memory facts, phase timers, and one function per op taking device pointers as ints
-// (None for NULL). llmbench/backends/cuda.py wraps them with NumPy uploads and downloads; the tests
+// _cuda_py.c — Python bindings of the CUDA backend's kernels (kernels/llmb_cuda_abi.h, version 3):
+// contexts, memory facts, phase timers, one function per op taking device pointers as ints
+// (None for NULL), and CUDA Graphs (capture on a context, replay). llmbench/backends/cuda.py wraps them with NumPy uploads and downloads; the tests
 // are tests/test_cuda_kernels.py. Every call goes through the table csrc/cuda_loader.c loaded, so
 // without a GPU each raises BackendUnavailableError with the reason.
 #include "_pycore.h"
@@ -8,6 +8,7 @@
 #include "../csrc/internal.h"
 
 #define CTX_CAPSULE "llmbench.cuda_ctx"
+#define GRAPH_CAPSULE "llmbench.cuda_graph"
 
 static const llmb_cuda_api *table(void) {
     const llmb_cuda_api *a = llmb_cuda_table();
@@ -255,6 +256,90 @@ static PyObject *py_attention(PyObject *m, PyObject *args, PyObject *kw) {
 
 // sample(ctx, logits, n_rows, vocab, params, logprobs) -> (ids int32 array, logprobs float32 array or None);
 // params: a sequence of n_rows tuples (temperature, top_k, top_p, min_p, u)
+// sample_dev(ctx, logits, n_rows, vocab, params, ids, logprobs): device pointers, asynchronous
+static PyObject *py_sample_dev(PyObject *m, PyObject *args) {
+    llmb_cuda_ctx *c;
+    void *logits, *params, *ids, *lps;
+    int n_rows, vocab;
+    if (!PyArg_ParseTuple(args, "O&O&iiO&O&O&", ctx_arg, &c, ptr_arg, &logits, &n_rows, &vocab, ptr_arg, &params,
+                          ptr_arg, &ids, ptr_arg, &lps))
+        return NULL;
+    const llmb_cuda_api *a = table();
+    if (!a) return NULL;
+    CALL(a->sample_dev(c, logits, n_rows, vocab, params, ids, lps));
+    Py_RETURN_NONE;
+}
+
+// copy(ctx, dst, src, nbytes, kind): pointers as ints (host ones from NumPy's .ctypes.data), on the stream
+static PyObject *py_copy(PyObject *m, PyObject *args) {
+    llmb_cuda_ctx *c;
+    void *dst, *src;
+    unsigned long long n;
+    int kind;
+    if (!PyArg_ParseTuple(args, "O&O&O&Ki", ctx_arg, &c, ptr_arg, &dst, ptr_arg, &src, &n, &kind)) return NULL;
+    const llmb_cuda_api *a = table();
+    if (!a) return NULL;
+    CALL(a->copy(c, dst, src, (size_t)n, kind));
+    Py_RETURN_NONE;
+}
+
+// ---- graphs: a graph capsule keeps its context's capsule alive (its context), so a graph always
+// goes before the context it was captured on ----
+
+static void graph_free(PyObject *cap) {
+    llmb_cuda_graph *g = PyCapsule_GetPointer(cap, GRAPH_CAPSULE);
+    PyObject *ctx = PyCapsule_GetContext(cap);
+    const llmb_cuda_api *a = llmb_cuda_table();
+    if (g && a) a->graph_destroy(g);
+    Py_XDECREF(ctx);
+}
+
+static PyObject *py_graph_begin(PyObject *m, PyObject *args) {
+    llmb_cuda_ctx *c;
+    if (!PyArg_ParseTuple(args, "O&", ctx_arg, &c)) return NULL;
+    const llmb_cuda_api *a = table();
+    if (!a) return NULL;
+    CALL(a->graph_begin(c));
+    Py_RETURN_NONE;
+}
+
+// graph_end(ctx) -> (graph capsule, n_nodes, n_kernels, capture_ms)
+static PyObject *py_graph_end(PyObject *m, PyObject *args) {
+    PyObject *ctx_obj;
+    llmb_cuda_ctx *c;
+    if (!PyArg_ParseTuple(args, "O", &ctx_obj) || !ctx_arg(ctx_obj, &c)) return NULL;
+    const llmb_cuda_api *a = table();
+    if (!a) return NULL;
+    llmb_cuda_graph *g = NULL;
+    llmb_cuda_graph_info info;
+    CALL(a->graph_end(c, &g, &info));
+    PyObject *cap = PyCapsule_New(g, GRAPH_CAPSULE, graph_free);
+    if (!cap) {
+        a->graph_destroy(g);
+        return NULL;
+    }
+    if (PyCapsule_SetContext(cap, Py_NewRef(ctx_obj))) { // graph_free drops it
+        Py_DECREF(ctx_obj);
+        Py_DECREF(cap);
+        return NULL;
+    }
+    return Py_BuildValue("(Niid)", cap, info.n_nodes, info.n_kernels, info.capture_ms);
+}
+
+// graph_launch(ctx, graph, reps=1): reps > 1 replays it that many times (benchmarks)
+static PyObject *py_graph_launch(PyObject *m, PyObject *args) {
+    llmb_cuda_ctx *c;
+    PyObject *gcap;
+    int reps = 1;
+    if (!PyArg_ParseTuple(args, "O&O|i", ctx_arg, &c, &gcap, &reps)) return NULL;
+    llmb_cuda_graph *g = PyCapsule_GetPointer(gcap, GRAPH_CAPSULE);
+    if (!g) return NULL;
+    const llmb_cuda_api *a = table();
+    if (!a) return NULL;
+    for (int r = 0; r < reps; r++) CALL(a->graph_launch(c, g));
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_sample(PyObject *m, PyObject *args) {
     llmb_cuda_ctx *c;
     void *logits;
@@ -316,6 +401,11 @@ static PyMethodDef methods[] = {
     {"cuda_attention", (PyCFunction)(void (*)(void))py_attention, METH_VARARGS | METH_KEYWORDS,
      "cuda_attention(ctx, prefill, q=, out=, ...): paged attention (fields of llmb_cuda_attn)"},
     {"cuda_sample", py_sample, METH_VARARGS, "cuda_sample(ctx, logits, n_rows, vocab, params, logprobs) -> (ids, lps)"},
+    {"cuda_sample_dev", py_sample_dev, METH_VARARGS, "cuda_sample_dev(ctx, logits, n_rows, vocab, params, ids, logprobs)"},
+    {"cuda_copy", py_copy, METH_VARARGS, "cuda_copy(ctx, dst, src, nbytes, kind): 0 to device, 1 to host, 2 on device"},
+    {"cuda_graph_begin", py_graph_begin, METH_VARARGS, "cuda_graph_begin(ctx): capture the context's stream"},
+    {"cuda_graph_end", py_graph_end, METH_VARARGS, "cuda_graph_end(ctx) -> (graph, n_nodes, n_kernels, capture_ms)"},
+    {"cuda_graph_launch", py_graph_launch, METH_VARARGS, "cuda_graph_launch(ctx, graph, reps=1): replay"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,7 +4,8 @@ Each kernel runs through llmbench.backends.cuda.Context (NumPy in, NumPy out). R
 weights decoded by the CPU's scalar-defined dequantizers (llmbench.quant) and products in float64;
 RMSNorm, RoPE, SwiGLU, attention and the sampler restated from csrc/ops.c and csrc/engine.c.
 Tolerances are stated per test and scale with the values (atol + rtol * |ref|, or with |W| |x|
-for products).
+for products). CUDA Graphs: a captured decode step replayed after its inputs change gives the
+same bits as the same ops launched directly, and what a capture cannot hold fails clearly.
 
 On a GPU these run on it. Without one they skip here, and tests/test_cuda_emulated.py runs this
 same file against the emulated library (the same kernel sources compiled for the CPU with
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 
 import llmbench
+from llmbench import _core
 from llmbench.backends import cuda
 from llmbench.quant import dequantize, quantize, type_id
 
@@ -59,10 +61,11 @@ def test_library_exports_current_abi_and_a_complete_table():
     r = subprocess.run([sys.executable, "-c", TABLE_PROBE, LIB], capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     t = json.loads(r.stdout)
-    assert t["version"] == cuda.abi_version() == 2
+    assert t["version"] == cuda.abi_version() == 3
     ptr = ctypes.sizeof(ctypes.c_void_p)
-    # abi_version (padded) and table_size precede the function pointers: 31 entries in ABI version 2
-    assert (t["size"] - 2 * ptr) // ptr == 31 and (t["size"] - 2 * ptr) % ptr == 0
+    # abi_version (padded) and table_size precede the function pointers: 31 entries in ABI version 2,
+    # 6 more in 3 (graph_begin, graph_end, graph_launch, graph_destroy, copy, sample_dev)
+    assert (t["size"] - 2 * ptr) // ptr == 37 and (t["size"] - 2 * ptr) % ptr == 0
     assert not t["null"], f"table entries {t['null']} are NULL"
 
 
@@ -455,3 +458,208 @@ def test_kernel_forward_matches_the_reference_model(ctx, stories_path, wtype, kv
     top2 = np.sort(want, axis=1)[:, -2:]
     clear = top2[:, 1] - top2[:, 0] > 0.05 * np.abs(want).max()
     assert np.array_equal(ids[clear], want.argmax(1)[clear])
+
+
+# ---- CUDA Graphs ----
+
+class DecodeStep:
+    """One layer's decode step for a bucket of `n` rows on fixed device buffers: embedding lookup,
+    RMSNorm, Q/K/V products, RoPE, KV store, paged decode attention (several splits, sized for the
+    whole context, lengths read from device memory), output product with the fused residual norm,
+    logits and greedy device sampling; what a captured decode step launches. Inputs (tokens,
+    positions, slots, block tables, lengths) are set with ``set_inputs`` before a direct run or a replay."""
+
+    KERNELS = 14  # dequantize, rmsnorm, 3 matvec, 2 rope, kv_store, attention + combine, matvec, rmsnorm, matvec, sample
+
+    def __init__(self, ctx, n, rng, wtype="Q4_K", out_path="matvec"):
+        self.ctx, self.n, self.out_path = ctx, n, out_path
+        self.dim, self.nh, self.nkv, self.hd, self.vocab, self.bs, self.ctx_len = 256, 8, 2, 32, 300, 4, 64
+        self.kv_dim = self.nkv * self.hd
+        self.max_blocks = self.ctx_len // self.bs
+        self.n_blocks = n * self.max_blocks
+        self.tid = type_id(wtype)
+        self.keep = []
+        dim, qd = self.dim, self.nh * self.hd
+
+        def dev(a):
+            a = np.ascontiguousarray(a)
+            b = cuda.DeviceBuffer(a.nbytes)
+            b.upload(a)
+            self.keep.append(b)
+            return b.ptr
+
+        def buf(nbytes):
+            b = cuda.DeviceBuffer(nbytes)
+            self.keep.append(b)
+            return b.ptr
+
+        self.w = {name: dev(weights(wtype, rows, dim, rng)[0]) for name, rows in
+                  [("emb", self.vocab), ("q", qd), ("k", self.kv_dim), ("v", self.kv_dim), ("out", self.vocab)]}
+        self.w["o"] = dev(weights(wtype, dim, qd, rng)[0])
+        self.norm = [dev(1 + 0.1 * rng.standard_normal(dim).astype(np.float32)) for _ in range(2)]
+        rb = KV_ROW["f16"](self.kv_dim)
+        self.cache0 = [encode_kv("f16", rng.standard_normal((self.n_blocks * self.bs, self.kv_dim))) for _ in range(2)]
+        self.cache = [buf(self.cache0[0].nbytes), buf(self.cache0[1].nbytes)]
+        assert self.cache0[0].shape[1] == rb
+        self.inp = {k: buf(4 * size) for k, size in [("tokens", n), ("pos", n), ("slots", n), ("lens", n),
+                                                     ("tables", n * self.max_blocks)]}
+        self.params = dev(cuda.sampling_params([(0.0, 0, 1.0, 0.0, 0.0)] * n))
+        f = 4 * n
+        self.x, self.h, self.q, self.k, self.v, self.att, self.o = (buf(f * d) for d in (dim, dim, qd, self.kv_dim,
+                                                                                        self.kv_dim, qd, dim))
+        self.logits, self.ids = buf(f * self.vocab), buf(f)
+
+    def set_inputs(self, tokens, pos, slots, lens, tables):
+        """Per-step inputs into the fixed buffers (stream-ordered copies) and a fresh copy of the cache."""
+        c = self.ctx
+        for name, a in [("tokens", tokens), ("pos", pos), ("slots", slots), ("lens", lens), ("tables", tables)]:
+            c.copy_to_device(self.inp[name], np.asarray(a, np.int32))
+        for p, a in zip(self.cache, self.cache0):
+            c.copy_to_device(p, a)
+
+    def ops(self):
+        c, n, dim, hd, tid = self.ctx, self.n, self.dim, self.hd, self.tid
+        qd = self.nh * hd
+        c.dequantize_dev(tid, self.w["emb"], self.vocab, dim, self.inp["tokens"], n, self.x)
+        c.rmsnorm_dev(self.h, self.x, None, self.norm[0], dim, n, 1e-5)
+        for name, y, rows in [("q", self.q, qd), ("k", self.k, self.kv_dim), ("v", self.v, self.kv_dim)]:
+            c.matmul_dev("matvec", tid, self.w[name], rows, dim, self.h, dim, n, y, rows)
+        c.rope_dev(self.q, n, self.nh, hd, qd, self.inp["pos"], 10000.0)
+        c.rope_dev(self.k, n, self.nkv, hd, self.kv_dim, self.inp["pos"], 10000.0)
+        c.kv_store_dev("f16", *self.cache, self.k, self.v, self.kv_dim, n, self.kv_dim, self.inp["slots"])
+        c.attention_dev(False, q=self.q, out=self.att, ldq=qd, ldo=qd, k_cache=self.cache[0], v_cache=self.cache[1],
+                        kv_type="f16", block_size=self.bs, n_head=self.nh, n_head_kv=self.nkv, head_dim=hd,
+                        scale=float(1 / np.sqrt(hd)), block_tables=self.inp["tables"], max_blocks=self.max_blocks,
+                        n_seq=n, seq_lens=self.inp["lens"], split_keys=8, max_seq_len=self.ctx_len)
+        c.matmul_dev("matvec", tid, self.w["o"], dim, qd, self.att, qd, n, self.o, dim)
+        c.rmsnorm_dev(self.h, self.x, self.o, self.norm[1], dim, n, 1e-5)
+        c.matmul_dev(self.out_path, tid, self.w["out"], self.vocab, dim, self.h, dim, n, self.logits, self.vocab)
+        c.sample_dev(self.logits, n, self.vocab, self.params, self.ids)
+
+    def results(self):
+        c, n = self.ctx, self.n
+        c.sync()
+        return {"logits": c.copy_to_host(self.logits, (n, self.vocab), np.float32),
+                "ids": c.copy_to_host(self.ids, (n,), np.int32), "x": c.copy_to_host(self.x, (n, self.dim), np.float32),
+                "k_cache": c.copy_to_host(self.cache[0], self.cache0[0].shape, np.uint8),
+                "v_cache": c.copy_to_host(self.cache[1], self.cache0[1].shape, np.uint8)}
+
+    def step_inputs(self, rng, lens):
+        """A decode step of len(lens) sequences (lens[s] keys after this token; the rest of the bucket padding)."""
+        n, mb, bs = self.n, self.max_blocks, self.bs
+        tables = rng.permutation(self.n_blocks)[: n * mb].reshape(n, mb)
+        lens = np.array(list(lens) + [0] * (n - len(lens)), np.int32)
+        pos = np.maximum(lens - 1, 0)
+        slots = np.where(lens > 0, tables[np.arange(n), pos // bs] * bs + pos % bs, -1)  # padding: no store
+        return rng.integers(0, self.vocab, n), pos, slots, lens, tables
+
+    def free(self):
+        for b in self.keep:
+            b.free()
+
+
+def same_bits(a: dict, b: dict) -> None:
+    for key, value in a.items():
+        np.testing.assert_array_equal(value.view(np.uint8), b[key].view(np.uint8), err_msg=key)
+
+
+def test_graph_replays_a_decode_step_bit_for_bit(ctx):
+    rng = np.random.default_rng(21)
+    st = DecodeStep(ctx, 4, rng)
+    try:
+        a, b = st.step_inputs(rng, [5, 64, 17]), st.step_inputs(rng, [1, 30, 2, 63])
+        st.set_inputs(*a)
+        st.ops()  # direct launches (also: workspaces reach their sizes before the capture)
+        direct_a = st.results()
+        for p in (st.logits, st.ids):
+            ctx.copy_to_device(p, np.full(st.n * st.vocab if p == st.logits else st.n, -7, np.int32))
+        st.set_inputs(*b)
+        graph = ctx.capture(st.ops)
+        assert graph.n_kernels == DecodeStep.KERNELS and graph.n_nodes >= graph.n_kernels and graph.capture_ms >= 0
+        untouched = st.results()  # capturing ran nothing
+        assert (untouched["ids"] == -7).all() and (untouched["logits"].view(np.int32) == -7).all()
+        np.testing.assert_array_equal(untouched["k_cache"], st.cache0[0])
+        graph.launch()
+        replay_b = st.results()
+        st.set_inputs(*b)
+        st.ops()
+        direct_b = st.results()
+        same_bits(replay_b, direct_b)
+        assert not np.array_equal(direct_a["logits"], direct_b["logits"])  # the inputs mattered
+        # the token of each live row is the argmax of its logits; padding rows attend nothing
+        live = b[3] > 0
+        assert np.array_equal(direct_b["ids"][live], direct_b["logits"][live].argmax(1))
+        st.set_inputs(*a)  # back to the first inputs: the same graph again
+        graph.launch(reps=2)  # twice: the second replay stores the same rows into the same slots
+        same_bits(st.results(), direct_a)
+        graph.close()
+    finally:
+        st.free()
+
+
+def test_graph_captures_cublas(ctx):
+    """The output product through cuBLAS (cublasGemmEx on the context's own workspace) inside a capture."""
+    rng = np.random.default_rng(22)
+    st = DecodeStep(ctx, 2, rng, wtype="Q8_0", out_path="gemm")
+    try:
+        inputs = st.step_inputs(rng, [9, 40])
+        st.set_inputs(*inputs)
+        st.ops()
+        direct = st.results()
+        graph = ctx.capture(st.ops)
+        # round_rows + a dequantized tile + the GEMM's own kernels (one or more) replace one matvec
+        assert graph.n_kernels >= DecodeStep.KERNELS + 2
+        st.set_inputs(*inputs)
+        graph.launch()
+        same_bits(st.results(), direct)
+    finally:
+        st.free()
+
+
+def test_what_a_capture_cannot_hold_fails_clearly(ctx):
+    ctx = cuda.Context()  # its own workspaces, sized by this test's direct run alone
+    rng = np.random.default_rng(23)
+    st = DecodeStep(ctx, 1, rng)
+    try:
+        st.set_inputs(*st.step_inputs(rng, [3]))
+        st.ops()
+        st.results()
+        # a sync inside a capture: CUDA refuses it and spoils the capture; graph_end says which op failed
+        ctx.graph_begin()
+        st.ops()
+        with pytest.raises(llmbench.DeviceError, match=r"cudaStreamSynchronize.*runtime\.cu:\d+.*"
+                                                       r"cudaErrorStreamCaptureUnsupported.*cannot hold"):
+            ctx.sync()
+        with pytest.raises(llmbench.DeviceError, match="capture is invalid.*cudaStreamSynchronize"):
+            ctx.graph_end()
+        # an allocation inside a capture
+        ctx.graph_begin()
+        with pytest.raises(llmbench.DeviceError, match="cudaMalloc.*cudaErrorStreamCaptureUnsupported"):
+            cuda.DeviceBuffer(64)
+        with pytest.raises(llmbench.DeviceError, match="capture is invalid"):
+            ctx.graph_end()
+        # ops that would copy to or from host memory, wait, record events, or grow a workspace
+        qd = st.nh * st.hd
+        refusals = [(lambda: ctx.copy_to_device(st.inp["pos"], np.zeros(1, np.int32)), "host memory"),
+                    (lambda: _core.cuda_sample(ctx._ctx, st.logits, 1, st.vocab, [(0.0, 0, 1.0, 0.0, 0.0)], False),
+                     "sample_dev"),
+                    (lambda: ctx.phase_begin(0), "phase events"),
+                    (lambda: ctx.attention_dev(False, q=st.q, out=st.att, ldq=qd, ldo=qd, k_cache=st.cache[0],
+                                               v_cache=st.cache[1], kv_type="f16", block_size=st.bs, n_head=st.nh,
+                                               n_head_kv=st.nkv, head_dim=st.hd, scale=0.1, block_tables=st.inp["tables"],
+                                               max_blocks=st.max_blocks, n_seq=1, seq_lens=st.inp["lens"], split_keys=1,
+                                               max_seq_len=st.ctx_len), "attention workspace must grow")]
+        for op, why in refusals:
+            with pytest.raises((ValueError, llmbench.DeviceError), match=why):
+                ctx.capture(op)
+        with pytest.raises(ValueError, match="not capturing"):
+            ctx.graph_end()
+        # the context is still usable: direct ops, then a capture that replays correctly
+        st.set_inputs(*st.step_inputs(rng, [7]))
+        st.ops()
+        direct = st.results()
+        graph = ctx.capture(st.ops)
+        graph.launch()
+        same_bits(st.results(), direct)
+    finally:
+        st.free()

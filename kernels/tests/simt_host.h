@@ -6,7 +6,8 @@
 // fiber of its block, or warp, that has not returned arrives; a block whose fibers wait at different
 // barriers is reported as a deadlock), warp shuffles exchange through a buffer between two warp
 // barriers, __shared__ variables are static (one block runs at a time), dynamic shared memory is
-// filled with NaN before each block (reads of unwritten memory show up), atomics need no lock.
+// filled with NaN before each block (reads of unwritten memory show up), atomics need no lock. A
+// launch on a stream that is capturing a graph is recorded (arguments by value) instead of run.
 // 1-D thread blocks only; what the kernels here use, nothing more.
 #ifndef LLMB_SIMT_HOST_H
 #define LLMB_SIMT_HOST_H
@@ -176,8 +177,8 @@ inline void run_block() {
     }
 }
 
-template <class K, class... A>
-void launch(dim3 grid, dim3 block, size_t smem_bytes, K kernel, A... args) {
+// run every block of a grid, one after another
+inline void run_grid(dim3 grid, dim3 block, size_t smem_bytes, const std::function<void()> &body) {
     block_dim = block;
     grid_dim = grid;
     if (fibers.size() < block.x) {
@@ -187,13 +188,27 @@ void launch(dim3 grid, dim3 block, size_t smem_bytes, K kernel, A... args) {
     }
     xchg.assign(block.x, 0);
     smem.assign(smem_bytes / sizeof(float) + 1, 0.0f);
-    thunk = [=]() { kernel(args...); };
+    thunk = body;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 block_idx = uint3{x, y, z};
                 run_block();
             }
+}
+} // namespace simt
+
+// The emulated runtime (cuda_emu.cpp): if stream s is capturing a graph, keep op (a kernel node when
+// kernel, else a copy) for the graph's replays and return true; false: run it now.
+bool llmb_emu_capture(cudaStream_t s, std::function<void()> op, bool kernel);
+
+namespace simt {
+// kernel<<<grid, block, smem, s>>>(args...): run now, or recorded with its arguments by value when s
+// is capturing (a graph replay then runs the same launch on whatever memory holds by then)
+template <class K, class... A>
+void launch(cudaStream_t s, dim3 grid, dim3 block, size_t smem_bytes, K kernel, A... args) {
+    std::function<void()> run = [=]() { run_grid(grid, block, smem_bytes, [=]() { kernel(args...); }); };
+    if (!llmb_emu_capture(s, run, true)) run();
 }
 } // namespace simt
 

@@ -7,7 +7,9 @@ Without a GPU, a driver, or a build of the library, every function here raises
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,10 +124,46 @@ def copy_bandwidth(nbytes: int = 1 << 28, reps: int = 20, device: int = 0) -> fl
     return 2 * nbytes * reps / (ms * 1e-3) / 1e9
 
 
-# ---- kernels (ABI version 2): NumPy in, NumPy out, for tests and benchmarks ----
+# ---- kernels (ABI version 3): NumPy in, NumPy out, for tests and benchmarks ----
 
 _F32, _F16, _Q8_0 = 0, 1, 8
 _KV_TYPES = {"f32": _F32, "f16": _F16, "q8_0": _Q8_0}
+
+# llmb_cuda_sampling (kernels/llmb_cuda_abi.h), one per row, for sample_dev's device parameters
+SAMPLING_DTYPE = np.dtype([("temperature", "<f4"), ("top_p", "<f4"), ("min_p", "<f4"), ("u", "<f4"), ("top_k", "<i4")])
+
+
+def sampling_params(params: list[tuple[float, int, float, float, float]]) -> np.ndarray:
+    """Rows of (temperature, top_k, top_p, min_p, u) as the device's parameter array (SAMPLING_DTYPE)."""
+    out = np.zeros(len(params), SAMPLING_DTYPE)
+    for r, (t, k, p, mp, u) in enumerate(params):
+        if not (0.0 <= u < 1.0 and 0.0 < p <= 1.0 and k >= 0 and mp >= 0.0 and not np.isnan(t)):
+            raise ValueError(f"sampling row {r}: u {u} must be in [0, 1), top_p {p} in (0, 1], top_k {k} >= 0, "
+                             f"min_p {mp} >= 0, temperature {t} a number")
+        out[r] = (t, p, mp, u, k)
+    return out
+
+
+class Graph:
+    """A CUDA Graph captured on a :class:`Context` (``Context.capture``): the ops' launches with their
+    pointers and host values fixed; device memory is read when it replays. ``n_kernels`` counts its
+    kernel nodes, ``capture_ms`` the host time from graph_begin to the instantiated graph."""
+
+    def __init__(self, ctx: Context, handle: object, n_nodes: int, n_kernels: int, capture_ms: float):
+        self._ctx = ctx
+        self._handle: object | None = handle
+        self.n_nodes = n_nodes
+        self.n_kernels = n_kernels
+        self.capture_ms = capture_ms
+
+    def launch(self, reps: int = 1) -> None:
+        """Replay on the context's stream (asynchronous; ``Context.sync`` waits); ``reps`` times in a row."""
+        if self._handle is None:
+            raise ValueError("graph is closed")
+        _core.cuda_graph_launch(self._ctx._ctx, self._handle, reps)
+
+    def close(self) -> None:
+        self._handle = None  # the capsule destroys the graph (before the context it keeps alive)
 
 
 def abi_version() -> int:
@@ -192,6 +230,71 @@ class Context:
 
     def set_gemm_min_tokens(self, ntok: int) -> None:
         _core.cuda_set_gemm_min_tokens(self._ctx, ntok)
+
+    # -- graphs: capture the *_dev ops a function issues, replay them --
+    def graph_begin(self) -> None:
+        _core.cuda_graph_begin(self._ctx)
+
+    def graph_end(self) -> Graph:
+        return Graph(self, *_core.cuda_graph_end(self._ctx))
+
+    def capture(self, ops: Callable[[], object]) -> Graph:
+        """Capture what ``ops()`` queues on this context (``*_dev`` methods, device-to-device copies) into
+        a Graph; nothing runs until ``Graph.launch``. If an op fails (a sync, an allocation, a host copy,
+        a workspace that would grow), the capture is ended and the op's error raised."""
+        self.graph_begin()
+        try:
+            ops()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.graph_end()  # ends the spoiled capture; it fails too, naming the same op
+            raise
+        return self.graph_end()
+
+    # -- device pointers in, nothing waited for (capturable) --
+    def copy_to_device(self, dst: int, a: np.ndarray) -> None:
+        """Host array -> device, ordered on this context's stream (returns when the host array is free)."""
+        a = np.ascontiguousarray(a)
+        _core.cuda_copy(self._ctx, dst, a.ctypes.data, a.nbytes, 0)
+
+    def copy_to_host(self, src: int, shape: tuple[int, ...], dtype) -> np.ndarray:
+        out = np.empty(shape, dtype)
+        _core.cuda_copy(self._ctx, out.ctypes.data, src, out.nbytes, 1)
+        return out
+
+    def copy_dev(self, dst: int, src: int, nbytes: int) -> None:
+        _core.cuda_copy(self._ctx, dst, src, nbytes, 2)
+
+    def dequantize_dev(self, wtype: int, w: int, rows: int, cols: int, ids: int | None, n: int, out: int,
+                       dtype=np.float32) -> None:
+        _core.cuda_dequantize(self._ctx, wtype, w, rows, cols, ids, n, _F16 if dtype == np.float16 else _F32, out)
+
+    def rmsnorm_dev(self, out: int, x: int, residual: int | None, w: int, n: int, n_rows: int, eps: float) -> None:
+        _core.cuda_rmsnorm(self._ctx, out, x, residual, w, n, n_rows, eps)
+
+    def rope_dev(self, v: int, n_tok: int, n_heads: int, head_dim: int, ld: int, pos: int, base: float,
+                 scale: float = 1.0, freq_factors: int | None = None, neox: bool = False) -> None:
+        _core.cuda_rope(self._ctx, v, n_tok, n_heads, head_dim, ld, pos, base, scale, freq_factors, neox)
+
+    def swiglu_dev(self, gate: int, up: int, n: int) -> None:
+        _core.cuda_elementwise(self._ctx, 0, gate, up, n)
+
+    def add_dev(self, y: int, x: int, n: int) -> None:
+        _core.cuda_elementwise(self._ctx, 1, y, x, n)
+
+    def kv_store_dev(self, kv_type: str, k_cache: int, v_cache: int, k: int, v: int, ld: int, n_tok: int, kv_dim: int,
+                     slots: int) -> None:
+        _core.cuda_kv_store(self._ctx, _KV_TYPES[kv_type], k_cache, v_cache, k, v, ld, n_tok, kv_dim, slots)
+
+    def attention_dev(self, prefill: bool, **fields) -> None:
+        """Paged attention on device pointers: the fields of llmb_cuda_attn by name (kv_type as "f16", ...)."""
+        fields["kv_type"] = _KV_TYPES[fields["kv_type"]]
+        _core.cuda_attention(self._ctx, prefill, **fields)
+
+    def sample_dev(self, logits: int, n_rows: int, vocab: int, params: int, ids: int, logprobs: int | None = None) -> None:
+        """Sample on the device: params a device array of SAMPLING_DTYPE rows (see sampling_params), ids
+        int32 and logprobs float32 device arrays of n_rows."""
+        _core.cuda_sample_dev(self._ctx, logits, n_rows, vocab, params, ids, logprobs)
 
     # -- matrix products --
     def matmul_dev(self, path: str, wtype: int, w: int, rows: int, cols: int, x: int, ldx: int, ntok: int, y: int,
