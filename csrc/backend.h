@@ -1,5 +1,4 @@
-// backend.h — the boundary between the engine and the arithmetic of a forward step (a design, not yet
-// wired: csrc/engine.c still calls its CPU forward pass directly).
+// backend.h — the boundary between the engine and the arithmetic of a forward step.
 //
 // The engine (csrc/engine.c) is written once: requests, the scheduler that mixes decode tokens with
 // prefill chunks, the paged KV cache's block tables and reference counts (copy on write for forks),
@@ -8,20 +7,22 @@
 // engine never dereferences KV memory: it hands out block ids and slots, and the backend stores and
 // reads rows there.
 //
-// How engine.c will call it (the CPU backend is today's forward(), attention() and kv_row() moved
-// behind this table unchanged, so its results stay bit-identical; the CUDA backend is
-// csrc/backend_cuda.c, the same forward pass written against the kernels of
-// kernels/llmb_cuda_abi.h through llmb_cuda_table()):
+// How engine.c calls it (the CPU backend, csrc/backend_cpu.c, is the engine's former forward pass,
+// attention and KV rows behind this table, bit for bit; the CUDA backend is csrc/backend_cuda.c, the
+// same forward pass written against the kernels of kernels/llmb_cuda_abi.h through llmb_cuda_table()):
 //
-//   llmb_engine_create:  b = ops->create(model, &params)          weights uploaded once
+//   llmb_engine_create:  ops = the backend named in llmb_engine_params (NULL or "cpu", "cuda")
+//                        b = ops->create(model, &params)          weights uploaded once
 //                        ops->kv_alloc(b, kv_type, block_size, n_blocks)
-//   llmb_engine_step:    schedule_admissions(); build_batch() fills an llmb_batch (host arrays);
-//                        for each forked sequence admitted: ops->kv_copy(b, dst, src, n_tokens)
-//                        ops->forward(b, &batch, &out)           logits, or ids when out.ids is set
-//                        process_logits() as today on out.logits, or on out.ids / out.logprobs
-//                        (rows whose sampling needs penalties or top-n logprobs ask for logits)
-//   stats:               ops->memory(b, &mem); ops->times(b, &t)  weights / KV / scratch bytes, peak,
-//                        device free and total; GPU time per phase beside the host clock
+//   llmb_engine_step:    schedule_admissions(): for a forked sequence whose shared prefix ends inside
+//                        a block, ops->kv_copy(b, dst, src, n_tokens) (copy on write, at admission);
+//                        build_batch() fills an llmb_batch (host arrays);
+//                        ops->forward(b, &batch, &out)           logits, or ids when the batch asks
+//                        process_logits() samples on the host from out.logits (device sampling, with
+//                        out.ids / out.logprobs, is not asked for yet)
+//   stats:               ops->memory(b, &mem) once after kv_alloc: llmb_engine_weight_bytes, kv_bytes,
+//                        scratch_bytes; again for each llmb_engine_memory (peak, device free/total);
+//                        ops->times(b, &t): device time per phase (not read by the engine yet)
 //   llmb_engine_free:    ops->destroy(b)
 //
 // CUDA Graphs live inside the CUDA backend: a decode-only batch (every token's q_len == 1) of n
@@ -44,6 +45,7 @@ typedef struct {
     int max_seqs;        // the largest llmb_batch.n_seq
     int ctx;             // the longest sequence (sizes attention scratch and block tables)
     int graphs;          // CUDA: capture and replay decode steps (0: launch every kernel)
+    int max_rows;        // the largest llmb_batch.n_rows (sizes the logits)
 } llmb_backend_params;
 
 // One forward step. Tokens of a sequence are consecutive (build_batch emits them so); all arrays
@@ -57,8 +59,8 @@ typedef struct {
     const int32_t *q_start;      // (n_seq) first token of the sequence in this batch
     const int32_t *q_len;        // (n_seq) its tokens in this batch (1 for a decode step)
     const int32_t *pos0;         // (n_seq) position of its first token here (= cached tokens)
-    const int32_t *block_tables; // (n_seq, max_blocks) KV block ids
-    int max_blocks;
+    const int32_t *block_tables; // (n_seq, max_blocks) KV block ids; entries past the block of the
+    int max_blocks;              // sequence's last position in this batch are unspecified
     int n_rows;                  // tokens whose logits (or samples) are wanted
     const int32_t *rows;         // (n_rows) their index in the batch, in output order
     // device sampling (NULL: return logits): one entry per output row, u drawn by the engine from
@@ -67,10 +69,12 @@ typedef struct {
     const int32_t *top_k;
 } llmb_batch;
 
+// Set by forward() to host arrays the backend owns, valid until its next forward() or destroy() (the
+// CPU backend hands back its own logits buffer: no copy of n_rows x vocab floats per step).
 typedef struct {
-    float *logits;     // (n_rows, vocab) host, filled when the batch has no sampling arrays
-    int32_t *ids;      // (n_rows) host, filled when it has
-    float *logprobs;   // (n_rows) host or NULL: each sampled token's log-probability
+    const float *logits;     // (n_rows, vocab) when the batch has no sampling arrays, else NULL
+    const int32_t *ids;      // (n_rows) when it has, else NULL
+    const float *logprobs;   // (n_rows) or NULL: each sampled token's log-probability
 } llmb_forward_out;
 
 typedef struct {
@@ -103,8 +107,8 @@ typedef struct {
     llmb_status (*times)(llmb_backend *b, llmb_backend_times *out);
 } llmb_backend_ops;
 
-// The backends built into this core: "cpu" always, "cuda" when the CUDA library loads (NULL and
-// LLMB_E_BACKEND with the reason otherwise).
+// The backends built into this core: "cpu" always (backend_cpu.c), "cuda" when the CUDA library
+// loads (backend_cuda.c; NULL and LLMB_E_BACKEND with the reason otherwise).
 const llmb_backend_ops *llmb_backend_cpu(void);
 const llmb_backend_ops *llmb_backend_cuda(void);
 

@@ -1,25 +1,25 @@
-// engine.c — sequences, paged KV cache, scheduler, forward step, sampler and event log (engine.h).
+// engine.c — sequences, paged KV block tables, scheduler, sampler and event log (engine.h), written
+// once for every backend.
 //
 // Each step admits waiting requests whose KV blocks fit (blocks for prompt + max_tokens are taken
-// at admission, so a running sequence never runs out), then builds one batch: a decode token for
-// every running sequence, then prefill chunks of the others up to the token budget. The forward
-// pass reads like the model: embed, then per layer RMSNorm -> QKV -> RoPE -> KV store -> attention
-// -> output projection -> residual -> RMSNorm -> SwiGLU FFN -> residual, then final norm and the
-// output projection for the rows that need logits. Every per-token computation has a fixed order,
-// so a sequence's logits do not depend on what else is in the batch.
+// at admission, so a running sequence never runs out; a fork shares its parent's full blocks and
+// has the backend copy the partial one), then builds one batch (an llmb_batch of backend.h): a
+// decode token for every running sequence, then prefill chunks of the others up to the token
+// budget. The backend's forward() runs the model over it (backend_cpu.c: host threads; the engine
+// never touches KV memory or activations) and hands back logits for the rows that need them; the
+// engine samples on the host and logs events. Every per-token computation of a backend has a fixed
+// order, so a sequence's tokens do not depend on what else is in the batch.
 // Tested by tests/test_engine.py (reference forward pass, stories260K greedy story, batch
-// invariance, prefix forks, sampler) and tests/test_sampling.py.
+// invariance, prefix forks, sampler, backend selection), tests/test_sampling.py and
+// csrc/tests/test_engine.c.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
+#include "backend.h"
 #include "engine.h"
 #include "internal.h"
 #include "model.h"
-#include "ops.h"
 #include "quants.h"
 
 #define MAX_TOPN 20
@@ -49,16 +49,17 @@ typedef struct {
 typedef struct {
     seq_t *seq;
     int pos;
-    int logit_row;            // row in the logits buffer, or -1
+    int logit_row;            // row in the logits the backend returns, or -1
 } item_t;
 
 struct llmb_engine {
     llmb_model *model;
     llmb_engine_params p;
+    const llmb_backend_ops *ops;
+    llmb_backend *b;          // the backend: weights, the KV pool's bytes, scratch, the forward step
+    llmb_backend_memory mem;  // what it holds, asked once after kv_alloc
     int kv_type;
-    const llmb_quant_traits *kv_q;   // its row conversions (from_float writes the cache)
     size_t kv_row_bytes;      // one token's K (or V) of one layer
-    uint8_t *kv;              // [layer][K|V][block][slot] rows
     int32_t *block_ref;       // reference count per block
     int32_t *free_list;
     int64_t n_free;
@@ -71,12 +72,14 @@ struct llmb_engine {
     int n_running;
     // batch
     item_t *items;
-    int *run_start;           // attention: first item of each sequence's run (+ end)
     int max_logit_rows;
-    // activations (sized for max_batch_tokens tokens, max_logit_rows logits rows)
-    float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *att_scratch;
-    llmb_matmul_ctx mm;
-    size_t scratch_bytes;
+    int max_blocks;           // block table row length: blocks of the longest sequence (ctx)
+    int32_t *tokens, *pos, *slots;      // (max_batch_tokens) the llmb_batch arrays
+    int32_t *q_start, *q_len, *pos0;    // (max_seqs)
+    int32_t *block_tables;              // (max_seqs, max_blocks)
+    int32_t *rows;                      // (max_logit_rows)
+    llmb_batch batch;
+    const float *logits;      // the backend's logits of the last step, (n_rows, vocab)
     // sampler
     float *work;
     int32_t *cand;
@@ -143,13 +146,7 @@ static int push_event(llmb_engine *e, int64_t seq, int kind, int32_t token, floa
     return 0;
 }
 
-// ---- KV cache ----
-
-static uint8_t *kv_row(llmb_engine *e, int layer, int which, int32_t block, int slot) {
-    size_t per_block = (size_t)e->p.block_size * e->kv_row_bytes;
-    size_t per_part = (size_t)e->p.n_blocks * per_block;
-    return e->kv + ((size_t)layer * 2 + (size_t)which) * per_part + (size_t)block * per_block + (size_t)slot * e->kv_row_bytes;
-}
+// ---- KV blocks (the backend holds their bytes) ----
 
 static int32_t block_alloc(llmb_engine *e) {
     int32_t b = e->free_list[--e->n_free];
@@ -170,20 +167,36 @@ static int blocks_for(const llmb_engine *e, int n_tokens) {
     return (n_tokens + e->p.block_size - 1) / e->p.block_size;
 }
 
-static void store_kv(llmb_engine *e, uint8_t *dst, const float *src, int n) { e->kv_q->from_float(src, dst, n); }
-
 // ---- engine lifetime ----
+
+// The backend named `name` (NULL: "cpu"), or NULL with the reason recorded.
+static const llmb_backend_ops *find_backend(const char *name, llmb_status *st) {
+    *st = LLMB_OK;
+    if (!name || !strcmp(name, "cpu")) return llmb_backend_cpu();
+    if (!strcmp(name, "cuda")) {
+        const llmb_backend_ops *ops = llmb_backend_cuda();
+        if (!ops) *st = LLMB_E_BACKEND;  // its reason is recorded
+        return ops;
+    }
+    *st = llmb_fail(LLMB_E_ARG, "engine: no backend named '%.64s' (built in: cpu, cuda)", name);
+    return NULL;
+}
 
 llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, llmb_engine **out) {
     *out = NULL;
+    llmb_status s;
+    const llmb_backend_ops *ops = find_backend(p->backend, &s);
+    if (!ops) return s;
     llmb_engine *e = calloc(1, sizeof *e);
     if (!e) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
-    llmb_status s = llmb_model_load(g, &e->model);
+    s = llmb_model_load(g, &e->model);
     if (s) {
         free(e);
         return s;
     }
     e->p = *p;
+    e->p.backend = NULL;  // not kept: the caller's string
+    e->ops = ops;
     const llmb_model_config *c = &e->model->cfg;
     if (p->block_size < 1 || p->block_size > 4096 || p->n_blocks < 1 || p->ctx < 1 || p->max_batch_tokens < 1 ||
         p->max_seqs < 1 || p->n_threads < 1) {
@@ -191,6 +204,11 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
         return llmb_fail(LLMB_E_ARG, "engine: block_size, n_blocks, ctx, max_batch_tokens, max_seqs and threads must be "
                                      "positive (got %d, %lld, %d, %d, %d, %d)", p->block_size, (long long)p->n_blocks,
                          p->ctx, p->max_batch_tokens, p->max_seqs, p->n_threads);
+    }
+    if (p->n_blocks > INT32_MAX / p->block_size) {  // slots are int32 (llmb_batch)
+        llmb_engine_free(e);
+        return llmb_fail(LLMB_E_ARG, "engine: %lld KV blocks of %d tokens exceed 2^31 slots; lower kv_budget",
+                         (long long)p->n_blocks, p->block_size);
     }
     e->kv_type = p->kv_type;
     int kv_dim = c->n_head_kv * c->head_dim;
@@ -204,53 +222,32 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
         llmb_engine_free(e);
         return llmb_fail(LLMB_E_ARG, "engine: KV cache type %d is not one of F32, F16, Q8_0", e->kv_type);
     }
-    e->kv_q = llmb_quant_traits_get(e->kv_type);
     const llmb_type_traits *kt = llmb_type_traits_get(e->kv_type);
     e->kv_row_bytes = (size_t)(kv_dim / kt->blck_size * kt->type_size);
-    size_t kv_bytes = (size_t)c->n_layer * 2 * (size_t)p->n_blocks * (size_t)p->block_size * e->kv_row_bytes;
-    int n = p->max_batch_tokens, nt = p->n_threads;
+    int n = p->max_batch_tokens;
     e->max_logit_rows = p->max_seqs + 64 < n ? p->max_seqs + 64 : n;
-    int64_t q_dim = (int64_t)c->n_head * c->head_dim;
-    int oom = 0;
-    e->kv = malloc(kv_bytes ? kv_bytes : 1);
-    if (!e->kv) {
+    e->max_blocks = blocks_for(e, p->ctx);
+    const llmb_backend_params bp = {p->device, p->n_threads, p->float_act, n, p->max_seqs, p->ctx, p->graphs,
+                                    e->max_logit_rows};
+    if ((s = ops->create(e->model, &bp, &e->b)) || (s = ops->kv_alloc(e->b, e->kv_type, p->block_size, p->n_blocks)) ||
+        (s = ops->memory(e->b, &e->mem))) {
         llmb_engine_free(e);
-        return llmb_fail(LLMB_E_NOMEM, "engine: cannot allocate a KV cache of %zu bytes (%lld blocks of %d tokens); "
-                                       "lower kv_budget", kv_bytes, (long long)p->n_blocks, p->block_size);
+        return s;
     }
+    int oom = 0;
     e->block_ref = xcalloc((size_t)p->n_blocks, sizeof *e->block_ref, &oom);
     e->free_list = xcalloc((size_t)p->n_blocks, sizeof *e->free_list, &oom);
     e->items = xcalloc((size_t)n, sizeof *e->items, &oom);
-    e->run_start = xcalloc((size_t)n + 1, sizeof *e->run_start, &oom);
     e->running = xcalloc((size_t)p->max_seqs, sizeof *e->running, &oom);
-    size_t fl = 0;
-#define ACT(ptr, count) (e->ptr = xcalloc((size_t)(count), sizeof(float), &oom), fl += (size_t)(count))
-    ACT(x, (size_t)n * c->dim);
-    ACT(xn, (size_t)n * c->dim);
-    ACT(q, (size_t)n * q_dim);
-    ACT(k, (size_t)n * kv_dim);
-    ACT(v, (size_t)n * kv_dim);
-    ACT(att, (size_t)n * q_dim);
-    ACT(gate, (size_t)n * c->ff);
-    ACT(up, (size_t)n * c->ff);
-    ACT(cs, (size_t)n * c->head_dim);
-    ACT(xl, (size_t)e->max_logit_rows * c->dim);
-    ACT(logits, (size_t)e->max_logit_rows * c->vocab);
-    ACT(att_scratch, (size_t)nt * llmb_att_scratch_floats(p->ctx, c->head_dim));
-    ACT(work, (size_t)c->vocab);
-#undef ACT
-    e->mm.row_cap = (llmb_matmul_row_cap(e->model) + 63) / 64 * 64;
-    e->mm.xq = xcalloc((size_t)n * e->mm.row_cap, 1, &oom);
-    e->mm.nthreads = nt;
-    if (p->float_act) {
-        int64_t wide = c->dim > q_dim ? c->dim : q_dim;
-        if (c->ff > wide) wide = c->ff;
-        e->mm.float_act = 1;
-        e->mm.wtile_ne0 = wide;
-        e->mm.wtile = xcalloc((size_t)nt * LLMB_MATMUL_TILE * (size_t)wide, sizeof(float), &oom);
-        fl += (size_t)nt * LLMB_MATMUL_TILE * (size_t)wide;
-    }
-    e->scratch_bytes = fl * sizeof(float) + (size_t)n * e->mm.row_cap;
+    e->tokens = xcalloc((size_t)n, sizeof *e->tokens, &oom);
+    e->pos = xcalloc((size_t)n, sizeof *e->pos, &oom);
+    e->slots = xcalloc((size_t)n, sizeof *e->slots, &oom);
+    e->q_start = xcalloc((size_t)p->max_seqs, sizeof *e->q_start, &oom);
+    e->q_len = xcalloc((size_t)p->max_seqs, sizeof *e->q_len, &oom);
+    e->pos0 = xcalloc((size_t)p->max_seqs, sizeof *e->pos0, &oom);
+    e->block_tables = xcalloc((size_t)p->max_seqs * (size_t)e->max_blocks, sizeof *e->block_tables, &oom);
+    e->rows = xcalloc((size_t)e->max_logit_rows, sizeof *e->rows, &oom);
+    e->work = xcalloc((size_t)c->vocab, sizeof *e->work, &oom);
     e->cand = xcalloc((size_t)c->vocab, sizeof *e->cand, &oom);
     e->seen = xcalloc((size_t)c->vocab, sizeof *e->seen, &oom);
     e->counts = xcalloc((size_t)c->vocab, sizeof *e->counts, &oom);
@@ -260,8 +257,12 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     if (oom) {
         int vocab = c->vocab;
         llmb_engine_free(e);
-        return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for activations (max_batch_tokens %d, vocab %d)", n, vocab);
+        return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for the batch and sampler (max_batch_tokens %d, vocab %d)",
+                         n, vocab);
     }
+    e->batch = (llmb_batch){.tokens = e->tokens, .pos = e->pos, .slots = e->slots, .q_start = e->q_start,
+                            .q_len = e->q_len, .pos0 = e->pos0, .block_tables = e->block_tables,
+                            .max_blocks = e->max_blocks, .rows = e->rows};
     for (int64_t b = 0; b < p->n_blocks; b++) e->free_list[b] = (int32_t)(p->n_blocks - 1 - b);
     e->n_free = p->n_blocks;
     *out = e;
@@ -286,12 +287,9 @@ void llmb_engine_free(llmb_engine *e) {
     free(e->waiting);
     free(e->running);
     free(e->items);
-    free(e->run_start);
-    float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->gate, e->up, e->cs, e->xl, e->logits,
-                     e->att_scratch, e->work};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
-    free(e->mm.xq);
-    free(e->mm.wtile);
+    int32_t *arrays[] = {e->tokens, e->pos, e->slots, e->q_start, e->q_len, e->pos0, e->block_tables, e->rows};
+    for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
+    free(e->work);
     free(e->cand);
     free(e->seen);
     free(e->counts);
@@ -301,9 +299,9 @@ void llmb_engine_free(llmb_engine *e) {
     free(e->ev);
     free(e->ev_topn_id);
     free(e->ev_topn_lp);
-    free(e->kv);
     free(e->block_ref);
     free(e->free_list);
+    if (e->b) e->ops->destroy(e->b);
     llmb_model_free(e->model);
     free(e);
 }
@@ -315,12 +313,20 @@ void llmb_engine_model_info(const llmb_engine *e, int out[9], char arch[32]) {
     memcpy(arch, c->arch, 32);
 }
 
-uint64_t llmb_engine_weight_bytes(const llmb_engine *e) { return e->model->weight_bytes; }
+uint64_t llmb_engine_weight_bytes(const llmb_engine *e) { return e->mem.weights; }
 uint64_t llmb_engine_kv_token_bytes(const llmb_engine *e) { return 2 * (uint64_t)e->model->cfg.n_layer * e->kv_row_bytes; }
-uint64_t llmb_engine_kv_bytes(const llmb_engine *e) {
-    return llmb_engine_kv_token_bytes(e) * (uint64_t)e->p.n_blocks * (uint64_t)e->p.block_size;
+uint64_t llmb_engine_kv_bytes(const llmb_engine *e) { return e->mem.kv; }
+uint64_t llmb_engine_scratch_bytes(const llmb_engine *e) { return e->mem.scratch; }
+const char *llmb_engine_backend(const llmb_engine *e) { return e->ops->name; }
+
+llmb_status llmb_engine_memory(llmb_engine *e, uint64_t out[6]) {
+    llmb_backend_memory m;
+    llmb_status s = e->ops->memory(e->b, &m);
+    if (s) return s;
+    const uint64_t v[6] = {m.weights, m.kv, m.scratch, m.peak, m.device_free, m.device_total};
+    memcpy(out, v, sizeof v);
+    return LLMB_OK;
 }
-uint64_t llmb_engine_scratch_bytes(const llmb_engine *e) { return e->scratch_bytes; }
 int64_t llmb_engine_free_blocks(const llmb_engine *e) { return e->n_free; }
 void llmb_engine_get_stats(const llmb_engine *e, llmb_engine_stats *st) { *st = e->stats; }
 void llmb_engine_reset_stats(llmb_engine *e) { memset(&e->stats, 0, sizeof e->stats); }
@@ -492,9 +498,10 @@ int llmb_engine_poll(llmb_engine *e, llmb_event *out, int max, int32_t *topn_ids
 
 // ---- scheduling ----
 
-// Admit a waiting sequence: take its KV blocks, sharing a forked parent's full blocks and copying
-// the parent's partially filled last block (copy on write, done eagerly).
-static int admit(llmb_engine *e, seq_t *s) {
+// Admit a waiting sequence: take its KV blocks, sharing a forked parent's full blocks and having the
+// backend copy the parent's partially filled last block (copy on write, done eagerly). 1: admitted,
+// 0: its blocks do not fit yet, -1: the copy failed (*st says why; blocks returned).
+static int admit(llmb_engine *e, seq_t *s, llmb_status *st) {
     int total = blocks_for(e, s->n_prompt + s->s.max_tokens);
     seq_t *par = s->fork_from >= 0 ? get_seq(e, s->fork_from) : NULL;
     int computed = 0;
@@ -512,13 +519,11 @@ static int admit(llmb_engine *e, seq_t *s) {
         e->block_ref[par->blocks[b]]++;
     }
     for (int b = shared; b < total; b++) s->blocks[b] = block_alloc(e);
-    if (partial) {
-        size_t bytes = (size_t)partial * e->kv_row_bytes;
-        for (int l = 0; l < e->model->cfg.n_layer; l++)
-            for (int w = 0; w < 2; w++)
-                memcpy(kv_row(e, l, w, s->blocks[shared], 0), kv_row(e, l, w, par->blocks[shared], 0), bytes);
-    }
     s->n_blocks = total;
+    if (partial && (*st = e->ops->kv_copy(e->b, s->blocks[shared], par->blocks[shared], partial))) {
+        seq_free_blocks(e, s);
+        return -1;
+    }
     s->n_computed = computed;
     s->state = SEQ_RUNNING;
     e->running[e->n_running++] = s;
@@ -526,14 +531,18 @@ static int admit(llmb_engine *e, seq_t *s) {
     return 1;
 }
 
-static void schedule_admissions(llmb_engine *e) {
+static llmb_status schedule_admissions(llmb_engine *e) {
     int64_t i = 0;
     while (i < e->n_waiting && e->n_running < e->p.max_seqs) {
         seq_t *s = get_seq(e, e->waiting[i]);
-        if (!admit(e, s)) break;  // first come, first served: later requests wait too
+        llmb_status st = LLMB_OK;
+        const int a = admit(e, s, &st);
+        if (a < 0) return st;
+        if (!a) break;  // first come, first served: later requests wait too
         memmove(&e->waiting[i], &e->waiting[i + 1], (size_t)(e->n_waiting - i - 1) * sizeof *e->waiting);
         e->n_waiting--;
     }
+    return LLMB_OK;
 }
 
 // Does position `pos` of `s` need a row of logits in this step?
@@ -544,148 +553,42 @@ static int needs_logits(const seq_t *s, int pos) {
     return 0;
 }
 
-// Fill e->items: decode tokens first, then prefill chunks, within the token and logits-row budgets.
+// Fill e->items and the llmb_batch: decode tokens first, then prefill chunks, within the token and
+// logits-row budgets. A sequence's tokens are consecutive, at consecutive positions from n_computed.
 static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
-    int n = 0, rows = 0;
+    int n = 0, rows = 0, n_seq = 0;
+    const int B = e->p.block_size;
     *n_prefill = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < e->n_running && n < e->p.max_batch_tokens; i++) {
             seq_t *s = e->running[i];
             int is_decode = s->n_computed >= s->n_prompt;
             if (is_decode != (pass == 0)) continue;
+            const int n0 = n;
             for (int pos = s->n_computed; pos < s->n_tokens && n < e->p.max_batch_tokens; pos++) {
                 int want = needs_logits(s, pos);
                 if (want && rows >= e->max_logit_rows) break;
+                if (want) e->rows[rows] = n;
+                e->tokens[n] = s->tokens[pos];
+                e->pos[n] = pos;
+                e->slots[n] = s->blocks[pos / B] * B + pos % B;
                 e->items[n++] = (item_t){s, pos, want ? rows++ : -1};
                 if (!is_decode) (*n_prefill)++;
             }
+            if (n == n0) continue;
+            e->q_start[n_seq] = n0;
+            e->q_len[n_seq] = n - n0;
+            e->pos0[n_seq] = s->n_computed;
+            memcpy(e->block_tables + (size_t)n_seq * e->max_blocks, s->blocks,
+                   (size_t)blocks_for(e, e->pos[n - 1] + 1) * sizeof *s->blocks);
+            n_seq++;
         }
     }
+    e->batch.n_tok = n;
+    e->batch.n_seq = n_seq;
+    e->batch.n_rows = rows;
     *n_rows = rows;
     return n;
-}
-
-// ---- forward ----
-
-// Attention of every batch token over its sequence's cached keys and values. Work is split by
-// (run of consecutive batch tokens of one sequence, KV head): the unit converts that head's cached
-// K (transposed) and V rows up to the run's last position to float once (llmb_att_gather: 16 keys at a
-// time, transposed in registers, no call per row), then serves every query
-// head of the group and every token of the run, LLMB_ATT_Q queries per llmb_attend call
-// (attention.c). Each (token, head) output is computed by the same operations whatever else is in
-// the batch.
-static size_t att_scratch_floats(const llmb_engine *e) {
-    return llmb_att_scratch_floats(e->p.ctx, e->model->cfg.head_dim);
-}
-
-static void attention(llmb_engine *e, int layer, int n) {
-    const llmb_model_config *c = &e->model->cfg;
-    const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = e->p.block_size;
-    const int64_t q_dim = (int64_t)nh * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const size_t head_bytes = e->kv_row_bytes / (size_t)nkv;
-    // runs of consecutive items of one sequence (build_batch emits a sequence's tokens together)
-    int *run_start = e->run_start, n_runs = 0;
-    int64_t work = 0;
-    for (int i = 0; i < n; i++) {
-        if (i == 0 || e->items[i].seq != e->items[i - 1].seq) run_start[n_runs++] = i;
-        work += (int64_t)(e->items[i].pos + 1) * nh * hd;
-    }
-    run_start[n_runs] = n;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(e->p.n_threads) if (e->p.n_threads > 1 && work >= (1 << 16))
-    for (int64_t u = 0; u < (int64_t)n_runs * nkv; u++) {
-        const int r = (int)(u / nkv), kvh = (int)(u % nkv);
-        const int i0 = run_start[r], i1 = run_start[r + 1];
-        const seq_t *seq = e->items[i0].seq;
-#ifdef _OPENMP
-        float *kt = e->att_scratch + (size_t)omp_get_thread_num() * att_scratch_floats(e);
-#else
-        float *kt = e->att_scratch;
-#endif
-        int max_pos = 0;
-        for (int i = i0; i < i1; i++)
-            if (e->items[i].pos > max_pos) max_pos = e->items[i].pos;
-        // this head's keys transposed (kt[d * ldk + j], zero padding) and values as rows, as floats
-        const size_t ldk = llmb_att_ldk(max_pos + 1);
-        float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
-        const size_t per_part = (size_t)e->p.n_blocks * B * e->kv_row_bytes;
-        const uint8_t *k0 = e->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
-        const llmb_kv_head kvh_rows = {e->kv_type, k0, k0 + per_part, seq->blocks, B, (size_t)B * e->kv_row_bytes,
-                                       e->kv_row_bytes};
-        llmb_att_gather(&kvh_rows, max_pos + 1, hd, kt, ldk, vf);
-        // every (token, query head) of the run, LLMB_ATT_Q at a time
-        const int nq_all = (i1 - i0) * group;
-        for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {
-            const float *qp[LLMB_ATT_Q];
-            float *op[LLMB_ATT_Q];
-            int nk[LLMB_ATT_Q], nq = 0;
-            for (; nq < LLMB_ATT_Q && q0 + nq < nq_all; nq++) {
-                const int i = i0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
-                qp[nq] = e->q + i * q_dim + (int64_t)h * hd;
-                op[nq] = e->att + i * q_dim + (int64_t)h * hd;
-                nk[nq] = e->items[i].pos + 1;
-            }
-            llmb_attend(nq, qp, nk, kt, ldk, vf, hd, scale, sc, op);
-        }
-    }
-}
-
-static void add_bias(float *y, const float *b, int n, int64_t dim) {
-    if (!b) return;
-    for (int i = 0; i < n; i++)
-        for (int64_t d = 0; d < dim; d++) y[i * dim + d] += b[d];
-}
-
-static void forward(llmb_engine *e, int n, int n_rows) {
-    const llmb_model *m = e->model;
-    const llmb_model_config *c = &m->cfg;
-    const int hd = c->head_dim, B = e->p.block_size;
-    const int64_t dim = c->dim, q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd, ff = c->ff;
-    const llmb_quant_traits *eq = llmb_quant_traits_get(m->tok_embd.type);
-    llmb_matmul_ctx *mm = &e->mm;
-    for (int i = 0; i < n; i++) {
-        const item_t *it = &e->items[i];
-        eq->to_float((const char *)m->tok_embd.data + (size_t)it->seq->tokens[it->pos] * m->tok_embd.row_bytes,
-                     e->x + i * dim, dim);
-        llmb_rope_table(e->cs + (int64_t)i * hd, hd, it->pos, c->rope_base, c->rope_scale, m->rope_freqs);
-    }
-    for (int l = 0; l < c->n_layer; l++) {
-        const llmb_layer *L = &m->layers[l];
-        // ---- attention ----
-        for (int i = 0; i < n; i++) llmb_rmsnorm(e->xn + i * dim, e->x + i * dim, L->attn_norm, dim, c->norm_eps);
-        llmb_matmul_forget(mm);
-        llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, e->xn, dim, n,
-                      (float *[]){e->q, e->k, e->v}, (int64_t[]){q_dim, kv_dim, kv_dim});
-        add_bias(e->q, L->bq, n, q_dim);
-        add_bias(e->k, L->bk, n, kv_dim);
-        add_bias(e->v, L->bv, n, kv_dim);
-        for (int i = 0; i < n; i++) {
-            const item_t *it = &e->items[i];
-            llmb_rope(e->q + i * q_dim, c->n_head, hd, e->cs + (int64_t)i * hd, c->rope_neox);
-            llmb_rope(e->k + i * kv_dim, c->n_head_kv, hd, e->cs + (int64_t)i * hd, c->rope_neox);
-            int32_t blk = it->seq->blocks[it->pos / B];
-            store_kv(e, kv_row(e, l, 0, blk, it->pos % B), e->k + i * kv_dim, (int)kv_dim);
-            store_kv(e, kv_row(e, l, 1, blk, it->pos % B), e->v + i * kv_dim, (int)kv_dim);
-        }
-        attention(e, l, n);
-        llmb_matmul_forget(mm);
-        llmb_matmul(mm, &L->wo, e->att, q_dim, n, e->xn, dim);
-        for (int64_t i = 0; i < n * dim; i++) e->x[i] += e->xn[i];
-        // ---- feed-forward ----
-        for (int i = 0; i < n; i++) llmb_rmsnorm(e->xn + i * dim, e->x + i * dim, L->ffn_norm, dim, c->norm_eps);
-        llmb_matmul_forget(mm);
-        llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, e->xn, dim, n, (float *[]){e->gate, e->up},
-                      (int64_t[]){ff, ff});
-        for (int i = 0; i < n; i++) llmb_swiglu(e->gate + i * ff, e->up + i * ff, ff);
-        llmb_matmul_forget(mm);
-        llmb_matmul(mm, &L->w_down, e->gate, ff, n, e->xn, dim);
-        for (int64_t i = 0; i < n * dim; i++) e->x[i] += e->xn[i];
-    }
-    for (int i = 0; i < n; i++)
-        if (e->items[i].logit_row >= 0)
-            llmb_rmsnorm(e->xl + e->items[i].logit_row * dim, e->x + i * dim, m->output_norm, dim, c->norm_eps);
-    llmb_matmul_forget(mm);
-    if (n_rows) llmb_matmul(mm, &m->output, e->xl, dim, n_rows, e->logits, c->vocab);
 }
 
 // ---- sampling ----
@@ -880,7 +783,8 @@ static llmb_status process_logits(llmb_engine *e, int n) {
 
 llmb_status llmb_engine_step(llmb_engine *e, int *busy) {
     uint64_t t0 = llmb_now_ns();
-    schedule_admissions(e);
+    llmb_status st = schedule_admissions(e);
+    if (st) return st;
     int n_rows, n_prefill;
     int n = build_batch(e, &n_rows, &n_prefill);
     uint64_t t1 = llmb_now_ns();
@@ -892,7 +796,10 @@ llmb_status llmb_engine_step(llmb_engine *e, int *busy) {
                              "raise kv_budget", (long long)e->n_waiting, (long long)e->n_free);
         return LLMB_OK;
     }
-    forward(e, n, n_rows);
+    llmb_forward_out out;
+    st = e->ops->forward(e->b, &e->batch, &out);
+    if (st) return st;
+    e->logits = out.logits;
     uint64_t t2 = llmb_now_ns();
     if (n_prefill) e->stats.prefill_ns += t2 - t1;
     else e->stats.decode_ns += t2 - t1;

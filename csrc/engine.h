@@ -1,6 +1,7 @@
 // engine.h — the inference engine: sequences, a paged KV cache with prefix sharing, a scheduler
 // that mixes decode tokens with chunked prefill in one forward step, the sampler, and an event
-// log with monotonic timestamps. Written once; the arithmetic runs on a backend (CPU here).
+// log with monotonic timestamps. Written once; the arithmetic runs on a backend (backend.h): "cpu"
+// (backend_cpu.c) or "cuda" (backend_cuda.c), chosen in llmb_engine_params.
 #ifndef LLMB_ENGINE_H
 #define LLMB_ENGINE_H
 
@@ -17,6 +18,9 @@ typedef struct {
     int max_seqs;         // sequences running at once
     int n_threads;
     int float_act;        // 1: float32 activations against dequantized weights (no 8-bit activations)
+    const char *backend;  // "cpu" (NULL: cpu) or "cuda"; read only by llmb_engine_create
+    int device;           // CUDA device index (cpu: ignored)
+    int graphs;           // CUDA: capture and replay decode steps with CUDA Graphs (cpu: ignored)
 } llmb_engine_params;
 
 typedef struct {
@@ -59,10 +63,14 @@ LLMB_API void llmb_engine_free(llmb_engine *e);
 
 // Model facts: n_layer, dim, n_head, n_head_kv, head_dim, ff, vocab, ctx_train, tied.
 LLMB_API void llmb_engine_model_info(const llmb_engine *e, int out[9], char arch[32]);
+// Bytes the backend holds (its memory() once it was created): weights, the KV pool, activation scratch.
 LLMB_API uint64_t llmb_engine_weight_bytes(const llmb_engine *e);
 LLMB_API uint64_t llmb_engine_kv_bytes(const llmb_engine *e);      // the KV pool
 LLMB_API uint64_t llmb_engine_kv_token_bytes(const llmb_engine *e); // KV bytes per token (all layers)
 LLMB_API uint64_t llmb_engine_scratch_bytes(const llmb_engine *e);
+// The backend's memory() now: weights, kv, scratch, peak, device_free, device_total (cpu: 0, 0).
+LLMB_API llmb_status llmb_engine_memory(llmb_engine *e, uint64_t out[6]);
+LLMB_API const char *llmb_engine_backend(const llmb_engine *e);   // "cpu" or "cuda"
 LLMB_API int64_t llmb_engine_free_blocks(const llmb_engine *e);
 
 // Queue a request. fork_from >= 0 shares that finished, held sequence's KV blocks for the common

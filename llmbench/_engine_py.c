@@ -22,12 +22,13 @@ static void Engine_dealloc(EngineObject *self) {
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"reader", "kv_type", "block_size", "n_blocks", "ctx", "max_batch_tokens", "max_seqs",
-                            "threads", "float_act", NULL};
+                            "threads", "float_act", "backend", "device", "graphs", NULL};
     PyObject *reader;
-    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1, 0};
+    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1, 0, "cpu", 0, 1};
     long long nb = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|p", names, &reader, &p.kv_type, &p.block_size, &nb, &p.ctx,
-                                     &p.max_batch_tokens, &p.max_seqs, &p.n_threads, &p.float_act))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|psip", names, &reader, &p.kv_type, &p.block_size, &nb, &p.ctx,
+                                     &p.max_batch_tokens, &p.max_seqs, &p.n_threads, &p.float_act, &p.backend,
+                                     &p.device, &p.graphs))
         return -1;
     p.n_blocks = nb;
     llmb_gguf *g = llmb_py_reader_gguf(reader);
@@ -65,13 +66,25 @@ static PyObject *Engine_model_info(EngineObject *self, PyObject *noargs) {
                          "ctx_train", v[7], "tied_output", v[8] ? Py_True : Py_False);
 }
 
+// memory() -> {weights, kv_cache, kv_per_token, scratch, free_blocks, peak, device_free, device_total}:
+// bytes the backend holds (peak and the device's free and total memory asked now; 0 on the CPU)
 static PyObject *Engine_memory(EngineObject *self, PyObject *noargs) {
     ENGINE(self);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:L}", "weights", (unsigned long long)llmb_engine_weight_bytes(self->e),
-                         "kv_cache", (unsigned long long)llmb_engine_kv_bytes(self->e), "kv_per_token",
+    uint64_t m[6];
+    llmb_status s = llmb_engine_memory(self->e, m);
+    if (s) return llmb_py_raise(s, NULL);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:L,s:K,s:K,s:K}", "weights",
+                         (unsigned long long)llmb_engine_weight_bytes(self->e), "kv_cache",
+                         (unsigned long long)llmb_engine_kv_bytes(self->e), "kv_per_token",
                          (unsigned long long)llmb_engine_kv_token_bytes(self->e), "scratch",
                          (unsigned long long)llmb_engine_scratch_bytes(self->e), "free_blocks",
-                         (long long)llmb_engine_free_blocks(self->e));
+                         (long long)llmb_engine_free_blocks(self->e), "peak", (unsigned long long)m[3], "device_free",
+                         (unsigned long long)m[4], "device_total", (unsigned long long)m[5]);
+}
+
+static PyObject *Engine_backend(EngineObject *self, void *closure) {
+    ENGINE(self);
+    return PyUnicode_FromString(llmb_engine_backend(self->e));
 }
 
 // add(prompt, *, temperature=0, top_k=0, top_p=1, min_p=0, repetition_penalty=1, presence_penalty=0,
@@ -269,7 +282,7 @@ static PyObject *Engine_reset_stats(EngineObject *self, PyObject *noargs) {
 
 static PyMethodDef Engine_methods[] = {
     {"model_info", (PyCFunction)Engine_model_info, METH_NOARGS, "Architecture facts of the loaded model."},
-    {"memory", (PyCFunction)Engine_memory, METH_NOARGS, "Bytes held by weights, KV cache and scratch."},
+    {"memory", (PyCFunction)Engine_memory, METH_NOARGS, "Bytes the backend holds: weights, KV cache, scratch, peak."},
     {"add", (PyCFunction)(void (*)(void))Engine_add, METH_VARARGS | METH_KEYWORDS, "Queue a request; returns its id."},
     {"step", (PyCFunction)Engine_step, METH_NOARGS, "Run one forward step; returns False when idle."},
     {"poll", (PyCFunction)Engine_poll, METH_VARARGS, "Take the events logged so far (list of array tuples)."},
@@ -282,6 +295,10 @@ static PyMethodDef Engine_methods[] = {
     {"reset_stats", (PyCFunction)Engine_reset_stats, METH_NOARGS, "Zero the phase times and counts."},
     {NULL}};
 
+static PyGetSetDef Engine_getset[] = {
+    {"backend", (getter)Engine_backend, NULL, "The backend running the forward pass: 'cpu' or 'cuda'.", NULL},
+    {NULL}};
+
 static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "llmbench._core.Engine",
     .tp_basicsize = sizeof(EngineObject),
@@ -289,6 +306,7 @@ static PyTypeObject EngineType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "The C inference engine over one GGUF model (use llmbench.LLM).",
     .tp_methods = Engine_methods,
+    .tp_getset = Engine_getset,
     .tp_init = (initproc)Engine_init,
     .tp_new = PyType_GenericNew,
 };

@@ -133,21 +133,26 @@ class LLM:
     ``activations``: "q8" (default, as llama.cpp: activations quantized to 8 bits per token for
     integer dot products with quantized weights) or "f32" (weights dequantized, float products:
     slower, and free of the activation rounding, which separates weight from activation error).
+    ``backend``: "cpu" or "cuda" (the same engine, scheduler and sampler; the forward pass on device
+    ``device``, decode steps replayed as CUDA Graphs when ``cuda_graphs``). Without a usable CUDA
+    backend, "cuda" raises BackendUnavailableError saying why.
     """
 
     def __init__(self, model: str | os.PathLike[str], threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", kv_budget: int | str | None = None, backend: str = "cpu",
                  max_batch_tokens: int = 512, max_seqs: int = 64, block_size: int = 16,
-                 activations: str = "q8", tokenizer_options: dict | None = None):
+                 activations: str = "q8", tokenizer_options: dict | None = None, device: int = 0,
+                 cuda_graphs: bool = True):
+        if backend not in ("cpu", "cuda"):
+            raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
+        if device < 0:
+            raise ValueError(f"device must be >= 0, got {device}")
         if backend == "cuda":
             from .backends import cuda
 
-            ok, why = cuda.available()
+            ok, why = cuda.available()   # loads the library the engine's CUDA backend runs on
             if not ok:
                 raise BackendUnavailableError(why)
-            raise UnsupportedError("the CUDA engine backend is not built yet; use backend='cpu'")
-        if backend != "cpu":
-            raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
         if activations not in ("q8", "f32"):
             raise ValueError(f"activations must be 'q8' or 'f32', got {activations!r}")
         if kv_dtype not in KV_DTYPES:
@@ -179,9 +184,14 @@ class LLM:
         n_blocks = int(budget // (per_tok * block_size))
         if n_blocks < 1:
             raise ValueError(f"kv_budget {budget} bytes holds no KV block ({per_tok * block_size:.0f} bytes each)")
+        self.kv_blocks = n_blocks
         self.engine = _core.Engine(self.file._reader, kv_type=KV_DTYPES[kv_dtype], block_size=block_size,
                                    n_blocks=n_blocks, ctx=self.ctx, max_batch_tokens=max_batch_tokens,
-                                   max_seqs=max_seqs, threads=self.threads, float_act=activations == "f32")
+                                   max_seqs=max_seqs, threads=self.threads, float_act=activations == "f32",
+                                   backend=backend, device=device, graphs=cuda_graphs)
+        self.backend = self.engine.backend
+        self.device = device if backend == "cuda" else None
+        self.cuda_graphs = cuda_graphs if backend == "cuda" else None
         self.activations = activations
         self.info = self.engine.model_info()
         try:
@@ -191,11 +201,13 @@ class LLM:
 
     def __repr__(self) -> str:
         i = self.info
+        where = f"backend=cuda:{self.device}" if self.backend == "cuda" else f"threads={self.threads}"
         return (f"<LLM {self.path.name} {i['arch']} {i['n_layer']}L dim {i['dim']} vocab {i['vocab']} "
-                f"threads={self.threads} ctx={self.ctx} kv={self.kv_dtype} activations={self.activations}>")
+                f"{where} ctx={self.ctx} kv={self.kv_dtype} activations={self.activations}>")
 
     def memory(self) -> dict[str, int]:
-        """Bytes the engine holds: weights (mapped), KV cache, scratch."""
+        """Bytes the engine's backend holds: weights (mapped on the CPU), KV cache, scratch, peak; on a
+        GPU also device_free and device_total (0 on the CPU); kv_per_token, free_blocks."""
         return self.engine.memory()
 
     # ---- tokens ----

@@ -233,3 +233,37 @@ def test_unsupported_tensor_type_is_named(tmp_path):
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     with pytest.raises(llmbench.UnsupportedError, match="blk.0.attn_q.weight.*IQ4_NL"):
         LLM(tmp_path / "iq.gguf")
+
+
+def test_backend_selection_and_memory(stories, stories_path):
+    """The engine runs on the backend it is given by name; its memory figures are the backend's."""
+    assert stories.backend == stories.engine.backend == "cpu"
+    m = stories.memory()
+    assert m["weights"] == sum(t.nbytes for t in stories.file.tensors.values())
+    assert m["kv_cache"] == m["kv_per_token"] * stories.kv_blocks * stories.block_size
+    assert m["peak"] == m["weights"] + m["kv_cache"] + m["scratch"] and m["scratch"] > 0
+    assert m["device_free"] == m["device_total"] == 0
+    with pytest.raises(ValueError, match="no backend named 'tpu'"):
+        llmbench._core.Engine(stories.file._reader, kv_type=0, block_size=16, n_blocks=8, ctx=64, max_batch_tokens=16,
+                              max_seqs=2, threads=1, backend="tpu")
+    with pytest.raises(ValueError, match="backend must be 'cpu' or 'cuda'"):
+        LLM(stories_path, backend="tpu")
+
+
+def test_cuda_backend_unavailable_names_the_reason(stories_path):
+    """backend="cuda" goes through the engine; where it cannot run, BackendUnavailableError says why."""
+    from llmbench.backends import cuda
+    from llmbench.gguf import GGUFFile
+
+    ok, why = cuda.available()
+    try:
+        llm = LLM(stories_path, backend="cuda", device=0, cuda_graphs=False, threads=1)
+    except llmbench.BackendUnavailableError as e:
+        assert str(e) and (ok or str(e) == why)
+    else:   # a machine with a GPU and a CUDA engine backend: the same engine, on the device
+        assert ok and llm.backend == "cuda" and llm.device == 0 and llm.cuda_graphs is False
+    # the engine's own check, below LLM's: the CUDA backend of this core is not usable without its library
+    if not ok:
+        with pytest.raises(llmbench.BackendUnavailableError):
+            llmbench._core.Engine(GGUFFile(stories_path)._reader, kv_type=0, block_size=16, n_blocks=8,
+                                  ctx=64, max_batch_tokens=16, max_seqs=2, threads=1, backend="cuda")

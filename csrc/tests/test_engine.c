@@ -1,11 +1,17 @@
 // test_engine.c — the engine under ASan/UBSan on the real stories260K model: the greedy story's
 // first tokens, many concurrent sequences with every sampler option, prefix forks that equal the
 // unshared computation, aborts and releases that return every KV block, and every user error
-// answered with a status code (never a crash).
+// answered with a status code (never a crash); the backend boundary: backends chosen by name (an
+// unknown one refused), the engine's memory figures those of its backend, and the CPU backend
+// driven directly through backend.h (slots and block tables in any block order, KV kept across
+// forward calls, kv_copy of a partial block) giving the engine's logits bit for bit.
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend.h"
 #include "../engine.h"
+#include "../model.h"
+#include "../quants.h"
 #include "check.h"
 
 static const int32_t GREEDY[24] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421,
@@ -178,6 +184,98 @@ static void test_errors(const llmb_gguf *g) {
     llmb_engine_free(e);
 }
 
+static void test_backend_choice(const llmb_gguf *g) {
+    llmb_engine *e = NULL;
+    llmb_engine_params p = params(1, 64, 1);
+    p.backend = "tpu";
+    CHECK(llmb_engine_create(g, &p, &e) == LLMB_E_ARG && !e && strstr(llmb_last_error(), "no backend named 'tpu'"),
+          "unknown backend refused: %s", llmb_last_error());
+    p.backend = "cuda";   // this process never loaded the CUDA library: unavailable, with the reason
+    CHECK(llmb_engine_create(g, &p, &e) == LLMB_E_BACKEND && !e && *llmb_last_error(), "cuda without its library: %s",
+          llmb_last_error());
+    p.backend = "cpu";
+    CHECK(llmb_engine_create(g, &p, &e) == LLMB_OK, "create: %s", llmb_last_error());
+    if (!e) return;
+    CHECK(!strcmp(llmb_engine_backend(e), "cpu"), "backend name %s", llmb_engine_backend(e));
+    // the engine's figures are its backend's, and the backend's are what it allocated
+    uint64_t m[6];
+    CHECK(llmb_engine_memory(e, m) == LLMB_OK, "memory: %s", llmb_last_error());
+    CHECK(m[0] == llmb_engine_weight_bytes(e) && m[1] == llmb_engine_kv_bytes(e) && m[2] == llmb_engine_scratch_bytes(e),
+          "engine memory = backend memory");
+    CHECK(m[3] == m[0] + m[1] + m[2] && m[4] == 0 && m[5] == 0, "cpu peak and device figures");
+    CHECK(m[1] == llmb_engine_kv_token_bytes(e) * 64 * 16, "KV pool %llu bytes", (unsigned long long)m[1]);
+    uint64_t file_bytes = 0;
+    for (uint64_t i = 0; i < llmb_gguf_n_tensors(g); i++) file_bytes += llmb_gguf_tensor_at(g, i)->nbytes;
+    CHECK(m[0] == file_bytes && m[2] > 0, "weights %llu of %llu bytes", (unsigned long long)m[0],
+          (unsigned long long)file_bytes);
+    llmb_engine_free(e);
+}
+
+// The CPU backend without the engine: a prompt in blocks {5, 2} (any order), then one decode step
+// over the cached keys, then the same step over a copy of the partial block (kv_copy), each giving the
+// logits the engine gives for that prompt bit for bit.
+static void test_backend_direct(const llmb_gguf *g) {
+    enum { N = 20, V = 512 };
+    int32_t prompt[N + 1];
+    prompt[0] = 1;
+    for (int j = 1; j <= N; j++) prompt[j] = GREEDY[(j * 5) % 24];
+    // the engine's logits of every position of the 21-token prompt
+    llmb_engine *e = NULL;
+    llmb_engine_params p = params(0, 16, 1);
+    if (llmb_engine_create(g, &p, &e) != LLMB_OK) {
+        CHECK(0, "create: %s", llmb_last_error());
+        return;
+    }
+    llmb_sampling s = greedy(0);
+    s.prompt_logits = 1;
+    int64_t id;
+    float *want = malloc(sizeof(float) * (N + 1) * V), *got = malloc(sizeof(float) * (N + 1) * V);
+    CHECK(llmb_engine_add(e, prompt, N + 1, &s, -1, &id) == LLMB_OK && run(e) > 0 &&
+              llmb_engine_prompt_logits(e, id, want, (int64_t)(N + 1) * V) == LLMB_OK, "engine: %s", llmb_last_error());
+    llmb_engine_free(e);
+    llmb_model *m = NULL;
+    llmb_backend *b = NULL;
+    const llmb_backend_ops *ops = llmb_backend_cpu();
+    const llmb_backend_params bp = {.n_threads = 2, .max_batch_tokens = 64, .max_seqs = 4, .ctx = 64, .max_rows = 32};
+    CHECK(llmb_model_load(g, &m) == LLMB_OK && ops->create(m, &bp, &b) == LLMB_OK &&
+              ops->kv_alloc(b, LLMB_TYPE_F32, 16, 8) == LLMB_OK, "cpu backend: %s", llmb_last_error());
+    if (b) {
+        int32_t pos[N], slots[N], rows[N], q_start = 0, q_len = N, pos0 = 0, bt[4] = {5, 2, -1, -1};
+        for (int i = 0; i < N; i++) pos[i] = i, slots[i] = bt[i / 16] * 16 + i % 16, rows[i] = i;
+        llmb_batch batch = {.n_tok = N, .tokens = prompt, .pos = pos, .slots = slots, .n_seq = 1, .q_start = &q_start,
+                            .q_len = &q_len, .pos0 = &pos0, .block_tables = bt, .max_blocks = 4, .n_rows = N, .rows = rows};
+        llmb_forward_out out;
+        CHECK(ops->forward(b, &batch, &out) == LLMB_OK && out.logits && !out.ids, "prefill: %s", llmb_last_error());
+        if (out.logits) memcpy(got, out.logits, sizeof(float) * N * V);
+        // one decode token at position N, keys 0..N-1 from the cache
+        int32_t dpos = N, dslot = 2 * 16 + N % 16, drow = 0, dlen = 1, d0 = N;
+        llmb_batch dec = {.n_tok = 1, .tokens = prompt + N, .pos = &dpos, .slots = &dslot, .n_seq = 1, .q_start = &q_start,
+                          .q_len = &dlen, .pos0 = &d0, .block_tables = bt, .max_blocks = 4, .n_rows = 1, .rows = &drow};
+        CHECK(ops->forward(b, &dec, &out) == LLMB_OK, "decode: %s", llmb_last_error());
+        if (out.logits) memcpy(got + (size_t)N * V, out.logits, sizeof(float) * V);
+        CHECK(!memcmp(got, want, sizeof(float) * (N + 1) * V), "backend logits = engine logits");
+        // the partial block's first 4 slots copied to block 7: the same step over {5, 7}
+        CHECK(ops->kv_copy(b, 7, 2, N % 16) == LLMB_OK, "kv_copy: %s", llmb_last_error());
+        int32_t bt2[4] = {5, 7, -1, -1}, dslot2 = 7 * 16 + N % 16;
+        dec.block_tables = bt2, dec.slots = &dslot2;
+        CHECK(ops->forward(b, &dec, &out) == LLMB_OK && out.logits &&
+                  !memcmp(out.logits, want + (size_t)N * V, sizeof(float) * V), "decode over the copied block");
+        // misuse answered with a status
+        CHECK(ops->kv_copy(b, 8, 2, 4) == LLMB_E_ARG && ops->kv_copy(b, 7, 2, 17) == LLMB_E_ARG, "kv_copy bounds");
+        batch.n_tok = 65;
+        CHECK(ops->forward(b, &batch, &out) == LLMB_E_ARG, "a batch over max_batch_tokens");
+        llmb_backend_memory mem;
+        CHECK(ops->memory(b, &mem) == LLMB_OK && mem.kv == (uint64_t)m->cfg.n_layer * 2 * 8 * 16 *
+              (uint64_t)m->cfg.n_head_kv * m->cfg.head_dim * 4, "KV pool bytes %llu", (unsigned long long)mem.kv);
+        llmb_backend_times t;
+        CHECK(ops->times(b, &t) == LLMB_OK && t.steps == 3 && t.forward_ms > 0, "times: %llu steps",
+              (unsigned long long)t.steps);
+    }
+    if (b) ops->destroy(b);
+    llmb_model_free(m);
+    free(want), free(got);
+}
+
 int main(void) {
     const char *path = getenv("LLMB_STORIES");
     llmb_gguf *g = NULL;
@@ -190,6 +288,8 @@ int main(void) {
     test_many_sequences(g);
     test_forks(g);
     test_errors(g);
+    test_backend_choice(g);
+    test_backend_direct(g);
     llmb_gguf_close(g);
     return check_summary();
 }

@@ -110,7 +110,7 @@ def environment(llm: LLM, cfg: BenchConfig) -> dict:
         "model": {"file": os.path.basename(path), "name": name, "dummy": not os.path.exists(cfg.model),
                   "size_bytes": st.st_size, "sha256": _SHA_CACHE[key],
                   "weight_types": sorted({t.type for t in llm.file.tensors.values()})},
-        "kv_dtype": cfg.kv_dtype, "backend": "cpu", "threads": llm.threads, "cpu_model": cpu_model(),
+        "kv_dtype": cfg.kv_dtype, "backend": llm.backend, "threads": llm.threads, "cpu_model": cpu_model(),
         "gpu_name": None, "build_flags": _core.build_info()["cflags"], "cuda_graphs": None,
         "prefix_cache": any(d > 0 for d in cfg.depth) if (cfg.pp or cfg.tg) else False,
         "simd": _core.simd_info()["active"], "activations": llm.activations,

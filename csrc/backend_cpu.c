@@ -1,0 +1,293 @@
+// backend_cpu.c — the CPU backend (backend.h): the forward pass over a batch on host threads, the
+// paged KV pool in host memory, and the activation scratch. The forward pass reads like the model:
+// embed, then per layer RMSNorm -> QKV -> RoPE -> KV store -> attention -> output projection ->
+// residual -> RMSNorm -> SwiGLU FFN -> residual, then final norm and the output projection for the
+// rows that need logits. Every per-token computation has a fixed order, so a sequence's logits do
+// not depend on what else is in the batch. It is the reference every other backend is tested against.
+// Tested through the engine by tests/test_engine.py (float64 reference forward pass, stories260K
+// greedy story, batch invariance, prefix forks) and csrc/tests/test_engine.c.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "backend.h"
+#include "internal.h"
+#include "ops.h"
+#include "quants.h"
+
+struct llmb_backend {
+    const llmb_model *model;      // borrowed from the engine
+    llmb_backend_params p;
+    // KV pool: [layer][K|V][block][slot] rows of kv_row_bytes (one token's K or V of one layer)
+    int kv_type;
+    const llmb_quant_traits *kv_q; // its row conversions (from_float writes the cache)
+    int block_size;
+    int64_t n_blocks;
+    size_t kv_row_bytes;
+    uint8_t *kv;
+    size_t kv_bytes;
+    // activations (sized for max_batch_tokens tokens, max_rows logits rows)
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *att_scratch;
+    llmb_matmul_ctx mm;
+    size_t scratch_bytes;
+    llmb_backend_times times;
+};
+
+static void *xcalloc(size_t n, size_t sz, int *oom) {
+    void *p = calloc(n ? n : 1, sz);
+    if (!p) *oom = 1;
+    return p;
+}
+
+static void cpu_destroy(llmb_backend *b) {
+    if (!b) return;
+    float *bufs[] = {b->x, b->xn, b->q, b->k, b->v, b->att, b->gate, b->up, b->cs, b->xl, b->logits, b->att_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(b->mm.xq);
+    free(b->mm.wtile);
+    free(b->kv);
+    free(b);
+}
+
+static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p, llmb_backend **out) {
+    *out = NULL;
+    const llmb_model_config *c = &m->cfg;
+    if (p->max_batch_tokens < 1 || p->max_seqs < 1 || p->ctx < 1 || p->n_threads < 1 || p->max_rows < 0 ||
+        p->max_rows > p->max_batch_tokens)
+        return llmb_fail(LLMB_E_ARG, "cpu backend: max_batch_tokens, max_seqs, ctx and threads must be positive and "
+                                     "max_rows 0..max_batch_tokens (got %d, %d, %d, %d, %d)", p->max_batch_tokens,
+                         p->max_seqs, p->ctx, p->n_threads, p->max_rows);
+    llmb_backend *b = calloc(1, sizeof *b);
+    if (!b) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
+    b->model = m;
+    b->p = *p;
+    const int n = p->max_batch_tokens, nt = p->n_threads;
+    const int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    int oom = 0;
+    size_t fl = 0;
+#define ACT(ptr, count) (b->ptr = xcalloc((size_t)(count), sizeof(float), &oom), fl += (size_t)(count))
+    ACT(x, (size_t)n * c->dim);
+    ACT(xn, (size_t)n * c->dim);
+    ACT(q, (size_t)n * q_dim);
+    ACT(k, (size_t)n * kv_dim);
+    ACT(v, (size_t)n * kv_dim);
+    ACT(att, (size_t)n * q_dim);
+    ACT(gate, (size_t)n * c->ff);
+    ACT(up, (size_t)n * c->ff);
+    ACT(cs, (size_t)n * c->head_dim);
+    ACT(xl, (size_t)p->max_rows * c->dim);
+    ACT(logits, (size_t)p->max_rows * c->vocab);
+    ACT(att_scratch, (size_t)nt * llmb_att_scratch_floats(p->ctx, c->head_dim));
+#undef ACT
+    b->mm.row_cap = (llmb_matmul_row_cap(m) + 63) / 64 * 64;
+    b->mm.xq = xcalloc((size_t)n * b->mm.row_cap, 1, &oom);
+    b->mm.nthreads = nt;
+    if (p->float_act) {
+        int64_t wide = c->dim > q_dim ? c->dim : q_dim;
+        if (c->ff > wide) wide = c->ff;
+        b->mm.float_act = 1;
+        b->mm.wtile_ne0 = wide;
+        b->mm.wtile = xcalloc((size_t)nt * LLMB_MATMUL_TILE * (size_t)wide, sizeof(float), &oom);
+        fl += (size_t)nt * LLMB_MATMUL_TILE * (size_t)wide;
+    }
+    b->scratch_bytes = fl * sizeof(float) + (size_t)n * b->mm.row_cap;
+    if (oom) {
+        const int vocab = c->vocab;
+        cpu_destroy(b);
+        return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for activations (max_batch_tokens %d, vocab %d)", n, vocab);
+    }
+    *out = b;
+    return LLMB_OK;
+}
+
+// ---- KV cache ----
+
+static llmb_status cpu_kv_alloc(llmb_backend *b, int kv_type, int block_size, int64_t n_blocks) {
+    const llmb_model_config *c = &b->model->cfg;
+    if (b->kv) return llmb_fail(LLMB_E_ARG, "cpu backend: the KV pool is already allocated");
+    if (kv_type != LLMB_TYPE_F32 && kv_type != LLMB_TYPE_F16 && kv_type != LLMB_TYPE_Q8_0)
+        return llmb_fail(LLMB_E_ARG, "engine: KV cache type %d is not one of F32, F16, Q8_0", kv_type);
+    const llmb_type_traits *kt = llmb_type_traits_get(kv_type);
+    const int kv_dim = c->n_head_kv * c->head_dim;
+    if (kv_dim % kt->blck_size || c->head_dim % kt->blck_size)
+        return llmb_fail(LLMB_E_UNSUPPORTED, "cpu backend: KV type %d needs a head size that is a multiple of %d; "
+                                             "this model's is %d", kv_type, (int)kt->blck_size, c->head_dim);
+    if (block_size < 1 || n_blocks < 1)
+        return llmb_fail(LLMB_E_ARG, "cpu backend: block_size and n_blocks must be positive (got %d, %lld)", block_size,
+                         (long long)n_blocks);
+    b->kv_type = kv_type;
+    b->kv_q = llmb_quant_traits_get(kv_type);
+    b->block_size = block_size;
+    b->n_blocks = n_blocks;
+    b->kv_row_bytes = (size_t)(kv_dim / kt->blck_size * kt->type_size);
+    b->kv_bytes = (size_t)c->n_layer * 2 * (size_t)n_blocks * (size_t)block_size * b->kv_row_bytes;
+    b->kv = malloc(b->kv_bytes ? b->kv_bytes : 1);
+    if (!b->kv)
+        return llmb_fail(LLMB_E_NOMEM, "engine: cannot allocate a KV cache of %zu bytes (%lld blocks of %d tokens); "
+                                       "lower kv_budget", b->kv_bytes, (long long)n_blocks, block_size);
+    return LLMB_OK;
+}
+
+static uint8_t *kv_row(llmb_backend *b, int layer, int which, int32_t block, int slot) {
+    size_t per_block = (size_t)b->block_size * b->kv_row_bytes;
+    size_t per_part = (size_t)b->n_blocks * per_block;
+    return b->kv + ((size_t)layer * 2 + (size_t)which) * per_part + (size_t)block * per_block + (size_t)slot * b->kv_row_bytes;
+}
+
+static llmb_status cpu_kv_copy(llmb_backend *b, int32_t dst, int32_t src, int n_tokens) {
+    if (dst < 0 || dst >= b->n_blocks || src < 0 || src >= b->n_blocks || n_tokens < 0 || n_tokens > b->block_size)
+        return llmb_fail(LLMB_E_ARG, "cpu backend: kv_copy of %d slots from block %d to %d (pool of %lld blocks of %d)",
+                         n_tokens, src, dst, (long long)b->n_blocks, b->block_size);
+    size_t bytes = (size_t)n_tokens * b->kv_row_bytes;
+    for (int l = 0; l < b->model->cfg.n_layer; l++)
+        for (int w = 0; w < 2; w++) memcpy(kv_row(b, l, w, dst, 0), kv_row(b, l, w, src, 0), bytes);
+    return LLMB_OK;
+}
+
+static void store_kv(llmb_backend *b, uint8_t *dst, const float *src, int n) { b->kv_q->from_float(src, dst, n); }
+
+// ---- forward ----
+
+// Attention of every batch token over its sequence's cached keys and values. Work is split by
+// (sequence of the batch, KV head): the unit converts that head's cached K (transposed) and V rows up
+// to the sequence's last position here to float once (llmb_att_gather: 16 keys at a time, transposed
+// in registers, no call per row), then serves every query head of the group and every token of the
+// sequence, LLMB_ATT_Q queries per llmb_attend call (attention.c). Each (token, head) output is
+// computed by the same operations whatever else is in the batch.
+static size_t att_scratch_floats(const llmb_backend *b) {
+    return llmb_att_scratch_floats(b->p.ctx, b->model->cfg.head_dim);
+}
+
+static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
+    const llmb_model_config *c = &b->model->cfg;
+    const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = b->block_size;
+    const int64_t q_dim = (int64_t)nh * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t head_bytes = b->kv_row_bytes / (size_t)nkv;
+    const int n = bt->n_tok, n_seq = bt->n_seq;
+    int64_t work = 0;
+    for (int i = 0; i < n; i++) work += (int64_t)(bt->pos[i] + 1) * nh * hd;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(b->p.n_threads) if (b->p.n_threads > 1 && work >= (1 << 16))
+    for (int64_t u = 0; u < (int64_t)n_seq * nkv; u++) {
+        const int r = (int)(u / nkv), kvh = (int)(u % nkv);
+        const int i0 = bt->q_start[r], i1 = i0 + bt->q_len[r];
+#ifdef _OPENMP
+        float *kt = b->att_scratch + (size_t)omp_get_thread_num() * att_scratch_floats(b);
+#else
+        float *kt = b->att_scratch;
+#endif
+        int max_pos = 0;
+        for (int i = i0; i < i1; i++)
+            if (bt->pos[i] > max_pos) max_pos = bt->pos[i];
+        // this head's keys transposed (kt[d * ldk + j], zero padding) and values as rows, as floats
+        const size_t ldk = llmb_att_ldk(max_pos + 1);
+        float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
+        const size_t per_part = (size_t)b->n_blocks * B * b->kv_row_bytes;
+        const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
+        const llmb_kv_head kvh_rows = {b->kv_type, k0, k0 + per_part, bt->block_tables + (size_t)r * bt->max_blocks, B,
+                                       (size_t)B * b->kv_row_bytes, b->kv_row_bytes};
+        llmb_att_gather(&kvh_rows, max_pos + 1, hd, kt, ldk, vf);
+        // every (token, query head) of the sequence, LLMB_ATT_Q at a time
+        const int nq_all = (i1 - i0) * group;
+        for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {
+            const float *qp[LLMB_ATT_Q];
+            float *op[LLMB_ATT_Q];
+            int nk[LLMB_ATT_Q], nq = 0;
+            for (; nq < LLMB_ATT_Q && q0 + nq < nq_all; nq++) {
+                const int i = i0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
+                qp[nq] = b->q + i * q_dim + (int64_t)h * hd;
+                op[nq] = b->att + i * q_dim + (int64_t)h * hd;
+                nk[nq] = bt->pos[i] + 1;
+            }
+            llmb_attend(nq, qp, nk, kt, ldk, vf, hd, scale, sc, op);
+        }
+    }
+}
+
+static void add_bias(float *y, const float *bias, int n, int64_t dim) {
+    if (!bias) return;
+    for (int i = 0; i < n; i++)
+        for (int64_t d = 0; d < dim; d++) y[i * dim + d] += bias[d];
+}
+
+static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forward_out *out) {
+    const uint64_t t0 = llmb_now_ns();
+    const llmb_model *m = b->model;
+    const llmb_model_config *c = &m->cfg;
+    const int hd = c->head_dim, B = b->block_size, n = bt->n_tok, n_rows = bt->n_rows;
+    const int64_t dim = c->dim, q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd, ff = c->ff;
+    *out = (llmb_forward_out){0};
+    if (!b->kv) return llmb_fail(LLMB_E_ARG, "cpu backend: forward before kv_alloc");
+    if (n < 1 || n > b->p.max_batch_tokens || n_rows < 0 || n_rows > b->p.max_rows || bt->n_seq < 1 ||
+        bt->n_seq > b->p.max_seqs || bt->temperature)
+        return llmb_fail(LLMB_E_ARG, "cpu backend: a batch of %d tokens, %d rows, %d sequences%s does not fit "
+                                     "(at most %d, %d, %d; sampling is the engine's)", n, n_rows, bt->n_seq,
+                         bt->temperature ? " with sampling arrays" : "", b->p.max_batch_tokens, b->p.max_rows,
+                         b->p.max_seqs);
+    const llmb_quant_traits *eq = llmb_quant_traits_get(m->tok_embd.type);
+    llmb_matmul_ctx *mm = &b->mm;
+    for (int i = 0; i < n; i++) {
+        eq->to_float((const char *)m->tok_embd.data + (size_t)bt->tokens[i] * m->tok_embd.row_bytes, b->x + i * dim, dim);
+        llmb_rope_table(b->cs + (int64_t)i * hd, hd, bt->pos[i], c->rope_base, c->rope_scale, m->rope_freqs);
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        const llmb_layer *L = &m->layers[l];
+        // ---- attention ----
+        for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim, c->norm_eps);
+        llmb_matmul_forget(mm);
+        llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
+                      (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim});
+        add_bias(b->q, L->bq, n, q_dim);
+        add_bias(b->k, L->bk, n, kv_dim);
+        add_bias(b->v, L->bv, n, kv_dim);
+        for (int i = 0; i < n; i++) {
+            llmb_rope(b->q + i * q_dim, c->n_head, hd, b->cs + (int64_t)i * hd, c->rope_neox);
+            llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, b->cs + (int64_t)i * hd, c->rope_neox);
+            const int32_t blk = bt->slots[i] / B, slot = bt->slots[i] % B;
+            store_kv(b, kv_row(b, l, 0, blk, slot), b->k + i * kv_dim, (int)kv_dim);
+            store_kv(b, kv_row(b, l, 1, blk, slot), b->v + i * kv_dim, (int)kv_dim);
+        }
+        attention(b, bt, l);
+        llmb_matmul_forget(mm);
+        llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->xn, dim);
+        for (int64_t i = 0; i < n * dim; i++) b->x[i] += b->xn[i];
+        // ---- feed-forward ----
+        for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->ffn_norm, dim, c->norm_eps);
+        llmb_matmul_forget(mm);
+        llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n, (float *[]){b->gate, b->up},
+                      (int64_t[]){ff, ff});
+        for (int i = 0; i < n; i++) llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff);
+        llmb_matmul_forget(mm);
+        llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->xn, dim);
+        for (int64_t i = 0; i < n * dim; i++) b->x[i] += b->xn[i];
+    }
+    for (int r = 0; r < n_rows; r++)
+        llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim, m->output_norm, dim, c->norm_eps);
+    llmb_matmul_forget(mm);
+    if (n_rows) llmb_matmul(mm, &m->output, b->xl, dim, n_rows, b->logits, c->vocab);
+    out->logits = b->logits;
+    b->times.forward_ms = (double)(llmb_now_ns() - t0) / 1e6;
+    b->times.steps++;
+    return LLMB_OK;
+}
+
+// ---- facts ----
+
+static llmb_status cpu_memory(llmb_backend *b, llmb_backend_memory *out) {
+    *out = (llmb_backend_memory){b->model->weight_bytes, b->kv_bytes, b->scratch_bytes, 0, 0, 0};
+    out->peak = out->weights + out->kv + out->scratch;  // all held from create and kv_alloc on
+    return LLMB_OK;
+}
+
+static llmb_status cpu_times(llmb_backend *b, llmb_backend_times *out) {
+    *out = b->times;
+    return LLMB_OK;
+}
+
+static const llmb_backend_ops cpu_ops = {"cpu", cpu_create, cpu_destroy, cpu_kv_alloc, cpu_kv_copy, cpu_forward,
+                                         cpu_memory, cpu_times};
+
+const llmb_backend_ops *llmb_backend_cpu(void) { return &cpu_ops; }
