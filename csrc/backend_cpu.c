@@ -237,7 +237,6 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         const llmb_layer *L = &m->layers[l];
         // ---- attention ----
         for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim, c->norm_eps);
-        llmb_matmul_forget(mm);
         llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
                       (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim});
         add_bias(b->q, L->bq, n, q_dim);
@@ -251,22 +250,18 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
             store_kv(b, kv_row(b, l, 1, blk, slot), b->v + i * kv_dim, (int)kv_dim);
         }
         attention(b, bt, l);
-        llmb_matmul_forget(mm);
         llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->xn, dim);
         for (int64_t i = 0; i < n * dim; i++) b->x[i] += b->xn[i];
         // ---- feed-forward ----
         for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->ffn_norm, dim, c->norm_eps);
-        llmb_matmul_forget(mm);
         llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n, (float *[]){b->gate, b->up},
                       (int64_t[]){ff, ff});
         for (int i = 0; i < n; i++) llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff);
-        llmb_matmul_forget(mm);
         llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->xn, dim);
         for (int64_t i = 0; i < n * dim; i++) b->x[i] += b->xn[i];
     }
     for (int r = 0; r < n_rows; r++)
         llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim, m->output_norm, dim, c->norm_eps);
-    llmb_matmul_forget(mm);
     if (n_rows) llmb_matmul(mm, &m->output, b->xl, dim, n_rows, b->logits, c->vocab);
     out->logits = b->logits;
     b->times.forward_ms = (double)(llmb_now_ns() - t0) / 1e6;

@@ -66,8 +66,10 @@ static void matmul_float(llmb_matmul_ctx *c, const llmb_weight *w, const float *
     }
 }
 
-void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
-                   float *const *ys, const int64_t *ldys) {
+// llmb_matmul_n with *have: the activation type c->xq holds for this input x (-1: none yet), so x is
+// quantized once per type however the products are split.
+static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
+                     float *const *ys, const int64_t *ldys, int *have) {
     assert(count >= 1 && count <= LLMB_MATMUL_MAX_N);
     const int vt = llmb_vec_dot_type(ws[0]->type);
     double work = 0;
@@ -83,18 +85,18 @@ void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, 
         for (int i = 0; i < count; i++) matmul_float(c, ws[i], x, ldx, n_tok, ys[i], ldys[i], nthreads);
         return;
     }
-    if (!same) {
-        for (int i = 0; i < count; i++) llmb_matmul(c, ws[i], x, ldx, n_tok, ys[i], ldys[i]);
+    if (!same) {   // weights of different activation types (Q4_0 beside Q4_K, say): one at a time
+        for (int i = 0; i < count; i++) matmul_n(c, 1, &ws[i], x, ldx, n_tok, &ys[i], &ldys[i], have);
         return;
     }
     const void *xq = x;
     size_t x_stride = (size_t)ldx * sizeof(float);
     if (vt != LLMB_TYPE_F32) {
-        if (c->src != x || c->type != vt || c->n_tok != n_tok) {   // row by row: the same bytes on any thread
+        if (*have != vt) {   // row by row: the same bytes on any thread
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && n_tok >= 16)
             for (int t = 0; t < n_tok; t++)
                 llmb_vec_dot_quantize_x(ws[0]->type, x + (int64_t)t * ldx, c->xq + (size_t)t * c->row_cap, ws[0]->ne0);
-            c->src = x, c->type = vt, c->n_tok = n_tok;
+            *have = vt;
         }
         xq = c->xq;
         x_stride = c->row_cap;
@@ -103,6 +105,12 @@ void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, 
     for (int i = 0; i < count; i++)
         parts[i] = (llmb_matmul_part){ws[i]->type, ws[i]->data, ws[i]->row_bytes, ws[i]->ne1, ys[i], ldys[i]};
     llmb_vec_dot_matmul_parts(ws[0]->ne0, parts, count, xq, x_stride, n_tok, nthreads);
+}
+
+void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
+                   float *const *ys, const int64_t *ldys) {
+    int have = -1;
+    matmul_n(c, count, ws, x, ldx, n_tok, ys, ldys, &have);
 }
 
 void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,

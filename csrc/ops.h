@@ -5,15 +5,11 @@
 
 #include "model.h"
 
-// State of the matrix products of one engine: a buffer for the activations quantized to the
-// weights' vec_dot_type (csrc/vecdot.h) and which input it currently holds, so Q, K and V (or gate
-// and up) quantize their shared input once.
+// State of the matrix products of one backend: a buffer for the activations quantized to the
+// weights' vec_dot_type (csrc/vecdot.h), valid only inside one call.
 typedef struct {
     uint8_t *xq;          // quantized activation rows, row_cap bytes apart
     size_t row_cap;
-    const float *src;     // the input xq was made from (NULL: nothing)
-    int type;             // its activation type
-    int n_tok;
     int nthreads;
     int float_act;        // 1: keep activations in float32 and dequantize weight tiles instead
     float *wtile;         // float_act scratch: nthreads x LLMB_MATMUL_TILE rows of the widest matrix
@@ -32,13 +28,12 @@ size_t llmb_matmul_row_cap(const llmb_model *m);
 void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
                  int64_t ldy);
 // The products of `count` <= LLMB_MATMUL_MAX_N matrices with the same input (Q, K and V; gate and up):
-// ys[i] as llmb_matmul(c, ws[i], x, ldx, n_tok, ys[i], ldys[i]) gives it, bit for bit, in one
-// parallel region where the weights share a vec_dot_type (one wake-up of the threads, not count).
+// ys[i] as llmb_matmul(c, ws[i], x, ldx, n_tok, ys[i], ldys[i]) gives it, bit for bit, with the input
+// quantized once per activation type, in one parallel region where the weights share a vec_dot_type
+// (one wake-up of the threads, not count).
 #define LLMB_MATMUL_MAX_N 4
 void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
                    float *const *ys, const int64_t *ldys);
-// The input buffer of the next products has new contents.
-static inline void llmb_matmul_forget(llmb_matmul_ctx *c) { c->src = NULL; }
 
 // Fixed-order float32 dot product (8 interleaved partial sums, combined in a fixed tree).
 float llmb_dot_f32(const float *a, const float *b, int64_t n);

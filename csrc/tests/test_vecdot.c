@@ -10,6 +10,9 @@
 //     stack buffer (its fallback to tiles);
 //   - llmb_vec_dot_matmul_parts (Q4_K and Q6_K rows of 7 and 9 with one input, as Q, K, V) on 1 and 2
 //     threads bit-identical to one llmb_vec_dot_matmul per part, at 1 and 70 tokens;
+//   - llmb_matmul_n (ops.c) over weights of mixed activation types (Q4_0, Q4_K, Q8_0, Q6_K: the input
+//     quantized again when the type changes) and of one type, on 1 and 2 threads, bit-identical to
+//     llmb_vec_dot_matmul of each weight on its own quantized input, and llmb_matmul likewise;
 //   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other;
 //   - the SIMD activation quantizer byte-identical to its reference.
 // Prints the largest |simd - ref| / sum|w x| seen per type.
@@ -19,6 +22,7 @@
 
 #include "check.h"
 #include "internal.h"
+#include "ops.h"
 #include "vecdot.h"
 
 #define ATOL 1e-30
@@ -254,6 +258,59 @@ static void check_parts(void) {
     free(xq), free(x);
 }
 
+// llmb_matmul_n / llmb_matmul (the quantized input made inside the call, once per activation type)
+// against llmb_vec_dot_matmul of each weight on an input quantized here for its type
+static void check_matmul_n(void) {
+    const int64_t n = 512;
+    const int mixed[4] = {LLMB_TYPE_Q4_0, LLMB_TYPE_Q4_K, LLMB_TYPE_Q8_0, LLMB_TYPE_Q6_K}, rows[4] = {9, 7, 13, 5};
+    const int one[3] = {LLMB_TYPE_Q4_K, LLMB_TYPE_Q6_K, LLMB_TYPE_Q4_K};
+    llmb_matmul_ctx c = {0};
+    c.row_cap = 0;
+    for (int i = 0; i < 4; i++)
+        if (llmb_vec_dot_row_bytes(mixed[i], n) > c.row_cap) c.row_cap = llmb_vec_dot_row_bytes(mixed[i], n);
+    c.xq = malloc(c.row_cap * PT);
+    uint8_t *xq = malloc(c.row_cap * PT), *wd[4];
+    float *x = malloc(sizeof(float) * n * PT), *y1[4], *y2[4];
+    random_x(x, n * PT);
+    for (int set = 0; set < 2; set++) {
+        const int count = set ? 3 : 4, *types_ = set ? one : mixed;
+        llmb_weight w[4];
+        const llmb_weight *wp[4];
+        int64_t ld[4];
+        for (int i = 0; i < count; i++) {
+            const llmb_type_traits *tt = llmb_type_traits_get(types_[i]);
+            const size_t rb = (size_t)(n / tt->blck_size * tt->type_size);
+            wd[i] = malloc(rb * rows[i]);
+            random_weights(types_[i], wd[i], n * rows[i]);
+            w[i] = (llmb_weight){wd[i], types_[i], n, rows[i], rb};
+            wp[i] = &w[i];
+            ld[i] = rows[i] + 2;   // strided outputs
+            y1[i] = malloc(sizeof(float) * ld[i] * PT), y2[i] = malloc(sizeof(float) * ld[i] * PT);
+        }
+        for (int nt = 1; nt <= 2; nt++)
+            for (int ntok = 1; ntok <= PT; ntok += PT - 1) {
+                c.nthreads = nt;
+                for (int i = 0; i < count; i++) {
+                    for (int t = 0; t < ntok; t++)
+                        llmb_vec_dot_quantize_x(types_[i], x + t * n, xq + t * c.row_cap, n);
+                    memset(y1[i], 0, sizeof(float) * ld[i] * PT), memset(y2[i], 0, sizeof(float) * ld[i] * PT);
+                    llmb_vec_dot_matmul(types_[i], n, wd[i], w[i].row_bytes, rows[i], xq, c.row_cap, ntok, y1[i], ld[i], nt);
+                }
+                llmb_matmul_n(&c, count, wp, x, n, ntok, y2, ld);
+                for (int i = 0; i < count; i++)
+                    CHECK(!memcmp(y1[i], y2[i], sizeof(float) * ld[i] * ntok), "matmul_n (%s): %s, %d tokens, %d threads "
+                          "differs from its own product", set ? "one type" : "mixed", tname(types_[i]), ntok, nt);
+                const int last = count - 1;
+                memset(y2[last], 0, sizeof(float) * ld[last] * PT);
+                llmb_matmul(&c, wp[last], x, n, ntok, y2[last], ld[last]);
+                CHECK(!memcmp(y1[last], y2[last], sizeof(float) * ld[last] * ntok), "matmul: %s, %d tokens",
+                      tname(types_[last]), ntok);
+            }
+        for (int i = 0; i < count; i++) free(wd[i]), free(y1[i]), free(y2[i]);
+    }
+    free(c.xq), free(xq), free(x);
+}
+
 int main(void) {
     for (size_t ti = 0; ti < NTYPES; ti++) {
         const int t = types[ti], bs = llmb_type_traits_get(t)->blck_size;
@@ -275,6 +332,7 @@ int main(void) {
         }
     }
     check_parts();
+    check_matmul_n();
     CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(10) && !llmb_vec_dot_get(-1) &&
               llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_K, 100) == 0 && llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_1, 64) == 80,
           "unsupported types and sizes");
