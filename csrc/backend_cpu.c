@@ -31,6 +31,7 @@ struct llmb_backend {
     size_t kv_bytes;
     // activations (sized for max_batch_tokens tokens, max_rows logits rows)
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *att_scratch;
+    double *rope_f;               // (head_dim / 2) RoPE inverse frequencies (llmb_rope_freqs)
     llmb_matmul_ctx mm;
     size_t scratch_bytes;
     llmb_backend_times times;
@@ -46,6 +47,7 @@ static void cpu_destroy(llmb_backend *b) {
     if (!b) return;
     float *bufs[] = {b->x, b->xn, b->q, b->k, b->v, b->att, b->gate, b->up, b->cs, b->xl, b->logits, b->att_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
+    free(b->rope_f);
     free(b->mm.xq);
     free(b->mm.wtile);
     free(b->kv);
@@ -93,7 +95,9 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
         b->mm.wtile = xcalloc((size_t)nt * LLMB_MATMUL_TILE * (size_t)wide, sizeof(float), &oom);
         fl += (size_t)nt * LLMB_MATMUL_TILE * (size_t)wide;
     }
-    b->scratch_bytes = fl * sizeof(float) + (size_t)n * b->mm.row_cap;
+    b->rope_f = xcalloc((size_t)c->head_dim / 2, sizeof *b->rope_f, &oom);
+    b->scratch_bytes = fl * sizeof(float) + (size_t)n * b->mm.row_cap + (size_t)c->head_dim / 2 * sizeof *b->rope_f;
+    if (!oom) llmb_rope_freqs(b->rope_f, c->head_dim, c->rope_base);
     if (oom) {
         const int vocab = c->vocab;
         cpu_destroy(b);
@@ -231,7 +235,7 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     llmb_matmul_ctx *mm = &b->mm;
     for (int i = 0; i < n; i++) {
         eq->to_float((const char *)m->tok_embd.data + (size_t)bt->tokens[i] * m->tok_embd.row_bytes, b->x + i * dim, dim);
-        llmb_rope_table(b->cs + (int64_t)i * hd, hd, bt->pos[i], c->rope_base, c->rope_scale, m->rope_freqs);
+        llmb_rope_table(b->cs + (int64_t)i * hd, hd, bt->pos[i], c->rope_scale, b->rope_f, m->rope_freqs);
     }
     for (int l = 0; l < c->n_layer; l++) {
         const llmb_layer *L = &m->layers[l];

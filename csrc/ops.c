@@ -131,9 +131,13 @@ LLMB_CLONES void llmb_rmsnorm(float *out, const float *x, const float *w, int64_
     for (i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-void llmb_rope_table(float *cs, int hd, int64_t pos, float base, float scale, const float *ff) {
+void llmb_rope_freqs(double *f, int hd, float base) {
+    for (int i = 0; i < hd / 2; i++) f[i] = pow((double)base, -2.0 * i / hd);
+}
+
+void llmb_rope_table(float *cs, int hd, int64_t pos, float scale, const double *f, const float *ff) {
     for (int i = 0; i < hd / 2; i++) {
-        double theta = (double)pos * scale * pow((double)base, -2.0 * i / hd);
+        double theta = (double)pos * scale * f[i];
         if (ff) theta /= ff[i];
         cs[2 * i] = (float)cos(theta);
         cs[2 * i + 1] = (float)sin(theta);

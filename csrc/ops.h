@@ -45,8 +45,10 @@ void llmb_rmsnorm(float *out, const float *x, const float *w, int64_t n, float e
 // (cs[2*i] = cos, cs[2*i+1] = sin of pair i).
 void llmb_rope(float *v, int n_heads, int hd, const float *cs, int neox);
 
-// cos/sin table for one position: theta_i = pos * scale * base^(-2i/hd) / freq_factor_i.
-void llmb_rope_table(float *cs, int hd, int64_t pos, float base, float scale, const float *freq_factors);
+// The inverse frequencies of RoPE, once per model: f[i] = base^(-2i/hd) for i < hd/2 (double).
+void llmb_rope_freqs(double *f, int hd, float base);
+// cos/sin table for one position: theta_i = pos * scale * f[i] / freq_factor_i (f: llmb_rope_freqs).
+void llmb_rope_table(float *cs, int hd, int64_t pos, float scale, const double *f, const float *freq_factors);
 
 void llmb_swiglu(float *gate, const float *up, int64_t n); // gate = silu(gate) * up
 void llmb_swiglu_ref(float *gate, const float *up, int64_t n); // its scalar version (bit-identical; for tests)

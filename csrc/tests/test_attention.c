@@ -167,6 +167,34 @@ static void test_gather(int type, int hd, int nkeys, int bs) {
     free(kc), free(vc), free(blocks), free(tmp);
 }
 
+// RoPE's table from the inverse frequencies computed once equals the angle computed from pow() per
+// position (the former code), bit for bit, with and without frequency factors; and cos/sin within
+// float rounding of the float64 angle.
+static void test_rope_table(void) {
+    const int hds[] = {64, 128, 8, 80};
+    const float bases[] = {10000.0f, 500000.0f, 1e6f};
+    double f[64];
+    float cs[128], ff[64];
+    for (int i = 0; i < 64; i++) ff[i] = 1.0f + 0.37f * (float)(i % 5);
+    for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
+        for (size_t b = 0; b < sizeof bases / sizeof *bases; b++) {
+            const int hd = hds[a];
+            llmb_rope_freqs(f, hd, bases[b]);
+            int bad = 0;
+            for (int64_t pos = 0; pos < 5000; pos += 1 + pos / 3)
+                for (int k = 0; k < 2; k++) {
+                    const float scale = k ? 0.25f : 1.0f;
+                    llmb_rope_table(cs, hd, pos, scale, f, k ? ff : NULL);
+                    for (int i = 0; i < hd / 2; i++) {
+                        double theta = (double)pos * scale * pow((double)bases[b], -2.0 * i / hd);
+                        if (k) theta /= ff[i];
+                        bad += cs[2 * i] != (float)cos(theta) || cs[2 * i + 1] != (float)sin(theta);
+                    }
+                }
+            CHECK(!bad, "rope table hd %d base %g: %d entries differ from pow() per position", hd, bases[b], bad);
+        }
+}
+
 int main(void) {
     const int hds[] = {64, 128, 80, 48, 8};
     const int keys[] = {1, 2, 15, 16, 17, 63, 64, 65, 130, 301};
@@ -175,6 +203,7 @@ int main(void) {
         for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
             for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) test_shape(hds[a], keys[b]);
         test_exp_swiglu();
+        test_rope_table();
         const int gtypes[] = {LLMB_TYPE_F32, LLMB_TYPE_F16, LLMB_TYPE_Q8_0};
         const int ghds[] = {64, 128, 96, 32, 48, 8};
         const int gkeys[] = {1, 15, 16, 17, 63, 64, 65, 301};
