@@ -169,7 +169,6 @@ static void gather_scalar(const llmb_kv_head *h, int n_keys, int hd, float *kt, 
         for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + j] = row[d];
         t->to_float_ref(kv_at(h, h->v, j), row, hd);
     }
-    for (int d = 0; d < hd; d++) memset(kt + (size_t)d * ldk + n_keys, 0, (ldk - (size_t)n_keys) * sizeof(float));
 }
 
 #if LLMB_VEXP_AVX512
@@ -235,9 +234,6 @@ LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, f
             for (int c = 0; c < 16; c++) _mm512_storeu_ps(kt + (size_t)(d0 + c) * ldk + j0, r[c]);
         }
     }
-    const size_t j1 = (size_t)(n_keys + 15) / 16 * 16;   // zeros written up to here already
-    for (int d = 0; d < hd; d++)
-        for (size_t j = j1; j < ldk; j += 16) _mm512_storeu_ps(kt + (size_t)d * ldk + j, _mm512_setzero_ps());
 }
 #endif
 

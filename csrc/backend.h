@@ -48,8 +48,8 @@ typedef struct {
     int max_rows;        // the largest llmb_batch.n_rows (sizes the logits)
 } llmb_backend_params;
 
-// One forward step. Tokens of a sequence are consecutive (build_batch emits them so); all arrays
-// are host memory owned by the engine and valid for the call.
+// One forward step. Tokens of a sequence are consecutive, at positions pos0, pos0 + 1, ... (build_batch
+// emits them so); all arrays are host memory owned by the engine and valid for the call.
 typedef struct {
     int n_tok;
     const int32_t *tokens;       // (n_tok) token ids

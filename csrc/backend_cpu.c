@@ -183,10 +183,8 @@ static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
 #else
         float *kt = b->att_scratch;
 #endif
-        int max_pos = 0;
-        for (int i = i0; i < i1; i++)
-            if (bt->pos[i] > max_pos) max_pos = bt->pos[i];
-        // this head's keys transposed (kt[d * ldk + j], zero padding) and values as rows, as floats
+        const int max_pos = bt->pos[i1 - 1];   // the sequence's positions here ascend from pos0
+        // this head's keys transposed (kt[d * ldk + j]) and values as rows, as floats
         const size_t ldk = llmb_att_ldk(max_pos + 1);
         float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
         const size_t per_part = (size_t)b->n_blocks * B * b->kv_row_bytes;

@@ -70,16 +70,17 @@ typedef struct {
     int block_size;
     size_t block_stride, row_stride;   // bytes
 } llmb_kv_head;
-// The first n_keys keys of the head as floats, transposed (kt[d * ldk + j], zeros for n_keys <= j <
-// ldk), and the values as rows (v[j * hd + d]): llmb_attend's inputs. The conversion is exact (F16,
-// F32) or the single float product q * d of the Q8_0 dequantizer, so any version gives the same bits.
+// The first n_keys keys of the head as floats, transposed (kt[d * ldk + j]; j >= n_keys unspecified:
+// llmb_attend's 64-key loads read it, and no result depends on it), and the values as rows
+// (v[j * hd + d]): llmb_attend's inputs. The conversion is exact (F16, F32) or the single float
+// product q * d of the Q8_0 dequantizer, so any version gives the same bits.
 void llmb_att_gather(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v);
 // the scalar version (one to_float call per row, then the transposed copy; for tests)
 void llmb_att_gather_ref(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v);
 // out[i] = softmax_j(scale * q[i] . k_j) v_j over j < n_keys[i], for i < nq <= LLMB_ATT_Q, with the
 // keys transposed (kt[d * ldk + j]) and the values as rows (v[j * hd + d]); sc: LLMB_ATT_Q x ldk
 // floats of scratch. Each out[i] depends only on q[i], n_keys[i] and the first n_keys[i] keys and
-// values: the same bits whatever the other queries of the call.
+// values (not on kt or v past them): the same bits whatever the other queries of the call.
 void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v, int hd,
                  float scale, float *sc, float *const *out);
 // the scalar version (bit-identical; for tests)
