@@ -272,7 +272,7 @@ static void tile_ref(llmb_vec_dot_fn dot, int64_t n, const void *w, size_t ws, i
 REF_TILE(f32) REF_TILE(f16) REF_TILE(bf16) REF_TILE(q4_0) REF_TILE(q4_1) REF_TILE(q5_0) REF_TILE(q5_1)
 REF_TILE(q8_0) REF_TILE(q4_K) REF_TILE(q5_K) REF_TILE(q6_K) REF_TILE(q8_K)
 
-#define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL}
+#define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL, 0}
 static const llmb_vec_dot_kernels ref_table[LLMB_TYPE_COUNT] = {
     [LLMB_TYPE_F32] = REF(f32),   [LLMB_TYPE_F16] = REF(f16),   [LLMB_TYPE_BF16] = REF(bf16),
     [LLMB_TYPE_Q4_0] = REF(q4_0), [LLMB_TYPE_Q4_1] = REF(q4_1), [LLMB_TYPE_Q5_0] = REF(q5_0),
@@ -352,13 +352,14 @@ void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_stride, int nr
 static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, const void *w, size_t w_stride,
                          int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt) {
     if (ntok >= LLMB_PANEL_MIN_TOKENS && k->panel) {   // token blocks outside, this thread's row panels inside
-        const int64_t n_panels = (nrows + LLMB_PANEL_R - 1) / LLMB_PANEL_R;
+        const int pr = k->panel_r ? k->panel_r : LLMB_PANEL_R;
+        const int64_t n_panels = (nrows + pr - 1) / pr;
         const int64_t p0 = n_panels * id / nt, p1 = n_panels * (id + 1) / nt;
         for (int t0 = 0; t0 < ntok; t0 += LLMB_PANEL_TOKENS) {
             const int nc = ntok - t0 < LLMB_PANEL_TOKENS ? ntok - t0 : LLMB_PANEL_TOKENS;
             for (int64_t p = p0; p < p1; p++) {
-                const int64_t r0 = p * LLMB_PANEL_R;
-                const int nr = (int)(nrows - r0 < LLMB_PANEL_R ? nrows - r0 : LLMB_PANEL_R);
+                const int64_t r0 = p * pr;
+                const int nr = (int)(nrows - r0 < pr ? nrows - r0 : pr);
                 k->panel(n, (const char *)w + r0 * w_stride, w_stride, nr, (const char *)xq + t0 * x_stride, x_stride,
                          nc, y + t0 * ldy + r0, ldy);
             }

@@ -32,7 +32,7 @@ extern "C" {
 #define LLMB_TYPE_Q8_1 9
 #define LLMB_TILE_MAX_R 4   // weight rows per llmb_gemm_tile call
 #define LLMB_TILE_MAX_C 4   // tokens per llmb_gemm_tile call
-#define LLMB_PANEL_R 4      // weight rows per panel call (llmb_vec_dot_matmul, several tokens)
+#define LLMB_PANEL_R 4      // weight rows per panel call (llmb_vec_dot_matmul, several tokens); float panels take 8
 #define LLMB_PANEL_TOKENS 64   // tokens per panel call: their activations stay in L2 while the rows are reused
 // Fewest tokens for panels: decoding 4 rows per call costs more than it saves below (batched decode,
 // llama-125m Q4_K_M, 2 threads, ms/step tiles vs panels: 2 tokens 9.7 vs 10.7, 3: 11.9 vs 12.0,
@@ -104,12 +104,13 @@ LLMB_API int llmb_cpu_has(const char *feature);
 
 typedef void (*llmb_gemm_tile_fn)(int64_t n, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride,
                                   int nc, float *y, int64_t ldy);
-// y[c*ldy + r] for r < nr <= LLMB_PANEL_R, c < nc (any nc >= 1): same bits as the single dot
+// y[c*ldy + r] for r < nr <= the kernel's panel_r, c < nc (any nc >= 1): same bits as the single dot
 typedef llmb_gemm_tile_fn llmb_gemm_panel_fn;
 typedef struct {
     llmb_vec_dot_fn dot;
     llmb_gemm_tile_fn tile;
     llmb_gemm_panel_fn panel;   // NULL: llmb_vec_dot_matmul runs tiles
+    int panel_r;                // rows per panel call (0: LLMB_PANEL_R)
 } llmb_vec_dot_kernels;
 
 // Internal (vecdot_simd.c): overwrite the entries of `table` (indexed by weight type) that have a

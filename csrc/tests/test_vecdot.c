@@ -324,7 +324,7 @@ int main(void) {
             const int64_t ks[] = {1, 3, 8, 37, 64};
             for (size_t k = 0; k < 5; k++) check_type(ti, 32 * ks[k]);
             check_panels(t, 32 * 13);
-            if (bs == 1) check_panels(t, 8192 + 29), check_panels(t, 8 * 9 + 5);   // beyond the float panel; tails
+            if (bs == 1) check_panels(t, 8192 + 29), check_panels(t, 8 * 9 + 5);   // many float-panel chunks; tails
             if (bs == 1) {   // tails of the float kernels
                 const int64_t odd[] = {1, 7, 13, 45, 133};
                 for (size_t k = 0; k < 5; k++) check_type(ti, odd[k]);
