@@ -17,18 +17,21 @@
 //   llmb_engine_step:    schedule_admissions(): for a forked sequence whose shared prefix ends inside
 //                        a block, ops->kv_copy(b, dst, src, n_tokens) (copy on write, at admission);
 //                        build_batch() fills an llmb_batch (host arrays);
+//                        when every row samples plainly and params.device_sampling (cuda), the batch's
+//                        sampling arrays are set (device_sampling() in engine.c)
 //                        ops->forward(b, &batch, &out)           logits, or ids when the batch asks
-//                        process_logits() samples on the host from out.logits (device sampling, with
-//                        out.ids / out.logprobs, is not asked for yet)
+//                        process_logits() samples on the host from out.logits, or process_ids() takes
+//                        out.ids / out.logprobs
+//                        ops->times(b, &t): the step's device time per phase and graph counters,
+//                        summed into llmb_engine_stats (backend_*_ns)
 //   stats:               ops->memory(b, &mem) once after kv_alloc: llmb_engine_weight_bytes, kv_bytes,
-//                        scratch_bytes; again for each llmb_engine_memory (peak, device free/total);
-//                        ops->times(b, &t): device time per phase (not read by the engine yet)
+//                        scratch_bytes; again for each llmb_engine_memory (peak, device free/total)
 //   llmb_engine_free:    ops->destroy(b)
 //
-// CUDA Graphs live inside the CUDA backend: a decode-only batch (every token's q_len == 1) of n
-// tokens pads to the next bucket (1, 2, 4, ..., 64); the first step of a bucket is captured, later
-// ones copy tokens, positions, slots, block tables and lengths into the bucket's fixed device
-// buffers and replay. The engine sees only forward(); `graphs` in llmb_backend_params switches it.
+// CUDA Graphs live inside the CUDA backend: a decode-only batch (n_decode == n_seq) of n tokens
+// pads to the next bucket (1, 2, 4, ..., 64); the first step of a bucket runs and is then captured,
+// later ones copy tokens, positions, slots, block tables and lengths into fixed device buffers and
+// replay. The engine sees only forward(); `graphs` in llmb_backend_params switches it.
 #ifndef LLMB_BACKEND_H
 #define LLMB_BACKEND_H
 
@@ -56,6 +59,8 @@ typedef struct {
     const int32_t *pos;          // (n_tok) positions
     const int32_t *slots;        // (n_tok) KV slot of each token: block * block_size + offset
     int n_seq;
+    int n_decode;                // the first n_decode sequences are decode steps (one generated token
+                                 // each); the others are prompt chunks, whatever their length
     const int32_t *q_start;      // (n_seq) first token of the sequence in this batch
     const int32_t *q_len;        // (n_seq) its tokens in this batch (1 for a decode step)
     const int32_t *pos0;         // (n_seq) position of its first token here (= cached tokens)

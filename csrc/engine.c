@@ -79,7 +79,11 @@ struct llmb_engine {
     int32_t *block_tables;              // (max_seqs, max_blocks)
     int32_t *rows;                      // (max_logit_rows)
     llmb_batch batch;
-    const float *logits;      // the backend's logits of the last step, (n_rows, vocab)
+    const float *logits;      // the backend's logits of the last step, (n_rows, vocab), or NULL when
+    const int32_t *dev_ids;   // it sampled on the device: each row's token
+    const float *dev_lp;      // and its log-probability
+    float *smp_temp, *smp_top_p, *smp_min_p, *smp_u; // (max_logit_rows) a device-sampled step's parameters
+    int32_t *smp_top_k;
     // sampler
     float *work;
     int32_t *cand;
@@ -247,6 +251,11 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     e->pos0 = xcalloc((size_t)p->max_seqs, sizeof *e->pos0, &oom);
     e->block_tables = xcalloc((size_t)p->max_seqs * (size_t)e->max_blocks, sizeof *e->block_tables, &oom);
     e->rows = xcalloc((size_t)e->max_logit_rows, sizeof *e->rows, &oom);
+    e->smp_temp = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_temp, &oom);
+    e->smp_top_p = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_top_p, &oom);
+    e->smp_min_p = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_min_p, &oom);
+    e->smp_u = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_u, &oom);
+    e->smp_top_k = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_top_k, &oom);
     e->work = xcalloc((size_t)c->vocab, sizeof *e->work, &oom);
     e->cand = xcalloc((size_t)c->vocab, sizeof *e->cand, &oom);
     e->seen = xcalloc((size_t)c->vocab, sizeof *e->seen, &oom);
@@ -296,6 +305,11 @@ void llmb_engine_free(llmb_engine *e) {
     free(e->lse);
     free(e->lse_rows);
     free(e->lse_am);
+    free(e->smp_temp);
+    free(e->smp_top_p);
+    free(e->smp_min_p);
+    free(e->smp_u);
+    free(e->smp_top_k);
     free(e->ev);
     free(e->ev_topn_id);
     free(e->ev_topn_lp);
@@ -583,6 +597,7 @@ static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
                    (size_t)blocks_for(e, e->pos[n - 1] + 1) * sizeof *s->blocks);
             n_seq++;
         }
+        if (pass == 0) e->batch.n_decode = n_seq;  // decode steps first, then prompt chunks
     }
     e->batch.n_tok = n;
     e->batch.n_seq = n_seq;
@@ -725,8 +740,58 @@ static int will_sample(const seq_t *s, int pos) {
     return s->state == SEQ_RUNNING && pos == s->n_tokens - 1 && s->n_generated < s->s.max_tokens;
 }
 
+// Can the backend sample this step's rows? Only when every row samples a running sequence's next
+// token with the plain rule (temperature, top-k, top-p, min-p): no penalties, no top-n logprobs, no
+// prompt scores, no stop tokens still masked by min_tokens. Then the parameters of each row, with u
+// drawn from the sequence's own stream exactly where sample_row would draw it.
+static int device_sampling(llmb_engine *e, int n) {
+    if (!e->p.device_sampling || strcmp(e->ops->name, "cuda") != 0 || e->batch.n_rows == 0) return 0;
+    for (int i = 0; i < n; i++) {
+        const item_t *it = &e->items[i];
+        const seq_t *s = it->seq;
+        if (it->logit_row < 0) continue;
+        const llmb_sampling *p = &s->s;
+        if (!will_sample(s, it->pos) || s->prompt_logits || wants_prompt_lp(s, it->pos) || p->n_logprobs > 0 ||
+            p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
+            (s->n_generated < p->min_tokens && p->n_stop_tokens > 0))
+            return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        const item_t *it = &e->items[i];
+        seq_t *s = it->seq;
+        if (it->logit_row < 0) continue;
+        const int r = it->logit_row;
+        e->smp_temp[r] = s->s.temperature;
+        e->smp_top_k[r] = s->s.top_k;
+        e->smp_top_p[r] = s->s.top_p;
+        e->smp_min_p[r] = s->s.min_p;
+        e->smp_u[r] = s->s.temperature > 0.0f ? (float)uniform(&s->rng) : 0.0f;
+    }
+    return 1;
+}
+
+// The step's tokens from the backend's device sampling (device_sampling() checked every row).
+static llmb_status process_ids(llmb_engine *e, int n) {
+    for (int i = 0; i < n; i++) e->items[i].seq->n_computed = e->items[i].pos + 1;
+    for (int i = 0; i < n; i++) {
+        item_t *it = &e->items[i];
+        seq_t *s = it->seq;
+        if (it->logit_row < 0 || s->state != SEQ_RUNNING) continue;
+        const int tok = e->dev_ids[it->logit_row];
+        s->tokens[s->n_tokens++] = tok;
+        s->n_generated++;
+        e->stats.device_sampled_rows++;
+        if (push_event(e, s->id, LLMB_EV_TOKEN, tok, e->dev_lp[it->logit_row]))
+            return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
+        if (is_stop(s, tok)) finish(e, s, LLMB_FINISH_STOP);
+        else if (s->n_generated >= s->s.max_tokens) finish(e, s, LLMB_FINISH_LENGTH);
+    }
+    return LLMB_OK;
+}
+
 static llmb_status process_logits(llmb_engine *e, int n) {
     const int V = e->model->cfg.vocab;
+    if (e->dev_ids) return process_ids(e, n);
     // The log-sum-exp of every row that is sampled or scored, split over the threads (one double exp
     // per vocabulary entry: serial, it was ~5% of a batch-64 decode step); each row by one thread in
     // row_lse's order, so the same bits.
@@ -796,13 +861,33 @@ llmb_status llmb_engine_step(llmb_engine *e, int *busy) {
                              "raise kv_budget", (long long)e->n_waiting, (long long)e->n_free);
         return LLMB_OK;
     }
+    const int dev = device_sampling(e, n);
+    e->batch.temperature = dev ? e->smp_temp : NULL;
+    e->batch.top_p = dev ? e->smp_top_p : NULL;
+    e->batch.min_p = dev ? e->smp_min_p : NULL;
+    e->batch.u = dev ? e->smp_u : NULL;
+    e->batch.top_k = dev ? e->smp_top_k : NULL;
     llmb_forward_out out;
     st = e->ops->forward(e->b, &e->batch, &out);
     if (st) return st;
     e->logits = out.logits;
+    e->dev_ids = dev ? out.ids : NULL;
+    e->dev_lp = dev ? out.logprobs : NULL;
+    if (dev && (!out.ids || !out.logprobs))
+        return llmb_fail(LLMB_E_BACKEND, "engine: the %s backend returned no sampled ids", e->ops->name);
     uint64_t t2 = llmb_now_ns();
     if (n_prefill) e->stats.prefill_ns += t2 - t1;
     else e->stats.decode_ns += t2 - t1;
+    llmb_backend_times bt;
+    if ((st = e->ops->times(e->b, &bt))) return st;
+    const uint64_t fwd = (uint64_t)(bt.forward_ms * 1e6);
+    if (n_prefill) e->stats.backend_prefill_ns += fwd;
+    else e->stats.backend_decode_ns += fwd;
+    e->stats.backend_sample_ns += (uint64_t)(bt.sample_ms * 1e6);
+    e->stats.graph_replays = bt.graph_replays;
+    e->stats.graph_captures = bt.graph_captures;
+    e->stats.capture_ns = (uint64_t)(bt.capture_ms * 1e6);
+    if (!n_prefill) e->stats.kernels_per_step = (uint64_t)bt.kernels_per_step;
     e->stats.prefill_tokens += (uint64_t)n_prefill;
     e->stats.decode_tokens += (uint64_t)(n - n_prefill);
     e->stats.steps++;

@@ -21,6 +21,9 @@ typedef struct {
     const char *backend;  // "cpu" (NULL: cpu) or "cuda"; read only by llmb_engine_create
     int device;           // CUDA device index (cpu: ignored)
     int graphs;           // CUDA: capture and replay decode steps with CUDA Graphs (cpu: ignored)
+    int device_sampling;  // CUDA: a step whose every row is plain sampling (no penalties, top-n logprobs,
+                          // prompt scores or masked stop tokens) samples on the device and returns only
+                          // token ids and their log-probabilities (cpu: ignored)
 } llmb_engine_params;
 
 typedef struct {
@@ -52,10 +55,16 @@ typedef struct {
     uint64_t t_ns;     // llmb_now_ns() when it happened
 } llmb_event;
 
-// Phase time accumulators (nanoseconds) and counters.
+// Phase time accumulators (nanoseconds) and counters. The *_ns are the host clock around each phase;
+// backend_*_ns are the backend's own time of the same steps (CUDA events on the device; the CPU
+// backend's forward on the host clock, no sampling time); device_sampled_rows: rows sampled there.
 typedef struct {
     uint64_t prefill_ns, decode_ns, sample_ns, schedule_ns;
     uint64_t steps, prefill_tokens, decode_tokens;
+    uint64_t backend_prefill_ns, backend_decode_ns, backend_sample_ns;
+    uint64_t graph_replays, graph_captures, capture_ns; // CUDA Graphs of decode steps (backend totals)
+    uint64_t kernels_per_step;                          // kernels of the last decode step (0: unknown)
+    uint64_t device_sampled_rows;
 } llmb_engine_stats;
 
 LLMB_API llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, llmb_engine **out);

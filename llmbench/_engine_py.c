@@ -22,13 +22,13 @@ static void Engine_dealloc(EngineObject *self) {
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"reader", "kv_type", "block_size", "n_blocks", "ctx", "max_batch_tokens", "max_seqs",
-                            "threads", "float_act", "backend", "device", "graphs", NULL};
+                            "threads", "float_act", "backend", "device", "graphs", "device_sampling", NULL};
     PyObject *reader;
-    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1, 0, "cpu", 0, 1};
+    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1, 0, "cpu", 0, 1, 0};
     long long nb = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|psip", names, &reader, &p.kv_type, &p.block_size, &nb, &p.ctx,
-                                     &p.max_batch_tokens, &p.max_seqs, &p.n_threads, &p.float_act, &p.backend,
-                                     &p.device, &p.graphs))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|psipp", names, &reader, &p.kv_type, &p.block_size, &nb,
+                                     &p.ctx, &p.max_batch_tokens, &p.max_seqs, &p.n_threads, &p.float_act, &p.backend,
+                                     &p.device, &p.graphs, &p.device_sampling))
         return -1;
     p.n_blocks = nb;
     llmb_gguf *g = llmb_py_reader_gguf(reader);
@@ -259,9 +259,22 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *noargs) {
     ENGINE(self);
     llmb_engine_stats st;
     llmb_engine_get_stats(self->e, &st);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "prefill_ns", st.prefill_ns, "decode_ns", st.decode_ns,
-                         "sample_ns", st.sample_ns, "schedule_ns", st.schedule_ns, "steps", st.steps,
-                         "prefill_tokens", st.prefill_tokens, "decode_tokens", st.decode_tokens);
+    PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "prefill_ns", st.prefill_ns, "decode_ns",
+                                st.decode_ns, "sample_ns", st.sample_ns, "schedule_ns", st.schedule_ns, "steps",
+                                st.steps, "prefill_tokens", st.prefill_tokens, "decode_tokens", st.decode_tokens);
+    PyObject *more = d ? Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "backend_prefill_ns", st.backend_prefill_ns,
+                                       "backend_decode_ns", st.backend_decode_ns, "backend_sample_ns",
+                                       st.backend_sample_ns, "graph_replays", st.graph_replays, "graph_captures",
+                                       st.graph_captures, "capture_ns", st.capture_ns, "kernels_per_step",
+                                       st.kernels_per_step, "device_sampled_rows", st.device_sampled_rows)
+                       : NULL;
+    if (!more || PyDict_Update(d, more)) {
+        Py_XDECREF(d);
+        Py_XDECREF(more);
+        return NULL;
+    }
+    Py_DECREF(more);
+    return d;
 }
 
 static PyObject *Engine_timing_cost(EngineObject *self, PyObject *args) {

@@ -135,14 +135,16 @@ class LLM:
     slower, and free of the activation rounding, which separates weight from activation error).
     ``backend``: "cpu" or "cuda" (the same engine, scheduler and sampler; the forward pass on device
     ``device``, decode steps replayed as CUDA Graphs when ``cuda_graphs``). Without a usable CUDA
-    backend, "cuda" raises BackendUnavailableError saying why.
+    backend, "cuda" raises BackendUnavailableError saying why. ``device_sampling`` (cuda): a step whose every
+    request samples plainly (no penalties, no top-n logprobs, no prompt scores) samples on the device,
+    so only token ids and their log-probabilities cross the bus.
     """
 
     def __init__(self, model: str | os.PathLike[str], threads: int | None = None, ctx: int | None = None,
                  kv_dtype: str = "f16", kv_budget: int | str | None = None, backend: str = "cpu",
                  max_batch_tokens: int = 512, max_seqs: int = 64, block_size: int = 16,
                  activations: str = "q8", tokenizer_options: dict | None = None, device: int = 0,
-                 cuda_graphs: bool = True):
+                 cuda_graphs: bool = True, device_sampling: bool = True):
         if backend not in ("cpu", "cuda"):
             raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
         if device < 0:
@@ -178,7 +180,8 @@ class LLM:
         per_tok = 2 * n_layer * n_kv * head_dim * {"f32": 4, "f16": 2, "q8_0": 34 / 32}[kv_dtype]
         if kv_budget is None:
             full = -(-self.ctx // block_size) * block_size * per_tok   # one full-context sequence, whole blocks
-            budget = max(min(max_seqs * full, _available_memory() // 4), full)
+            avail = cuda.mem_info(device)[0] if backend == "cuda" else _available_memory()
+            budget = max(min(max_seqs * full, avail // 4), full)
         else:
             budget = _parse_bytes(kv_budget)
         n_blocks = int(budget // (per_tok * block_size))
@@ -188,7 +191,8 @@ class LLM:
         self.engine = _core.Engine(self.file._reader, kv_type=KV_DTYPES[kv_dtype], block_size=block_size,
                                    n_blocks=n_blocks, ctx=self.ctx, max_batch_tokens=max_batch_tokens,
                                    max_seqs=max_seqs, threads=self.threads, float_act=activations == "f32",
-                                   backend=backend, device=device, graphs=cuda_graphs)
+                                   backend=backend, device=device, graphs=cuda_graphs,
+                                   device_sampling=device_sampling)
         self.backend = self.engine.backend
         self.device = device if backend == "cuda" else None
         self.cuda_graphs = cuda_graphs if backend == "cuda" else None

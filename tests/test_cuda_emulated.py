@@ -1,10 +1,11 @@
 """The CUDA backend without a GPU: kernels/*.cu compiled as C++ for the CPU into an emulated
 libllmbench_cuda.so (kernels/tests/simt_host.h runs each thread block as fibers with barriers and
 warp shuffles; kernels/tests/cuda_emu.cpp stands in for the CUDA runtime and cuBLAS: one device of
-host memory with a fixed capacity, cublasGemmEx as a column-major loop), then tests/test_cuda.py and
-tests/test_cuda_kernels.py run against it in a child process through LLMBENCH_CUDA_LIB, the same
-path a GPU run takes: the loader, the ABI table, the wrappers' argument checks and launch plans, the
-kernels, llmbench/_cuda_py.c and backends/cuda.py. What this cannot show: real-device memory
+host memory with a fixed capacity, cublasGemmEx as a column-major loop), then tests/test_cuda.py,
+tests/test_cuda_kernels.py and tests/test_cuda_engine.py run against it in a child process through
+LLMBENCH_CUDA_LIB, the same path a GPU run takes: the loader, the ABI table, the wrappers' argument
+checks and launch plans, the kernels, llmbench/_cuda_py.c, backends/cuda.py, and the engine on
+csrc/backend_cuda.c. What this cannot show: real-device memory
 ordering, timing, and cuBLAS itself."""
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def emulated_lib(tmp_path_factory) -> Path:
 def test_cuda_tests_pass_on_the_emulated_device(emulated_lib):
     env = {**os.environ, "LLMBENCH_CUDA_LIB": str(emulated_lib)}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py",
-                        "tests/test_cuda_kernels.py"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=1200, check=False)
+                        "tests/test_cuda_kernels.py", "tests/test_cuda_engine.py"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=1200, check=False)
     tail = "\n".join(r.stdout.splitlines()[-40:])
     assert r.returncode == 0, tail
     assert " passed" in tail and " failed" not in tail
