@@ -295,6 +295,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     env = result["environment"]
     if env["backend"] == "openai":
         title = f"llmbench bench: {env['model']['name']} at {env['base_url']}"
+    elif env["backend"] == "cuda":
+        title = (f"llmbench bench: {env['model']['name']} ({', '.join(env['model']['weight_types'])}) on "
+                 f"{env['gpu_name']}, KV {env['kv_dtype']}, CUDA Graphs {'on' if env['cuda_graphs'] else 'off'}")
     else:
         title = (f"llmbench bench: {env['model']['name']} ({', '.join(env['model']['weight_types'])}), "
                  f"{env['threads']} threads, KV {env['kv_dtype']}, SIMD {env['simd']}")
@@ -320,6 +323,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     ov = result.get("timing_overhead")
     if ov:
         t.add_row("timing overhead per decode step", f"{ov['per_step_ns']:.0f} ns = {ov['fraction_of_decode_step']:.4%}")
+    for ph in result.get("cuda", {}).get("phases", []):
+        t.add_row(f"{ph['test']}: GPU / wall s (prefill, decode, sample)",
+                  ", ".join(f"{ph[k + '_device_s']:.3f} / {ph[k + '_wall_s']:.3f}"
+                            for k in ("prefill", "decode", "sample")))
+    g = result.get("cuda", {}).get("graphs")
+    if g:
+        t.add_row("CUDA Graphs: captures / replays / kernels per decode step",
+                  f"{g['captures']} / {g['replays']} / {g['kernels_per_step']}")
+    if result.get("memory", {}).get("gpu_total_bytes"):
+        m = result["memory"]
+        t.add_row("GPU memory: total / free / weights / KV / workspace / peak",
+                  " / ".join(_gib(m[k]) for k in ("gpu_total_bytes", "gpu_free_bytes", "weights_bytes",
+                                                   "kv_cache_bytes", "scratch_bytes", "gpu_peak_bytes")))
     if "memory" in result:
         t.add_row("memory: weights / KV / peak RSS",
                   f"{_gib(result['memory']['weights_bytes'])} / {_gib(result['memory']['kv_cache_bytes'])} / "

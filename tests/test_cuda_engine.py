@@ -226,3 +226,41 @@ def test_out_of_device_memory_is_clear_and_recoverable(stories_path):
     got = LLM(stories_path, backend="cuda", kv_dtype="f32").logits(toks)
     assert rel_err(got, LLM(stories_path, threads=1, kv_dtype="f32").logits(toks)) <= tol("F32", "f32")[0]
 
+
+@gpu
+def test_bench_backend_cuda(stories_path):
+    """`llmbench bench --backend cuda`: the same pp/tg/latency measurement, with device time per
+    phase beside wall time, CUDA Graph counters, device memory, and decode bandwidth as a fraction
+    of the device's copy bandwidth measured in the same run; the result follows the schema."""
+    from llmbench.perf.bench import BenchConfig, run
+
+    cfg = BenchConfig(model=str(stories_path), backend="cuda", pp=8, tg=4, batch=2, input_len=4, output_len=3,
+                      warmup=0, repetitions=1, kv_dtype="f32")
+    r = run(cfg)   # validated against the schema inside
+    env = r["environment"]
+    assert env["backend"] == "cuda" and env["gpu_name"] == cuda.devices()[0].name and env["cuda_graphs"] is True
+    assert [p["test"] for p in r["cuda"]["phases"]] == ["pp8", "tg4", "latency b2"]
+    pp, tg = r["cuda"]["phases"][:2]
+    assert pp["prefill_device_s"] > 0 and pp["decode_wall_s"] == 0
+    assert 0 < tg["decode_device_s"] <= tg["decode_wall_s"] and tg["steps"] == 4
+    g = r["cuda"]["graphs"]
+    assert g["requested"] and g["captures"] >= 1 and g["replays"] >= 3 and g["kernels_per_step"] > 0
+    m = r["memory"]
+    assert m["gpu_total_bytes"] > m["gpu_free_bytes"] > 0
+    assert m["gpu_peak_bytes"] >= m["weights_bytes"] + m["kv_cache_bytes"]
+    bw = r["config"]["membw"]
+    assert bw["backend"] == "cuda" and r["bandwidth"]["measured_gbps"] == bw["copy_gbs"] > 0
+    off = run(BenchConfig(**{**cfg.__dict__, "cuda_graphs": False, "batch": 0, "pp": 0}))
+    assert off["environment"]["cuda_graphs"] is False and off["cuda"]["graphs"]["replays"] == 0
+
+
+@no_gpu
+def test_bench_backend_cuda_says_why_without_a_device(stories_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--backend", "cuda", "--model", str(stories_path),
+                        "--pp", "8", "--tg", "0", "--batch", "0"], capture_output=True, text=True, timeout=300,
+                       check=False)
+    assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
+    assert WHY.split(":")[0] in r.stderr

@@ -1,7 +1,10 @@
 """`llmbench bench` on llmbench's own engine: llama-bench-style pp/tg throughput, a latency
 scenario with vLLM's TTFT/TPOT/ITL/E2E metrics from the engine's event timestamps, and the decode
 bandwidth as a fraction of this machine's measured bandwidth, all in one JSON result that follows
-docs/result.schema.json.
+docs/result.schema.json. With ``--backend cuda`` the same measurements run through
+LLM(backend="cuda"); the result adds the device time of each phase (CUDA events) beside its wall
+time, the CUDA Graph counters, device memory, and the bandwidth fraction is of the device-to-device
+copy bandwidth (`llmbench membw --backend cuda`) measured in the same run.
 
 Timing: every number comes from the C engine's monotonic clock (events stamped inside the core);
 warmup runs first; each repetition starts with an empty KV cache (its requests are released).
@@ -21,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import LLM, SamplingParams, UnsupportedError, __version__, _core
+from .. import LLM, BackendUnavailableError, SamplingParams, UnsupportedError, __version__, _core
 from ..gguf import GGUFFile
 from ..info import cpu_model
 from ..llm import Prefix, resolve_model
@@ -98,6 +101,14 @@ def _sha256(path: str) -> str:
 _SHA_CACHE: dict[tuple[str, float, int], str] = {}
 
 
+def _gpu_name(llm: LLM) -> str | None:
+    if llm.backend != "cuda":
+        return None
+    from ..backends import cuda
+
+    return cuda.devices()[llm.device].name
+
+
 def environment(llm: LLM, cfg: BenchConfig) -> dict:
     """The environment block of a result for the local engine."""
     path = str(llm.path)
@@ -111,7 +122,8 @@ def environment(llm: LLM, cfg: BenchConfig) -> dict:
                   "size_bytes": st.st_size, "sha256": _SHA_CACHE[key],
                   "weight_types": sorted({t.type for t in llm.file.tensors.values()})},
         "kv_dtype": cfg.kv_dtype, "backend": llm.backend, "threads": llm.threads, "cpu_model": cpu_model(),
-        "gpu_name": None, "build_flags": _core.build_info()["cflags"], "cuda_graphs": None,
+        "gpu_name": _gpu_name(llm), "build_flags": _core.build_info()["cflags"],
+        "cuda_graphs": llm.engine.stats()["graph_replays"] > 0 if llm.backend == "cuda" else None,
         "prefix_cache": any(d > 0 for d in cfg.depth) if (cfg.pp or cfg.tg) else False,
         "simd": _core.simd_info()["active"], "activations": llm.activations,
         "omp": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND")},
@@ -141,6 +153,33 @@ def membw_elsewhere(threads: int) -> dict:
     return _MEMBW_CACHE[threads]
 
 
+def reference_bandwidth(llm: LLM) -> dict:
+    """The bandwidth decode is measured against: this machine's STREAM read (CPU, in a child process)
+    or the device's copy bandwidth (CUDA, here: device memory is not this process's RSS)."""
+    if llm.backend != "cuda":
+        return membw_elsewhere(llm.threads)
+    from ..backends import cuda
+
+    nbytes, reps = 1 << 28, 20
+    return {"backend": "cuda", "copy_gbs": cuda.copy_bandwidth(nbytes, reps, device=llm.device), "bytes": nbytes,
+            "reps": reps}
+
+
+def reference_gbps(bw: dict | None) -> float | None:
+    bw = bw or {}
+    return bw.get("copy_gbs") if bw.get("backend") == "cuda" else bw.get("read")
+
+
+def phase_times(test: str, stats: dict) -> dict:
+    """Wall time (host clock) and the backend's own time (CUDA events on a GPU) of each phase over the
+    steps since the engine's stats were reset."""
+    out = {"test": test, "steps": stats["steps"]}
+    for ph in ("prefill", "decode", "sample"):
+        out[f"{ph}_wall_s"] = stats[f"{ph}_ns"] / 1e9
+        out[f"{ph}_device_s"] = stats[f"backend_{ph}_ns"] / 1e9
+    return out
+
+
 def _timed(llm: LLM, prompts: list[list[int]], n_gen: int, prefix: Prefix | None = None):
     """Run prompts together; return the completions (KV blocks are released afterwards)."""
     params = SamplingParams(temperature=0, max_tokens=n_gen, ignore_eos=True)
@@ -159,11 +198,13 @@ def _test_name(kind: str, n: int, depth: int) -> str:
 
 
 def llama_bench_tests(llm: LLM, cfg: BenchConfig, rng: np.random.Generator,
-                      progress: Callable[[str], None]) -> tuple[list[dict], list[float]]:
+                      progress: Callable[[str], None],
+                      phases: list[dict] | None = None) -> tuple[list[dict], list[float]]:
     """llama-bench's pp and tg tests at each depth: tokens/s per repetition. At depth d the first d
     tokens are computed once, untimed, and held; each repetition forks them (so only the test's
     own tokens are timed, over a KV cache of d + n tokens) and releases its blocks afterwards.
-    Returns the test entries and the decode step times of the depth-0 tg test."""
+    Returns the test entries and the decode step times of the depth-0 tg test; appends each test's
+    phase_times over its timed repetitions to ``phases``."""
     vocab = llm.info["vocab"]
     tests, step_s = [], []
     for depth in cfg.depth:
@@ -178,6 +219,8 @@ def llama_bench_tests(llm: LLM, cfg: BenchConfig, rng: np.random.Generator,
                 progress(name)
                 secs = []
                 for r in range(cfg.warmup + cfg.repetitions):
+                    if r == cfg.warmup:
+                        llm.engine.reset_stats()
                     c = _timed(llm, [_random_prompt(rng, vocab, n_prompt)], n_gen, prefix)[0]
                     if r < cfg.warmup:
                         continue
@@ -186,6 +229,8 @@ def llama_bench_tests(llm: LLM, cfg: BenchConfig, rng: np.random.Generator,
                         step_s += (np.diff(c.token_ns.astype(np.int64)) / 1e9).tolist()  # pure decode steps
                 tests.append({"test": name, "n_prompt": n_prompt if kind == "pp" else 0, "n_gen": n_gen,
                               "n_depth": depth, **llama_bench_stats(n_test, secs)})
+                if phases is not None:
+                    phases.append(phase_times(name, llm.engine.stats()))
         finally:
             if prefix is not None:
                 prefix.release()
@@ -221,7 +266,7 @@ def _decode_steps(outs) -> tuple[list[float], int]:
 
 
 def latency_run(llm: LLM, cfg: BenchConfig, prompts: list[list[list[int]]], progress: Callable[[str], None],
-                bw: dict | None = None) -> dict:
+                bw: dict | None = None, phases: list[dict] | None = None) -> dict:
     """The latency scenario: ``batch`` requests at once per run, fixed output length (EOS ignored).
     Returns metrics (vLLM keys), raw requests, per-run output throughputs and, from the steps where
     every sequence decodes, the decode bandwidth."""
@@ -233,6 +278,8 @@ def latency_run(llm: LLM, cfg: BenchConfig, prompts: list[list[list[int]]], prog
     for r, batch in enumerate(prompts):
         progress(f"{'warmup' if r < cfg.warmup else 'run'} {r + 1}/{len(prompts)}: batch {len(batch)}, "
                  f"{len(batch[0])} in, {cfg.output_len} out")
+        if r == cfg.warmup:
+            llm.engine.reset_stats()
         outs = _timed(llm, batch, cfg.output_len)
         if r < cfg.warmup:
             continue
@@ -249,7 +296,9 @@ def latency_run(llm: LLM, cfg: BenchConfig, prompts: list[list[list[int]]], prog
            "requests": [q.to_dict() for q in reqs], "output_throughput_runs": per_run}
     if steps:
         step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], int(np.mean(ctx_tokens)))
-        out["bandwidth"] = decode_bandwidth(step_bytes, steps, measured_gbps=(bw or {}).get("read"))
+        out["bandwidth"] = decode_bandwidth(step_bytes, steps, measured_gbps=reference_gbps(bw))
+    if phases is not None and len(prompts) > cfg.warmup:
+        phases.append(phase_times(f"latency b{cfg.batch}", llm.engine.stats()))
     return out
 
 
@@ -263,8 +312,9 @@ def timing_overhead(llm: LLM, step_s: float, batch: int) -> dict:
 
 
 def load(cfg: BenchConfig, ctx: int, max_seqs: int) -> LLM:
+    gpu = {"backend": "cuda", "cuda_graphs": cfg.cuda_graphs is not False} if cfg.backend == "cuda" else {}
     return LLM(cfg.model, threads=cfg.threads, ctx=ctx, kv_dtype=cfg.kv_dtype,
-               max_batch_tokens=max(512, min(cfg.pp, 2048)), max_seqs=max(max_seqs, 4))
+               max_batch_tokens=max(512, min(cfg.pp, 2048)), max_seqs=max(max_seqs, 4), **gpu)
 
 
 def _metadata(model: str) -> dict:
@@ -295,7 +345,11 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
     """Run the whole benchmark on the local engine; returns a schema-valid result dict."""
     cfg.check()
     if cfg.backend == "cuda":
-        LLM(cfg.model, backend="cuda")   # raises BackendUnavailableError / UnsupportedError with the reason
+        from ..backends import cuda
+
+        ok, why = cuda.available()
+        if not ok:
+            raise BackendUnavailableError(why)
     progress(f"preparing {cfg.model}")
     prompts = None
     if cfg.batch and cfg.dataset:   # tokenized before the load: their lengths size the KV cache
@@ -308,20 +362,21 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         prompts = latency_prompts(cfg, None, llm.info["vocab"], ctx)
     rng = np.random.default_rng(cfg.seed)
     progress("measuring memory bandwidth")
-    bw = membw_elsewhere(llm.threads)
+    bw = reference_bandwidth(llm)
     result: dict = {
         **header(),
         "environment": environment(llm, cfg),
         "config": {**config_json(cfg), "membw": bw},
     }
-    tests, step_s = llama_bench_tests(llm, cfg, rng, progress) if (cfg.pp or cfg.tg) else ([], [])
+    phases: list[dict] = []
+    tests, step_s = llama_bench_tests(llm, cfg, rng, progress, phases) if (cfg.pp or cfg.tg) else ([], [])
     if tests:
         result["llama_bench"] = tests
     if step_s:
         step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], 1 + cfg.tg // 2)
-        result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=bw["read"])
+        result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=reference_gbps(bw))
     if cfg.batch:
-        lat = latency_run(llm, cfg, prompts, progress, bw)
+        lat = latency_run(llm, cfg, prompts, progress, bw, phases)
         result["metrics"], result["requests"] = lat["metrics"], lat["requests"]
         if "bandwidth" not in result and "bandwidth" in lat:
             result["bandwidth"] = lat["bandwidth"]
@@ -329,9 +384,18 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         result["timing_overhead"] = timing_overhead(llm, result["bandwidth"]["step_s"],
                                                     1 if step_s else cfg.batch)
     mem = llm.memory()
+    gpu = llm.backend == "cuda"
     result["memory"] = {"peak_rss_bytes": peak_rss_bytes(),
                         "weights_bytes": mem["weights"], "kv_cache_bytes": mem["kv_cache"],
-                        "scratch_bytes": mem["scratch"], "gpu_peak_bytes": None}
+                        "scratch_bytes": mem["scratch"], "gpu_peak_bytes": mem["peak"] if gpu else None,
+                        **({"gpu_total_bytes": mem["device_total"], "gpu_free_bytes": mem["device_free"]}
+                           if gpu else {})}
+    if gpu:
+        st = llm.engine.stats()
+        result["environment"]["cuda_graphs"] = st["graph_replays"] > 0   # really used, not just asked for
+        result["cuda"] = {"phases": phases, "graphs": {
+            "requested": bool(llm.cuda_graphs), "captures": st["graph_captures"], "replays": st["graph_replays"],
+            "capture_ms": st["capture_ns"] / 1e6, "kernels_per_step": st["kernels_per_step"]}}
     result["tokens"] = {"decode_step_s": step_s}
     validate(result)
     return result

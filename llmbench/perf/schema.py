@@ -134,6 +134,32 @@ _request = {
     "additionalProperties": False,
 }
 
+_phase = {
+    "type": "object",
+    "description": "one test's steps: wall time of each phase on the host clock, and the backend's own "
+                   "time of the same phases (CUDA events on the device). Sampling on the device runs inside "
+                   "the backend's step, so it counts in prefill/decode wall time and in sample_device_s; "
+                   "sample_wall_s is the host's part (logits rows sampled on the host, or taking the ids)",
+    "required": ["test", "steps", "prefill_wall_s", "prefill_device_s", "decode_wall_s", "decode_device_s",
+                 "sample_wall_s", "sample_device_s"],
+    "properties": {"test": {"type": "string"}, "steps": _count,
+                   **{f"{ph}_{k}_s": {"type": "number", "minimum": 0}
+                      for ph in ("prefill", "decode", "sample") for k in ("wall", "device")}},
+}
+
+_cuda = {
+    "type": "object",
+    "description": "--backend cuda: device time per phase of each test beside its wall time, and the CUDA "
+                   "Graphs of decode steps (captures, replays, capture time, kernels one decode step launches)",
+    "required": ["phases", "graphs"],
+    "properties": {
+        "phases": {"type": "array", "items": _phase},
+        "graphs": {"type": "object", "required": ["requested", "captures", "replays", "capture_ms", "kernels_per_step"],
+                   "properties": {"requested": {"type": "boolean"}, "captures": _count, "replays": _count,
+                                  "capture_ms": {"type": "number", "minimum": 0}, "kernels_per_step": _count}},
+    },
+}
+
 _bandwidth = {
     "type": "object",
     "description": "Decode memory bandwidth (llmbench.perf.metrics.decode_bandwidth).",
@@ -234,6 +260,7 @@ SCHEMA: dict[str, Any] = {
         "bandwidth": _bandwidth,
         "timing_overhead": _timing_overhead,
         "sweep": _sweep,
+        "cuda": _cuda,
         "memory": {"type": "object", "description": "peak RSS, weight/KV/scratch bytes, GPU peak",
                    "additionalProperties": {"type": ["integer", "null"], "minimum": 0}},
         "requests": {"type": "array", "items": _request},
