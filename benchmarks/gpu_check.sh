@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the CUDA backend's checks on a GPU machine, in one run of a few minutes: build the C
-# extension for that machine's Python (the CUDA library itself is carried, built on the dev machine
-# with LLMBENCH_CUDA_ARCH=90; it is rebuilt here only if missing), run tests/test_cuda*.py, then the
-# kernel benchmark benchmarks/bench_cuda.py. Everything it produces lands in $OUT (at most 8 files):
-#   env.txt  build.log  pytest.log  pytest.xml  bench.log  bench_cuda.json  gpu_check.json
+# gpu_check.sh — the CUDA backend's checks on a GPU machine, in one run of about six minutes: build the
+# C extension for that machine's Python (the CUDA library itself is carried, built on the dev machine
+# with LLMBENCH_CUDA_ARCH=90; it is rebuilt here only if missing), run tests/test_cuda*.py (kernels,
+# and the engine on the device against the CPU engine: tests/test_cuda_engine.py), the kernel
+# benchmark benchmarks/bench_cuda.py --quick, then `llmbench bench --backend cuda` on the llama-1b
+# preset in F16, Q8_0 and Q4_K_M (pp512, tg128, a latency run of 8 requests; device time per phase,
+# CUDA Graph counters, device memory, decode bandwidth against the device's copy bandwidth).
+# Everything it produces lands in $OUT (the device tool brings back at most 8 files):
+#   env.txt  build.log  pytest.log  pytest.xml  bench.log  bench_cuda.json  bench_engine.json  gpu_check.json
 # From the repository root, through the device tool (after building here with
 # `LLMBENCH_CUDA=1 LLMBENCH_CUDA_ARCH=90 pip install --no-build-isolation -e .`):
 #   run(command="bash benchmarks/gpu_check.sh", carry=["llmbench/libllmbench_cuda.so", ".gpu_carry"], timeout_s=540)
-# .gpu_carry (optional, git-ignored through .git/info/exclude) lets the end-to-end test run there: the
-# stories260K model, which lives outside the checkout, and the gguf wheel its reference forward needs:
+# .gpu_carry (git-ignored through .git/info/exclude) lets the end-to-end tests and the engine benchmark
+# run there: the stories260K model, which lives outside the checkout, the gguf wheel the reference
+# forward needs, and jsonschema (with its dependencies) that every benchmark result is validated with:
 #   echo /.gpu_carry/ >> .git/info/exclude; mkdir -p .gpu_carry
 #   cp ../shared/models/stories260K/stories260K.gguf .gpu_carry/
-#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .gpu_carry gguf==0.19.0
-# Budget: build ~1 min, tests ~1 min, benchmark ~2 min; each stage has its own timeout (120 + 150 +
-# 180 s at most), so the JSON is written whatever happens.
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .gpu_carry gguf==0.19.0 \
+#       jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_17_x86_64 -d .gpu_carry rpds-py==2026.9.1
+# Budget: build ~1 min, tests ~1.5 min, kernel benchmark ~0.5 min, engine benchmark ~2 min (three
+# dummy builds of llama-1b, ~10 s each, and their runs); each stage has its own timeout (120 + 150 +
+# 60 + 3 x 60 s at most), so the JSON is written whatever happens.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -56,22 +65,36 @@ cat "$OUT/env.txt"
 # ---- tests ----
 log "tests (build rc=$build_rc)"
 timeout 150 "$PY" -m pytest -q -p no:cacheprovider --junitxml="$OUT/pytest.xml" tests/test_cuda.py tests/test_cuda_kernels.py \
-    >"$OUT/pytest.log" 2>&1
+    tests/test_cuda_engine.py >"$OUT/pytest.log" 2>&1
 test_rc=$?
 grep -E "passed|failed|error" "$OUT/pytest.log" | tail -3
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -40
 
-# ---- benchmark ----
-log "benchmark"
-timeout 180 "$PY" benchmarks/bench_cuda.py --out "$OUT/bench_cuda.json" >"$OUT/bench.log" 2>&1
+# ---- benchmarks: the kernels, then the engine (llmbench bench --backend cuda) ----
+log "kernel benchmark"
+timeout 60 "$PY" benchmarks/bench_cuda.py --quick --out "$OUT/bench_cuda.json" >"$OUT/bench.log" 2>&1
 bench_rc=$?
 tail -5 "$OUT/bench.log"
+export LLMBENCH_CACHE=/tmp/llmbench-cache   # dummy models are built here, not carried
+engine_rc=0
+for t in Q4_K_M Q8_0 F16; do
+    log "llmbench bench --backend cuda llama-1b:$t"
+    echo "== llama-1b:$t" >>"$OUT/bench.log"
+    timeout 60 "$PY" -m llmbench bench --backend cuda --model "llama-1b:$t" --pp 512 --tg 128 --reps 3 --warmup 1 \
+        --batch 8 --input-len 128 --output-len 32 -o "/tmp/bench_$t.json" >>"$OUT/bench.log" 2>&1 || engine_rc=$?
+done
+"$PY" - "$OUT/bench_engine.json" /tmp/bench_Q4_K_M.json /tmp/bench_Q8_0.json /tmp/bench_F16.json <<'EOF'
+import json, os, sys
+json.dump([json.load(open(p)) for p in sys.argv[2:] if os.path.exists(p)], open(sys.argv[1], "w"), indent=1)
+EOF
+tail -30 "$OUT/bench.log"
 
 log "done"
-"$PY" - "$OUT" "$build_rc" "$test_rc" "$bench_rc" "$(($(date +%s) - T0))" <<'EOF'
+"$PY" - "$OUT" "$build_rc" "$test_rc" "$bench_rc" "$engine_rc" "$(($(date +%s) - T0))" <<'EOF'
 import json, sys
-out, build, test, bench, secs = sys.argv[1], *map(int, sys.argv[2:])
+out, build, test, bench, engine, secs = sys.argv[1], *map(int, sys.argv[2:])
 summary = [l.strip() for l in open(f"{out}/pytest.log", errors="replace") if " passed" in l or " failed" in l][-1:]
-json.dump({"build_rc": build, "test_rc": test, "bench_rc": bench, "seconds": secs, "pytest": summary,
+json.dump({"build_rc": build, "test_rc": test, "bench_rc": bench, "engine_bench_rc": engine, "seconds": secs,
+           "pytest": summary,
            "env": open(f"{out}/env.txt", errors="replace").read()}, open(f"{out}/gpu_check.json", "w"), indent=1)
 EOF
