@@ -264,3 +264,31 @@ def test_bench_backend_cuda_says_why_without_a_device(stories_path):
                        check=False)
     assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
     assert WHY.split(":")[0] in r.stderr
+
+
+@gpu
+def test_weight_type_without_a_cuda_kernel_is_named(tmp_path):
+    """A type the CPU engine runs but the device has no kernel for (here Q5_0, the fallback of
+    llmbench quantize for rows that are not whole K-quant blocks) raises, naming tensor and type."""
+    gguf = pytest.importorskip("gguf")
+    from llmbench.quant import quantize
+
+    src = llmbench.dummy_model("tiny", "F32")
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(str(tmp_path / "q5.gguf"), arch="llama")
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        w.add_key_value(k, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+    for t in r.tensors:
+        data = np.asarray(t.data)
+        if t.name == "blk.1.ffn_up.weight":
+            w.add_tensor(t.name, quantize(np.ascontiguousarray(data, np.float32), "Q5_0").reshape(data.shape[0], -1),
+                         raw_dtype=gguf.GGMLQuantizationType.Q5_0)
+        else:
+            w.add_tensor(t.name, data, raw_dtype=t.tensor_type)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    toks = [1, 2, 3]
+    assert LLM(tmp_path / "q5.gguf", threads=1).logits(toks).shape == (3, 1024)   # the CPU runs it
+    with pytest.raises(llmbench.UnsupportedError, match=r"blk\.1\.ffn_up\.weight is Q5_0.*no CUDA kernel"):
+        LLM(tmp_path / "q5.gguf", backend="cuda")
