@@ -181,7 +181,8 @@ def test_sse_parser_byte_by_byte():
 
 
 _SSE_LINE = st.one_of(
-    st.builds(lambda v: f"data: {v}", st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)),
+    st.builds(lambda v: f"data: {v}",
+              st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)),
     st.builds(lambda v: f"event: {v}", st.sampled_from(["error", "delta", ""])),
     st.just(": ping"), st.just(""), st.just("retry: 5"), st.just("data:x"))
 
