@@ -5,12 +5,14 @@
 # and the engine on the device against the CPU engine: tests/test_cuda_engine.py), the kernel
 # benchmark benchmarks/bench_cuda.py --quick, then `llmbench bench --backend cuda` on the llama-1b
 # preset in F16, Q8_0 and Q4_K_M (pp512, tg128, a latency run of 8 requests; device time per phase,
-# CUDA Graph counters, device memory, decode bandwidth against the device's copy bandwidth).
+# CUDA Graph counters, device memory, decode bandwidth against the device's copy bandwidth), and
+# benchmarks/bench_cuda_graphs.py: decode tokens/s with CUDA Graphs on and off, alternated, at batch
+# 1, 8 and 64 of llama-1b Q4_K_M, with capture time and kernels per step (into gpu_check.json).
 # Everything it produces lands in $OUT (the device tool brings back at most 8 files):
 #   env.txt  build.log  pytest.log  pytest.xml  bench.log  bench_cuda.json  bench_engine.json  gpu_check.json
 # From the repository root, through the device tool (after building here with
 # `LLMBENCH_CUDA=1 LLMBENCH_CUDA_ARCH=90 pip install --no-build-isolation -e .`):
-#   run(command="bash benchmarks/gpu_check.sh", carry=["llmbench/libllmbench_cuda.so", ".gpu_carry"], timeout_s=540)
+#   run(command="bash benchmarks/gpu_check.sh", carry=["llmbench/libllmbench_cuda.so", ".gpu_carry"], timeout_s=590)
 # .gpu_carry (git-ignored through .git/info/exclude) lets the end-to-end tests and the engine benchmark
 # run there: the stories260K model, which lives outside the checkout, the gguf wheel the reference
 # forward needs, and jsonschema (with its dependencies) that every benchmark result is validated with:
@@ -21,8 +23,8 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_17_x86_64 -d .gpu_carry rpds-py==2026.9.1
 # Budget: build ~1 min, tests ~1.5 min, kernel benchmark ~0.5 min, engine benchmark ~2 min (three
-# dummy builds of llama-1b, ~10 s each, and their runs); each stage has its own timeout (120 + 150 +
-# 60 + 3 x 60 s at most), so the JSON is written whatever happens.
+# dummy builds of llama-1b, ~10 s each, and their runs), graphs on/off ~0.5 min; each stage has its own
+# timeout (120 + 150 + 60 + 3 x 60 + 45 s at most), so the JSON is written whatever happens.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -89,12 +91,20 @@ json.dump([json.load(open(p)) for p in sys.argv[2:] if os.path.exists(p)], open(
 EOF
 tail -30 "$OUT/bench.log"
 
+log "CUDA Graphs on and off (llama-1b Q4_K_M, built above)"
+echo "== bench_cuda_graphs" >>"$OUT/bench.log"
+timeout 45 "$PY" benchmarks/bench_cuda_graphs.py --batch 1 8 64 --tokens 24 --prompt 16 --rounds 3 \
+    --out /tmp/bench_graphs.json >>"$OUT/bench.log" 2>&1
+graphs_rc=$?
+tail -4 "$OUT/bench.log"
+
 log "done"
-"$PY" - "$OUT" "$build_rc" "$test_rc" "$bench_rc" "$engine_rc" "$(($(date +%s) - T0))" <<'EOF'
-import json, sys
-out, build, test, bench, engine, secs = sys.argv[1], *map(int, sys.argv[2:])
+"$PY" - "$OUT" "$build_rc" "$test_rc" "$bench_rc" "$engine_rc" "$graphs_rc" "$(($(date +%s) - T0))" <<'EOF'
+import json, os, sys
+out, build, test, bench, engine, graphs, secs = sys.argv[1], *map(int, sys.argv[2:])
 summary = [l.strip() for l in open(f"{out}/pytest.log", errors="replace") if " passed" in l or " failed" in l][-1:]
-json.dump({"build_rc": build, "test_rc": test, "bench_rc": bench, "engine_bench_rc": engine, "seconds": secs,
-           "pytest": summary,
+json.dump({"build_rc": build, "test_rc": test, "bench_rc": bench, "engine_bench_rc": engine, "graphs_rc": graphs,
+           "seconds": secs, "pytest": summary,
+           "graphs": json.load(open("/tmp/bench_graphs.json")) if os.path.exists("/tmp/bench_graphs.json") else None,
            "env": open(f"{out}/env.txt", errors="replace").read()}, open(f"{out}/gpu_check.json", "w"), indent=1)
 EOF

@@ -184,6 +184,27 @@ def test_cuda_graphs_give_identical_tokens(stories_path):
 
 
 @gpu
+def test_cuda_graphs_past_one_attention_split(stories_path):
+    """A context longer than one decode-attention split (512 keys): a graph's attention grid is sized
+    for the whole context (3 splits for ctx 1100; each block reads its sequence's real length on the
+    device), direct launches for the longest sequence of the step (1 split up to 512 keys, then 2), yet
+    tokens and log-probabilities are the same: a split past a sequence's end weighs nothing. Two
+    sequences: one crosses the first split's end after the graph was captured (keys 511..517), one
+    is short (all but one of its splits empty)."""
+    long_prompt = np.random.default_rng(5).integers(3, 512, 510).tolist()
+    prompts = [long_prompt, [1, 403, 407, 261]]
+    params = SamplingParams(temperature=0.8, top_k=40, seed=7, max_tokens=8, logprobs=1, ignore_eos=True)
+    runs = {}
+    for graphs in (True, False):
+        llm = LLM(stories_path, backend="cuda", kv_dtype="f32", ctx=1100, cuda_graphs=graphs)
+        runs[graphs] = (llm.generate(prompts, params), llm.engine.stats())
+    (on, st_on), (off, st_off) = runs[True], runs[False]
+    for a, b in zip(on, off):
+        assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    assert 1 <= st_on["graph_captures"] <= 2 and st_on["graph_replays"] >= 5 and st_off["graph_replays"] == 0
+
+
+@gpu
 def test_device_sampling_matches_host_sampling(stories_pair):
     """Steps whose every request samples plainly sample on the device (only ids cross the bus): greedy
     tokens are the CPU engine's; seeded temperature sampling draws the same tokens as sampling the
