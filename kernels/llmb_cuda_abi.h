@@ -96,6 +96,8 @@ typedef struct {
     llmb_status (*device_info)(int dev, llmb_cuda_device *out);
     llmb_status (*malloc_)(int dev, size_t nbytes, void **out);
     llmb_status (*free_)(int dev, void *p);
+    // kind 0 to device, 1 to host, 2 device to device; complete on return (kernels queued next on
+    // any stream see the bytes)
     llmb_status (*memcpy_)(int dev, void *dst, const void *src, size_t nbytes, int kind);
     llmb_status (*memset_)(int dev, void *p, int value, size_t nbytes);
     llmb_status (*time_copy)(int dev, void *dst, const void *src, size_t nbytes, int reps, float *ms);

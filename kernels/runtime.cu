@@ -179,6 +179,10 @@ static llmb_status memcpy_(int dev, void *dst, const void *src, size_t nbytes, i
     llmb_status s = check_dev(dev);
     if (s) return s;
     CU_CHECK(cudaMemcpy(dst, src, nbytes, kinds[kind]));
+    // cudaMemcpy may return before a copy from pageable host memory (staged) or between device
+    // buffers has landed, and contexts' streams do not wait for the legacy stream: wait here, so a
+    // kernel queued next on any stream reads what was copied
+    if (kind != 1) CU_CHECK(cudaDeviceSynchronize());
     return LLMB_OK;
 }
 
