@@ -18,7 +18,8 @@ static const int32_t GREEDY[24] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 
                                    395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292};
 
 static llmb_engine_params params(int kv_type, int64_t n_blocks, int threads) {
-    llmb_engine_params p = {kv_type, 16, n_blocks, 512, 64, 32, threads, 0};
+    llmb_engine_params p = {.kv_type = kv_type, .block_size = 16, .n_blocks = n_blocks, .ctx = 512,
+                            .max_batch_tokens = 64, .max_seqs = 32, .n_threads = threads}; // the rest 0: cpu
     return p;
 }
 
