@@ -34,6 +34,7 @@ extern "C" {
 #define LLMB_TILE_MAX_C 4   // tokens per llmb_gemm_tile call
 #define LLMB_PANEL_R 4      // weight rows per panel call (llmb_vec_dot_matmul, several tokens); float panels take 8
 #define LLMB_PANEL_TOKENS 64   // tokens per panel call: their activations stay in L2 while the rows are reused
+#define LLMB_PANEL_X_BYTES (768 * 1024)   // up to 4x as many while their activations take at most this
 // Fewest tokens for panels: decoding 4 rows per call costs more than it saves below (batched decode,
 // llama-125m Q4_K_M, 2 threads, ms/step tiles vs panels: 2 tokens 9.7 vs 10.7, 3: 11.9 vs 12.0,
 // 4: 13.9 vs 12.9, 6: 18.9 vs 16.1)
@@ -76,7 +77,7 @@ LLMB_API void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_strid
 // Y[t*ldy + r] = dot(row r, token t) for r < nrows, t < ntok: row tiles of 4 split over `nthreads`
 // OpenMP threads (0: the OpenMP default), token tiles of 4; from LLMB_PANEL_MIN_TOKENS tokens, where
 // the level has a panel kernel for the type, each thread takes a contiguous range of row panels and runs them for LLMB_PANEL_TOKENS
-// tokens at a time (rows decoded once per panel call). One token: single dots row after row, which
+// tokens at a time, up to 4x that while their activations fit LLMB_PANEL_X_BYTES (rows decoded once per panel call). One token: single dots row after row, which
 // keeps the weight reads one sequential stream (from DRAM the 4 interleaved streams of a 4x1 tile are
 // up to 1.5x slower), except float weights of n >= 2048: 4x1 tiles, so the float x is loaded once
 // for 4 rows (1.1x at n=3072 to 1.6x at 8192). Same bits either way. xq holds ntok quantized rows x_stride bytes apart.

@@ -99,14 +99,16 @@ def test_batch_invariance(t: str):
 
 @pytest.mark.parametrize("t", TYPES)
 def test_batch_invariance_panels(t: str):
-    # 70 tokens: two token blocks of the prefill panels, ragged groups of 4; 9 rows: ragged row panels
-    w, x, n = case(t, rows=9, nblocks=2, ntok=70, seed=11)
+    # 262 tokens: two passes of the prefill panels (256 tokens for rows this short), ragged groups of
+    # 4 (3 for float weights); 9 rows: ragged row panels
+    w, x, n = case(t, rows=9, nblocks=2, ntok=262, seed=11)
     tid = type_id(t)
     y = _core.vec_dot(tid, w, x, nthreads=2)
     assert np.array_equal(y, _core.vec_dot(tid, w, x))
-    for k in (0, 3, 63, 64, 69):
+    for k in (0, 3, 63, 64, 69, 255, 256, 261):
         assert np.array_equal(y[k], _core.vec_dot(tid, w, x[k:k + 1])[0])
     assert np.array_equal(y[5:68], _core.vec_dot(tid, w, x[5:68]))
+    assert np.array_equal(y[60:200], _core.vec_dot(tid, w, x[60:200]))
 
 
 def test_bad_arguments():

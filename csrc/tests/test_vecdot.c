@@ -199,7 +199,7 @@ static void check_type(size_t ti, int64_t n) {
 // llmb_vec_dot_matmul over PR rows x PT tokens (several row panels, two token blocks, ragged ends)
 // and over 1 token (long float rows: 4x1 tiles) bit-identical to single dots at every level, 1 and 2 threads
 #define PR 9
-#define PT (LLMB_PANEL_TOKENS + 6)
+#define PT (4 * LLMB_PANEL_TOKENS + 6)   // beyond the longest pass of panels (256 tokens)
 static void check_panels(int t, int64_t n) {
     const llmb_type_traits *tt = llmb_type_traits_get(t);
     const size_t ws = (size_t)(n / tt->blck_size * tt->type_size), xs = llmb_vec_dot_row_bytes(t, n);
@@ -216,7 +216,7 @@ static void check_panels(int t, int64_t n) {
             for (int r = 0; r < PR; r++) dot(n, &one[c * PR + r], w + r * ws, xq + c * xs);
         for (int nt = 1; nt <= 2; nt++)
             for (int ntok = 1; ntok <= PT; ntok += ntok == 6 ? PT - 7 : 1) {   // 1 (decode), 2..6 (either side of
-                                                                                 // LLMB_PANEL_MIN_TOKENS), 69, 70
+                                                                                 // LLMB_PANEL_MIN_TOKENS), 261, 262
                 llmb_vec_dot_matmul(t, n, w, ws, PR, xq, xs, ntok, y, PR, nt);
                 CHECK(memcmp(y, one, sizeof(float) * PR * ntok) == 0, "%s %s n=%lld: matmul of %d x %d on %d threads "
                       "differs from the single dot", llmb_simd_name(levels[k]), tname(t), (long long)n, PR, ntok, nt);
