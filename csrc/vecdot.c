@@ -272,7 +272,7 @@ static void tile_ref(llmb_vec_dot_fn dot, int64_t n, const void *w, size_t ws, i
 REF_TILE(f32) REF_TILE(f16) REF_TILE(bf16) REF_TILE(q4_0) REF_TILE(q4_1) REF_TILE(q5_0) REF_TILE(q5_1)
 REF_TILE(q8_0) REF_TILE(q4_K) REF_TILE(q5_K) REF_TILE(q6_K) REF_TILE(q8_K)
 
-#define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL, 0}
+#define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL, 0, NULL}
 static const llmb_vec_dot_kernels ref_table[LLMB_TYPE_COUNT] = {
     [LLMB_TYPE_F32] = REF(f32),   [LLMB_TYPE_F16] = REF(f16),   [LLMB_TYPE_BF16] = REF(bf16),
     [LLMB_TYPE_Q4_0] = REF(q4_0), [LLMB_TYPE_Q4_1] = REF(q4_1), [LLMB_TYPE_Q5_0] = REF(q5_0),
@@ -362,6 +362,14 @@ static int panel_tokens(size_t x_stride) {
 // LLMB_PANEL_MIN_TOKENS tokens, where the level has a panel kernel) or of 4-row tiles.
 static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, const void *w, size_t w_stride,
                          int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt) {
+    if (ntok >= 2 && ntok <= LLMB_SMALL_TOKENS && k->small) {   // batched decode: this thread's rows, streamed once
+        const int64_t n_tiles = (nrows + LLMB_TILE_MAX_R - 1) / LLMB_TILE_MAX_R;
+        const int64_t r0 = n_tiles * id / nt * LLMB_TILE_MAX_R, r1 = n_tiles * (id + 1) / nt * LLMB_TILE_MAX_R;
+        if (r0 < nrows)
+            k->small(n, (const char *)w + r0 * w_stride, w_stride, (int)((r1 < nrows ? r1 : nrows) - r0), xq, x_stride,
+                     ntok, y + r0, ldy);
+        return;
+    }
     if (ntok >= LLMB_PANEL_MIN_TOKENS && k->panel) {   // token blocks outside, this thread's row panels inside
         const int pr = k->panel_r ? k->panel_r : LLMB_PANEL_R;
         const int64_t n_panels = (nrows + pr - 1) / pr;

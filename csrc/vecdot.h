@@ -4,11 +4,13 @@
 //   F32, F16, BF16   -> F32 (the weight is converted on the fly)
 // plus a tile kernel for prefill (nr <= 4 weight rows x nc <= 4 tokens, loads reused) and, where a
 // level has one, a panel kernel (nr <= LLMB_PANEL_R rows decoded once, then any number of tokens;
-// llmb_vec_dot_matmul uses it from LLMB_PANEL_MIN_TOKENS tokens).
+// llmb_vec_dot_matmul uses it from LLMB_PANEL_MIN_TOKENS tokens) and a small-batch kernel for
+// batched decode (any number of rows streamed once, each decoded block used for 2..LLMB_SMALL_TOKENS
+// tokens; llmb_vec_dot_matmul prefers it to tiles and panels at those token counts).
 //
 // Batch invariance: at a given SIMD level the value for (row r, token t) is bit-identical whether
 // it comes from llmb_vec_dot_get(...), from llmb_gemm_tile at any nr, nc and tile position, or from a
-// panel inside llmb_vec_dot_matmul (each runs the very same per-output operation sequence). The x86 levels (AVX2, AVX-512 with or
+// panel or small-batch kernel inside llmb_vec_dot_matmul (each runs the very same per-output operation sequence). The x86 levels (AVX2, AVX-512 with or
 // without VNNI) all give identical results too: the integer dots are exact and the float
 // accumulation is the same. SIMD results differ from the scalar reference (ggml's reference loops,
 // different summation order) within the tolerances stated in csrc/tests/test_vecdot.c.
@@ -39,6 +41,9 @@ extern "C" {
 // llama-125m Q4_K_M, 2 threads, ms/step tiles vs panels: 2 tokens 9.7 vs 10.7, 3: 11.9 vs 12.0,
 // 4: 13.9 vs 12.9, 6: 18.9 vs 16.1)
 #define LLMB_PANEL_MIN_TOKENS 3
+// Most tokens of the small-batch kernel (batched decode): every weight row streams once per call and
+// each of its decoded super-blocks serves all the tokens; used from 2 tokens where the level has one
+#define LLMB_SMALL_TOKENS 8
 
 // Activations of Q4_1/Q5_1 dot products: x = d*q, s = d*sum(q). Internal to the engine (never in a
 // file); float d and s as in ggml's original block_q8_1, whose 40 bytes are still gguf's size for
@@ -75,9 +80,12 @@ LLMB_API void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_strid
                              size_t x_stride, int nc, float *y, int64_t ldy);
 
 // Y[t*ldy + r] = dot(row r, token t) for r < nrows, t < ntok: row tiles of 4 split over `nthreads`
-// OpenMP threads (0: the OpenMP default), token tiles of 4; from LLMB_PANEL_MIN_TOKENS tokens, where
-// the level has a panel kernel for the type, each thread takes a contiguous range of row panels and runs them for LLMB_PANEL_TOKENS
-// tokens at a time, up to 4x that while their activations fit LLMB_PANEL_X_BYTES (rows decoded once per panel call). One token: single dots row after row, which
+// OpenMP threads (0: the OpenMP default), token tiles of 4; at 2..LLMB_SMALL_TOKENS tokens, where the
+// level has a small-batch kernel for the type, each thread streams a contiguous range of rows through
+// it once; else from LLMB_PANEL_MIN_TOKENS tokens, where the level has a panel kernel for the type,
+// each thread takes a contiguous range of row panels and runs them for LLMB_PANEL_TOKENS tokens at a
+// time, up to 4x that while their activations fit LLMB_PANEL_X_BYTES (rows decoded once per panel
+// call). One token: single dots row after row, which
 // keeps the weight reads one sequential stream (from DRAM the 4 interleaved streams of a 4x1 tile are
 // up to 1.5x slower), except float weights of n >= 2048: 4x1 tiles, so the float x is loaded once
 // for 4 rows (1.1x at n=3072 to 1.6x at 8192). Same bits either way. xq holds ntok quantized rows x_stride bytes apart.
@@ -112,6 +120,7 @@ typedef struct {
     llmb_gemm_tile_fn tile;
     llmb_gemm_panel_fn panel;   // NULL: llmb_vec_dot_matmul runs tiles
     int panel_r;                // rows per panel call (0: LLMB_PANEL_R)
+    llmb_gemm_tile_fn small;    // nr rows (any) x nc tokens (2..LLMB_SMALL_TOKENS); NULL: tiles or panels
 } llmb_vec_dot_kernels;
 
 // Internal (vecdot_simd.c): overwrite the entries of `table` (indexed by weight type) that have a

@@ -115,6 +115,23 @@ def test_batch_invariance(stories):
     assert np.array_equal(stories.logits(target), small.logits(target))
 
 
+@pytest.mark.parametrize("wtype", ["Q4_K_M", "Q8_0"])
+def test_batch_invariance_quantized(wtype):
+    """Quantized weights: batched decode of 2..8 sequences runs the small-batch kernels, 64 the panels,
+    one the single dots; a sequence's tokens and log-probabilities are the same in all of them."""
+    llm = LLM(llmbench.dummy_model("tiny", wtype), threads=2)
+    rng = np.random.default_rng(5)
+    vocab = llm.info["vocab"]
+    target = rng.integers(3, vocab, 12).tolist()
+    others = [rng.integers(3, vocab, int(n)).tolist() for n in rng.integers(1, 40, 63)]
+    params = SamplingParams(temperature=0.9, top_k=40, seed=3, max_tokens=10, logprobs=2, ignore_eos=True)
+    alone = llm.generate([target], params)[0]
+    for b in (2, 3, 5, 8, 64):
+        got = llm.generate([*others[:b - 1], target], params)[-1]
+        assert got.token_ids == alone.token_ids, f"batch of {b}"
+        assert got.logprobs == alone.logprobs and got.top_logprobs == alone.top_logprobs, f"batch of {b}"
+
+
 def test_threads_do_not_change_results(stories_path):
     toks = list(range(1, 40))
     one = LLM(stories_path, threads=1).logits(toks)

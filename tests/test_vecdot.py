@@ -11,7 +11,7 @@
   0.5 for Q8_1 and Q8_K (float scales), 0 for the float types.
 - Batch invariance: a token's outputs are bit-identical alone or in a batch, on 1 or 2 threads, also
   in batches of more than one token block (64 tokens) of the prefill panels.
-Odd row counts, odd block counts, 1 to 5 tokens.
+Odd row counts, odd block counts, 1 to 9 tokens (the small-batch kernels of batched decode), 70.
 """
 
 from __future__ import annotations
@@ -95,6 +95,19 @@ def test_batch_invariance(t: str):
     for k in range(x.shape[0]):
         assert np.array_equal(y[k], _core.vec_dot(tid, w, x[k:k + 1])[0])
         assert np.array_equal(y[k], _core.matvec(tid, w, np.ascontiguousarray(x[k:k + 1]), 2)[0])
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_batch_invariance_small_batches(t: str):
+    # batched decode, 2..9 tokens (the small-batch kernels run up to 8): 11 rows give ragged row groups
+    # of 4 and 2; 5 blocks an odd block count (Q8_0's pairs); against one token at a time, 1 and 2 threads
+    w, x, n = case(t, rows=11, nblocks=5, ntok=9, seed=13)
+    tid = type_id(t)
+    one = np.stack([_core.vec_dot(tid, w, x[k:k + 1])[0] for k in range(x.shape[0])])
+    for ntok in range(2, 10):
+        for nthreads in (1, 2):
+            y = _core.vec_dot(tid, w, np.ascontiguousarray(x[:ntok]), nthreads=nthreads)
+            assert np.array_equal(y, one[:ntok]), f"{t}: {ntok} tokens on {nthreads} threads"
 
 
 @pytest.mark.parametrize("t", TYPES)

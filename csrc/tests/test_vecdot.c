@@ -5,7 +5,8 @@
 //   - SIMD dot vs reference:       |simd - ref| <= ATOL + RTOL * sum_i |w_i x_i|
 //   - reference vs a float64 dot of the dequantized rows, same bound (the references are right);
 //   - the tile kernel, every nr x nc shape at every position, bit-identical to the single dot;
-//   - llmb_vec_dot_matmul with 1 and 2 threads bit-identical to the single dot, also with enough
+//   - llmb_vec_dot_matmul with 1 and 2 threads bit-identical to the single dot at every token count
+//     of batched decode (2..10: the small-batch kernels to LLMB_SMALL_TOKENS, ragged row groups), also with enough
 //     rows and tokens for several row panels and token blocks, and rows too long for a panel's
 //     stack buffer (its fallback to tiles);
 //   - llmb_vec_dot_matmul_parts (Q4_K and Q6_K rows of 7 and 9 with one input, as Q, K, V) on 1 and 2
@@ -142,6 +143,11 @@ static void check_level(size_t ti, int64_t n, const uint8_t *w, size_t ws, const
     CHECK(bad == 0, "%s %s n=%lld: %d tile outputs differ from the single dot", lvl, tname(t), (long long)n, bad);
     for (int nt = 1; nt <= 2; nt++) {
         float y[T * R];
+        for (int ntok = 2; ntok < T; ntok++) {   // batched decode (small-batch kernels)
+            llmb_vec_dot_matmul(t, n, w, ws, R, xq, xs, ntok, y, R, nt);
+            CHECK(memcmp(y, out, sizeof(float) * R * ntok) == 0, "%s %s n=%lld: matmul of %d tokens with %d threads "
+                  "differs from the single dot", lvl, tname(t), (long long)n, ntok, nt);
+        }
         llmb_vec_dot_matmul(t, n, w, ws, R, xq, xs, T, y, R, nt);
         CHECK(memcmp(y, out, sizeof y) == 0, "%s %s n=%lld: matmul with %d threads differs from the single dot", lvl,
               tname(t), (long long)n, nt);
@@ -215,8 +221,8 @@ static void check_panels(int t, int64_t n) {
         for (int c = 0; c < PT; c++)
             for (int r = 0; r < PR; r++) dot(n, &one[c * PR + r], w + r * ws, xq + c * xs);
         for (int nt = 1; nt <= 2; nt++)
-            for (int ntok = 1; ntok <= PT; ntok += ntok == 6 ? PT - 7 : 1) {   // 1 (decode), 2..6 (either side of
-                                                                                 // LLMB_PANEL_MIN_TOKENS), 261, 262
+            for (int ntok = 1; ntok <= PT; ntok += ntok == 10 ? PT - 11 : 1) {   // 1 (decode), 2..10 (batched
+                // decode: small-batch kernels to LLMB_SMALL_TOKENS, tiles or panels past it), 261, 262
                 llmb_vec_dot_matmul(t, n, w, ws, PR, xq, xs, ntok, y, PR, nt);
                 CHECK(memcmp(y, one, sizeof(float) * PR * ntok) == 0, "%s %s n=%lld: matmul of %d x %d on %d threads "
                       "differs from the single dot", llmb_simd_name(levels[k]), tname(t), (long long)n, PR, ntok, nt);
@@ -224,6 +230,26 @@ static void check_panels(int t, int64_t n) {
     }
     llmb_simd_set(llmb_simd_detected());
     free(w), free(xq), free(x), free(one), free(y);
+}
+
+// K-type rows longer than the small-batch kernels' table of token scales (256 super-blocks): their
+// fallback to tiles, bit-identical to single dots
+static void check_small_long(int t) {
+    const int64_t n = 256 * 257;
+    const int rows = 5, ntok = 3;
+    const llmb_type_traits *tt = llmb_type_traits_get(t);
+    const size_t ws = (size_t)(n / tt->blck_size * tt->type_size), xs = llmb_vec_dot_row_bytes(t, n);
+    uint8_t *w = malloc(ws * rows), *xq = malloc(xs * ntok);
+    float *x = malloc(sizeof(float) * n * ntok), one[5 * 3], y[5 * 3];
+    random_weights(t, w, n * rows);
+    random_x(x, n * ntok);
+    for (int c = 0; c < ntok; c++) llmb_vec_dot_quantize_x(t, x + c * n, xq + c * xs, n);
+    for (int c = 0; c < ntok; c++)
+        for (int r = 0; r < rows; r++) llmb_vec_dot_get(t)(n, &one[c * rows + r], w + r * ws, xq + c * xs);
+    llmb_vec_dot_matmul(t, n, w, ws, rows, xq, xs, ntok, y, rows, 1);
+    CHECK(memcmp(y, one, sizeof y) == 0, "%s n=%lld: matmul of %d tokens differs from the single dot", tname(t),
+          (long long)n, ntok);
+    free(w), free(xq), free(x);
 }
 
 // three products of one input in one region (mixed K types sharing Q8_K activations, ragged rows)
@@ -320,6 +346,7 @@ int main(void) {
             for (size_t k = 0; k < 4; k++) check_type(ti, 256 * ks[k]);
             check_panels(t, 256 * 5);
             check_panels(t, 256 * 65);   // beyond a panel's 64 decoded super-blocks
+            check_small_long(t);
         } else {
             const int64_t ks[] = {1, 3, 8, 37, 64};
             for (size_t k = 0; k < 5; k++) check_type(ti, 32 * ks[k]);
