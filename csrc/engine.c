@@ -15,6 +15,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "backend.h"
 #include "engine.h"
@@ -44,6 +47,15 @@ typedef struct {
     float *prompt_logits;
     int admitted;
 } seq_t;
+
+// A sampling thread's working memory (vocab entries each).
+typedef struct {
+    float *work;              // the row being modified (penalties, temperature)
+    int32_t *cand;            // candidate ids
+    uint32_t *seen;           // repetition penalty: seen[t] == stamp once t was penalized for this row
+    uint32_t stamp;
+    int32_t *counts;          // presence/frequency penalties (zero between rows)
+} sampler_scratch;
 
 // One token of the batch being computed.
 typedef struct {
@@ -84,12 +96,13 @@ struct llmb_engine {
     const float *dev_lp;      // and its log-probability
     float *smp_temp, *smp_top_p, *smp_min_p, *smp_u; // (max_logit_rows) a device-sampled step's parameters
     int32_t *smp_top_k;
-    // sampler
-    float *work;
-    int32_t *cand;
-    uint32_t *seen;
-    uint32_t stamp;
-    int32_t *counts;
+    // sampler: one scratch per thread (rows are sampled in parallel), and per row sampled this step
+    sampler_scratch *scr;     // (n_threads)
+    int *samp_items;          // the items sampled this step, in batch order
+    int32_t *samp_tok;
+    float *samp_lp;
+    int32_t *samp_topn_id;    // (max_logit_rows, MAX_TOPN)
+    float *samp_topn_lp;
     double *lse;              // log-sum-exp of each logits row that needs one this step
     int *lse_rows;            // those rows
     int *lse_am;              // and the argmax of each (the first of the largest)
@@ -256,10 +269,19 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     e->smp_min_p = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_min_p, &oom);
     e->smp_u = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_u, &oom);
     e->smp_top_k = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_top_k, &oom);
-    e->work = xcalloc((size_t)c->vocab, sizeof *e->work, &oom);
-    e->cand = xcalloc((size_t)c->vocab, sizeof *e->cand, &oom);
-    e->seen = xcalloc((size_t)c->vocab, sizeof *e->seen, &oom);
-    e->counts = xcalloc((size_t)c->vocab, sizeof *e->counts, &oom);
+    e->scr = xcalloc((size_t)p->n_threads, sizeof *e->scr, &oom);
+    for (int t = 0; !oom && t < p->n_threads; t++) {
+        sampler_scratch *w = &e->scr[t];
+        w->work = xcalloc((size_t)c->vocab, sizeof *w->work, &oom);
+        w->cand = xcalloc((size_t)c->vocab, sizeof *w->cand, &oom);
+        w->seen = xcalloc((size_t)c->vocab, sizeof *w->seen, &oom);
+        w->counts = xcalloc((size_t)c->vocab, sizeof *w->counts, &oom);
+    }
+    e->samp_items = xcalloc((size_t)e->max_logit_rows, sizeof *e->samp_items, &oom);
+    e->samp_tok = xcalloc((size_t)e->max_logit_rows, sizeof *e->samp_tok, &oom);
+    e->samp_lp = xcalloc((size_t)e->max_logit_rows, sizeof *e->samp_lp, &oom);
+    e->samp_topn_id = xcalloc((size_t)e->max_logit_rows * MAX_TOPN, sizeof *e->samp_topn_id, &oom);
+    e->samp_topn_lp = xcalloc((size_t)e->max_logit_rows * MAX_TOPN, sizeof *e->samp_topn_lp, &oom);
     e->lse = xcalloc((size_t)e->max_logit_rows, sizeof *e->lse, &oom);
     e->lse_rows = xcalloc((size_t)e->max_logit_rows, sizeof *e->lse_rows, &oom);
     e->lse_am = xcalloc((size_t)e->max_logit_rows, sizeof *e->lse_am, &oom);
@@ -298,10 +320,18 @@ void llmb_engine_free(llmb_engine *e) {
     free(e->items);
     int32_t *arrays[] = {e->tokens, e->pos, e->slots, e->q_start, e->q_len, e->pos0, e->block_tables, e->rows};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
-    free(e->work);
-    free(e->cand);
-    free(e->seen);
-    free(e->counts);
+    for (int t = 0; e->scr && t < e->p.n_threads; t++) {
+        free(e->scr[t].work);
+        free(e->scr[t].cand);
+        free(e->scr[t].seen);
+        free(e->scr[t].counts);
+    }
+    free(e->scr);
+    free(e->samp_items);
+    free(e->samp_tok);
+    free(e->samp_lp);
+    free(e->samp_topn_id);
+    free(e->samp_topn_lp);
     free(e->lse);
     free(e->lse_rows);
     free(e->lse_am);
@@ -628,35 +658,71 @@ static int cmp_desc(const void *a, const void *b, void *keys) {
     return (i > j) - (i < j);
 }
 
-// lse: row_lse(logits) (the log-probability reported is the model's, before penalties and temperature)
-static int sample_row(llmb_engine *e, seq_t *s, const float *logits, double lse, float *lp_out) {
+// Move the k candidates that come first in cmp_desc's order to cand[0..k), in some order: a heap of
+// the k best so far whose root is the worst of them (O(n log k); a full sort of a flat row of 32000
+// candidates for top_k=40 cost ~3 ms). cmp_desc is a strict total order, so the set is the sort's.
+static int ranks_before(int32_t i, int32_t j, const float *w) { return w[i] != w[j] ? w[i] > w[j] : i < j; }
+
+static void heap_sift(int32_t *h, int k, int at, const float *w) {
+    for (;;) {
+        int c = 2 * at + 1;
+        if (c >= k) return;
+        if (c + 1 < k && ranks_before(h[c], h[c + 1], w)) c++;   // the child that ranks last
+        if (!ranks_before(h[at], h[c], w)) return;
+        int32_t t = h[at];
+        h[at] = h[c], h[c] = t;
+        at = c;
+    }
+}
+
+static void select_top(int32_t *cand, int n, int k, const float *w) {
+    for (int i = k / 2 - 1; i >= 0; i--) heap_sift(cand, k, i, w);
+    for (int i = k; i < n; i++)
+        if (ranks_before(cand[i], cand[0], w)) {
+            cand[0] = cand[i];
+            heap_sift(cand, k, 0, w);
+        }
+}
+
+// lse, argmax: row_lse(logits) (the log-probability reported is the model's, before penalties and
+// temperature). Touches only s's random stream and the thread's scratch sc, so rows can be sampled
+// concurrently and a row's token does not depend on the thread count.
+static int sample_row(const llmb_engine *e, sampler_scratch *sc, seq_t *s, const float *logits, double lse, int argmax,
+                      float *lp_out) {
     const int V = e->model->cfg.vocab;
     const llmb_sampling *p = &s->s;
-    float *w = e->work;
+    const int mask_stops = s->n_generated < p->min_tokens && p->n_stop_tokens > 0;
+    const int penalties = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if (p->temperature <= 0.0f && !mask_stops && !penalties) {   // plain greedy: the row's argmax, no copy
+        *lp_out = (float)(logits[argmax] - lse);
+        return argmax;
+    }
+    float *w = sc->work;
     memcpy(w, logits, (size_t)V * sizeof *w);
-    if (s->n_generated < p->min_tokens)
+    if (mask_stops)
         for (int i = 0; i < p->n_stop_tokens; i++)
             if (p->stop_tokens[i] >= 0 && p->stop_tokens[i] < V) w[p->stop_tokens[i]] = -INFINITY;
     // penalties: repetition over the whole sequence, presence/frequency over generated tokens
     if (p->repetition_penalty != 1.0f) {
-        if (++e->stamp == 0) memset(e->seen, 0, (size_t)V * sizeof *e->seen), e->stamp = 1;
+        if (++sc->stamp == 0) memset(sc->seen, 0, (size_t)V * sizeof *sc->seen), sc->stamp = 1;
         for (int i = 0; i < s->n_tokens; i++) {
             int t = s->tokens[i];
-            if (e->seen[t] == e->stamp) continue;
-            e->seen[t] = e->stamp;
+            if (sc->seen[t] == sc->stamp) continue;
+            sc->seen[t] = sc->stamp;
             w[t] = w[t] > 0 ? w[t] / p->repetition_penalty : w[t] * p->repetition_penalty;
         }
     }
     if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
-        for (int i = s->n_prompt; i < s->n_tokens; i++) e->counts[s->tokens[i]]++;
+        for (int i = s->n_prompt; i < s->n_tokens; i++) sc->counts[s->tokens[i]]++;
         for (int i = s->n_prompt; i < s->n_tokens; i++) {
             int t = s->tokens[i];
-            if (e->counts[t] > 0) {
-                w[t] -= p->presence_penalty + p->frequency_penalty * (float)e->counts[t];
-                e->counts[t] = 0;
+            if (sc->counts[t] > 0) {
+                w[t] -= p->presence_penalty + p->frequency_penalty * (float)sc->counts[t];
+                sc->counts[t] = 0;
             }
         }
     }
+    int32_t *cand = sc->cand;
     int tok;
     if (p->temperature <= 0.0f) {
         tok = 0;
@@ -672,16 +738,16 @@ static int sample_row(llmb_engine *e, seq_t *s, const float *logits, double lse,
         // keep only tokens whose probability can matter: exp(w - mx) > 1e-12 of the max
         int nc = 0;
         for (int i = 0; i < V; i++)
-            if (w[i] - mx > -27.6f) e->cand[nc++] = i;
-        qsort_r(e->cand, (size_t)nc, sizeof *e->cand, cmp_desc, w);
-        if (p->top_k > 0 && p->top_k < nc) nc = p->top_k;
+            if (w[i] - mx > -27.6f) cand[nc++] = i;
+        if (p->top_k > 0 && p->top_k < nc) select_top(cand, nc, p->top_k, w), nc = p->top_k;
+        qsort_r(cand, (size_t)nc, sizeof *cand, cmp_desc, w);
         double sum = 0;
-        for (int i = 0; i < nc; i++) sum += exp((double)w[e->cand[i]] - mx);
+        for (int i = 0; i < nc; i++) sum += exp((double)w[cand[i]] - mx);
         int keep = nc;
         if (p->top_p < 1.0f) {
             double cum = 0;
             for (int i = 0; i < nc; i++) {
-                cum += exp((double)w[e->cand[i]] - mx) / sum;
+                cum += exp((double)w[cand[i]] - mx) / sum;
                 if (cum >= p->top_p) {
                     keep = i + 1;
                     break;
@@ -689,19 +755,19 @@ static int sample_row(llmb_engine *e, seq_t *s, const float *logits, double lse,
             }
         }
         if (p->min_p > 0.0f) {
-            double pmax = exp((double)w[e->cand[0]] - mx) / sum;
+            double pmax = exp((double)w[cand[0]] - mx) / sum;
             int k = 1;
-            while (k < keep && exp((double)w[e->cand[k]] - mx) / sum >= p->min_p * pmax) k++;
+            while (k < keep && exp((double)w[cand[k]] - mx) / sum >= p->min_p * pmax) k++;
             keep = k;
         }
         double total = 0;
-        for (int i = 0; i < keep; i++) total += exp((double)w[e->cand[i]] - mx);
+        for (int i = 0; i < keep; i++) total += exp((double)w[cand[i]] - mx);
         double u = uniform(&s->rng) * total, cum = 0;
-        tok = e->cand[keep - 1];
+        tok = cand[keep - 1];
         for (int i = 0; i < keep; i++) {
-            cum += exp((double)w[e->cand[i]] - mx);
+            cum += exp((double)w[cand[i]] - mx);
             if (u < cum) {
-                tok = e->cand[i];
+                tok = cand[i];
                 break;
             }
         }
@@ -819,8 +885,11 @@ static llmb_status process_logits(llmb_engine *e, int n) {
             s->prompt_greedy[k] = row[next] >= row[e->lse_am[it->logit_row]];
         }
     }
-    // Advance the computed counts, then sample where a sequence reached its last known token.
+    // Advance the computed counts, then sample where a sequence reached its last known token: the rows
+    // over the threads (each its own sequence's random stream and a thread's scratch, so the tokens do
+    // not depend on the thread count), then tokens, events and finishes in batch order.
     for (int i = 0; i < n; i++) e->items[i].seq->n_computed = e->items[i].pos + 1;
+    int n_samp = 0;
     for (int i = 0; i < n; i++) {
         item_t *it = &e->items[i];
         seq_t *s = it->seq;
@@ -830,15 +899,32 @@ static llmb_status process_logits(llmb_engine *e, int n) {
             finish(e, s, LLMB_FINISH_LENGTH);  // prefill-only request done
             continue;
         }
-        const float *row = e->logits + (int64_t)it->logit_row * V;
-        float lp;
-        int tok = sample_row(e, s, row, e->lse[it->logit_row], &lp);
+        e->samp_items[n_samp++] = i;
+    }
+#pragma omp parallel for schedule(static) num_threads(e->p.n_threads) if (e->p.n_threads > 1 && n_samp > 1)
+    for (int k = 0; k < n_samp; k++) {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        const item_t *it = &e->items[e->samp_items[k]];
+        seq_t *s = it->seq;
+        const int r = it->logit_row;
+        const float *row = e->logits + (int64_t)r * V;
+        e->samp_tok[k] = sample_row(e, &e->scr[t], s, row, e->lse[r], e->lse_am[r], &e->samp_lp[k]);
+        if (s->s.n_logprobs > 0)
+            top_logprobs(row, V, s->s.n_logprobs, e->lse[r], e->samp_topn_id + (int64_t)k * MAX_TOPN,
+                         e->samp_topn_lp + (int64_t)k * MAX_TOPN);
+    }
+    for (int k = 0; k < n_samp; k++) {
+        seq_t *s = e->items[e->samp_items[k]].seq;
+        const int tok = e->samp_tok[k];
         s->tokens[s->n_tokens++] = tok;
         s->n_generated++;
-        if (push_event(e, s->id, LLMB_EV_TOKEN, tok, lp)) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
-        if (s->s.n_logprobs > 0) {
-            top_logprobs(row, V, s->s.n_logprobs, e->lse[it->logit_row], e->ev_topn_id + (e->n_ev - 1) * MAX_TOPN,
-                         e->ev_topn_lp + (e->n_ev - 1) * MAX_TOPN);
+        if (push_event(e, s->id, LLMB_EV_TOKEN, tok, e->samp_lp[k])) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
+        for (int j = 0; j < s->s.n_logprobs; j++) {
+            e->ev_topn_id[(e->n_ev - 1) * MAX_TOPN + j] = e->samp_topn_id[(int64_t)k * MAX_TOPN + j];
+            e->ev_topn_lp[(e->n_ev - 1) * MAX_TOPN + j] = e->samp_topn_lp[(int64_t)k * MAX_TOPN + j];
         }
         if (is_stop(s, tok)) finish(e, s, LLMB_FINISH_STOP);  // masked until min_tokens, see sample_row
         else if (s->n_generated >= s->s.max_tokens) finish(e, s, LLMB_FINISH_LENGTH);

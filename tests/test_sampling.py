@@ -41,6 +41,13 @@ def test_top_k(llm, probs):
     assert set(first_tokens(llm, temperature=1.5, top_k=3).tolist()) <= allowed
 
 
+def test_top_k_keeps_exactly_the_k_best(llm, probs):
+    # a flat distribution (temperature 16: a power of two, so the scaled logits keep their order and
+    # ties) over the 25 best: every one of them is drawn, nothing else
+    got = set(first_tokens(llm, n=1000, temperature=16.0, top_k=25).tolist())
+    assert got == set(np.argsort(-probs, kind="stable")[:25].tolist())
+
+
 def test_top_p(llm, probs):
     order = np.argsort(-probs)
     k = int(np.searchsorted(np.cumsum(probs[order]), 0.6) + 1)
@@ -114,3 +121,23 @@ def test_on_token_streams_the_text(llm):
     for i, o in enumerate(out):
         assert "".join(d for j, _, d in pieces if j == i) == o.text
         assert [t for j, t, _ in pieces if j == i] == o.token_ids
+
+
+def test_thread_count_does_not_change_samples(llm, stories_path):
+    """Rows are sampled over the threads, each with its own seeded stream: a batch of mixed samplers
+    (greedy, plain greedy next to penalized greedy, temperature with every filter, penalties, stop
+    tokens masked until min_tokens, top-n logprobs) gives the same tokens on 1 and 2 threads."""
+    two = LLM(stories_path, threads=2, kv_dtype="f32")
+    eos = llm.tokenizer.eos_id
+    kinds = [dict(temperature=0.0), dict(temperature=0.0, repetition_penalty=1.3),
+             dict(temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, logprobs=3),
+             dict(temperature=1.1, presence_penalty=0.5, frequency_penalty=0.3),
+             dict(temperature=0.7, min_tokens=12, stop_token_ids=[eos, 13]), dict(temperature=1.0, logprobs=2)]
+    prompts = [llm.tokenize(t) for t in ("Once upon a time", "The cat", "Lily and Ben", "One day", "Tom had a")]
+    reqs = [(p, SamplingParams(max_tokens=24, seed=11 * i + j, **kw))
+            for i, p in enumerate(prompts) for j, kw in enumerate(kinds)]
+    a = llm.generate([p for p, _ in reqs], [sp for _, sp in reqs])
+    b = two.generate([p for p, _ in reqs], [sp for _, sp in reqs])
+    for x, y in zip(a, b):
+        assert x.token_ids == y.token_ids and x.logprobs == y.logprobs and x.top_logprobs == y.top_logprobs
+    assert len({tuple(x.token_ids) for x in a}) > len(prompts)   # the samplers did differ
