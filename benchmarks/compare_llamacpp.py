@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", help="write the raw samples here")
     a = ap.parse_args(argv)
+    for name in ("threads", "pp", "tg", "rounds"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name} must be at least 1 (both the pp and the tg test always run), got {getattr(a, name)}")
     llama_py = os.environ.get("LLAMA_PY", sys.executable)
     here = os.path.dirname(os.path.abspath(__file__))
     from llmbench.llm import resolve_model
