@@ -93,3 +93,25 @@ def gemma3_gguf() -> Path:
                 pytest.fail(f"reassembled {GEMMA3_FILE} has SHA-256 {digest.hexdigest()}, expected {expected}")
             part.replace(target)
     return target
+
+
+def with_tensor_replaced(src: str | Path, dst: str | Path, name: str, data, raw_dtype) -> Path:
+    """Write a copy of the GGUF file ``src`` to ``dst`` (every metadata key, every other tensor as
+    is) with tensor ``name`` replaced by the raw ``data`` of ggml type ``raw_dtype``: models with one
+    weight in a type some engine cannot run."""
+    import gguf
+    import numpy as np
+
+    r = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(dst), arch=str(r.fields["general.architecture"].contents()))
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        w.add_key_value(k, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+    for t in r.tensors:
+        if t.name == name:
+            w.add_tensor(t.name, data, raw_dtype=raw_dtype)
+        else:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    return Path(dst)

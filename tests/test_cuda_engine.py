@@ -28,6 +28,7 @@ import pytest
 import llmbench
 from llmbench import LLM, SamplingParams
 from llmbench.backends import cuda
+from models import with_tensor_replaced
 
 HAVE_GPU, WHY = cuda.available()
 gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no usable CUDA device: {WHY}")
@@ -295,20 +296,10 @@ def test_weight_type_without_a_cuda_kernel_is_named(tmp_path):
     from llmbench.quant import quantize
 
     src = llmbench.dummy_model("tiny", "F32")
-    r = gguf.GGUFReader(src)
-    w = gguf.GGUFWriter(str(tmp_path / "q5.gguf"), arch="llama")
-    for k, f in r.fields.items():
-        if k.startswith("GGUF.") or k == "general.architecture":
-            continue
-        w.add_key_value(k, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
-    for t in r.tensors:
-        data = np.asarray(t.data)
-        if t.name == "blk.1.ffn_up.weight":
-            w.add_tensor(t.name, quantize(np.ascontiguousarray(data, np.float32), "Q5_0").reshape(data.shape[0], -1),
-                         raw_dtype=gguf.GGMLQuantizationType.Q5_0)
-        else:
-            w.add_tensor(t.name, data, raw_dtype=t.tensor_type)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    up = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.1.ffn_up.weight")
+    data = np.ascontiguousarray(up.data, np.float32)
+    with_tensor_replaced(src, tmp_path / "q5.gguf", up.name, quantize(data, "Q5_0").reshape(data.shape[0], -1),
+                         gguf.GGMLQuantizationType.Q5_0)
     toks = [1, 2, 3]
     assert LLM(tmp_path / "q5.gguf", threads=1).logits(toks).shape == (3, 1024)   # the CPU runs it
     with pytest.raises(llmbench.UnsupportedError, match=r"blk\.1\.ffn_up\.weight is Q5_0.*no CUDA kernel"):

@@ -14,6 +14,7 @@ from llmbench import LLM, SamplingParams
 from reference.forward import Reference
 
 from conftest import STORIES
+from models import with_tensor_replaced
 
 
 @pytest.fixture(scope="module")
@@ -233,21 +234,10 @@ def test_errors(stories, tmp_path):
 def test_unsupported_tensor_type_is_named(tmp_path):
     """A weight in a type the engine cannot run (here IQ4_NL) raises, naming tensor and type."""
     src = llmbench.dummy_model("tiny", "F32")
-    r = gguf.GGUFReader(src)
-    w = gguf.GGUFWriter(str(tmp_path / "iq.gguf"), arch="llama")
-    for k, f in r.fields.items():
-        if k.startswith("GGUF.") or k == "general.architecture":
-            continue
-        w.add_key_value(k, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
-    for t in r.tensors:
-        data = np.asarray(t.data)
-        if t.name == "blk.0.attn_q.weight":
-            rows = data.shape[0]
-            w.add_tensor(t.name, np.zeros((rows, data.shape[1] // 32 * 18), np.uint8),
-                         raw_dtype=gguf.GGMLQuantizationType.IQ4_NL)
-        else:
-            w.add_tensor(t.name, data, raw_dtype=t.tensor_type)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    q = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.0.attn_q.weight")
+    rows, cols = np.asarray(q.data).shape
+    with_tensor_replaced(src, tmp_path / "iq.gguf", q.name, np.zeros((rows, cols // 32 * 18), np.uint8),
+                         gguf.GGMLQuantizationType.IQ4_NL)
     with pytest.raises(llmbench.UnsupportedError, match="blk.0.attn_q.weight.*IQ4_NL"):
         LLM(tmp_path / "iq.gguf")
 
