@@ -12,7 +12,7 @@
 #   env.txt  build.log  pytest.log  pytest.xml  bench.log  bench_cuda.json  bench_engine.json  gpu_check.json
 # From the repository root, through the device tool (after building here with
 # `LLMBENCH_CUDA=1 LLMBENCH_CUDA_ARCH=90 pip install --no-build-isolation -e .`):
-#   run(command="bash benchmarks/gpu_check.sh", carry=["llmbench/libllmbench_cuda.so", ".gpu_carry"], timeout_s=590)
+#   run(command="bash benchmarks/gpu_check.sh", carry=["llmbench/libllmbench_cuda.so", ".gpu_carry"], timeout_s=420)
 # .gpu_carry (git-ignored through .git/info/exclude) lets the end-to-end tests and the engine benchmark
 # run there: the stories260K model, which lives outside the checkout, the gguf wheel the reference
 # forward needs, and jsonschema (with its dependencies) that every benchmark result is validated with:
@@ -24,7 +24,9 @@
 #       --platform manylinux_2_17_x86_64 -d .gpu_carry rpds-py==2026.9.1
 # Budget: build ~1 min, tests ~1.5 min, kernel benchmark ~0.5 min, engine benchmark ~2 min (three
 # dummy builds of llama-1b, ~10 s each, and their runs), graphs on/off ~0.5 min; each stage has its own
-# timeout (120 + 150 + 60 + 3 x 60 + 45 s at most), so the JSON is written whatever happens.
+# timeout (120 + 150 + 60 + 3 x 60 + 45 s at most), each cut to what is left of one overall budget
+# (GPU_CHECK_BUDGET, default 340 s: the whole run ends inside six minutes), so the JSON is written
+# whatever happens; a stage that finds no time left is skipped and its rc is 124.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -32,6 +34,14 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 T0=$(date +%s)
 log() { echo "[gpu_check +$(($(date +%s) - T0))s] $*"; }
+BUDGET=${GPU_CHECK_BUDGET:-340}
+# run a stage for at most $1 seconds and never past the overall budget: cap SECONDS CMD...
+cap() {
+    local want=$1 left=$((BUDGET - ($(date +%s) - T0)))
+    shift
+    if [ "$left" -lt 3 ]; then log "no time left for: $*"; return 124; fi
+    timeout "$((want < left ? want : left))" "$@"
+}
 
 {
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
@@ -52,7 +62,7 @@ fi
 log "building the C extension"
 LIB=llmbench/libllmbench_cuda.so
 if [ -f "$LIB" ]; then export LLMBENCH_CUDA=0; else export LLMBENCH_CUDA=1 LLMBENCH_CUDA_ARCH=90; fi
-timeout 120 "$PY" setup.py -q build_ext --inplace >"$OUT/build.log" 2>&1
+cap 120 "$PY" setup.py -q build_ext --inplace >"$OUT/build.log" 2>&1
 build_rc=$?
 # cuBLAS is dlopened when a context is made, first through the library's rpath (the dev machine's
 # toolkit); add the usual places in case it is elsewhere here
@@ -66,7 +76,7 @@ cat "$OUT/env.txt"
 
 # ---- tests ----
 log "tests (build rc=$build_rc)"
-timeout 150 "$PY" -m pytest -q -p no:cacheprovider --junitxml="$OUT/pytest.xml" tests/test_cuda.py tests/test_cuda_kernels.py \
+cap 150 "$PY" -m pytest -q -p no:cacheprovider --junitxml="$OUT/pytest.xml" tests/test_cuda.py tests/test_cuda_kernels.py \
     tests/test_cuda_engine.py >"$OUT/pytest.log" 2>&1
 test_rc=$?
 grep -E "passed|failed|error" "$OUT/pytest.log" | tail -3
@@ -74,7 +84,7 @@ grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -40
 
 # ---- benchmarks: the kernels, then the engine (llmbench bench --backend cuda) ----
 log "kernel benchmark"
-timeout 60 "$PY" benchmarks/bench_cuda.py --quick --out "$OUT/bench_cuda.json" >"$OUT/bench.log" 2>&1
+cap 60 "$PY" benchmarks/bench_cuda.py --quick --out "$OUT/bench_cuda.json" >"$OUT/bench.log" 2>&1
 bench_rc=$?
 tail -5 "$OUT/bench.log"
 export LLMBENCH_CACHE=/tmp/llmbench-cache   # dummy models are built here, not carried
@@ -82,7 +92,7 @@ engine_rc=0
 for t in Q4_K_M Q8_0 F16; do
     log "llmbench bench --backend cuda llama-1b:$t"
     echo "== llama-1b:$t" >>"$OUT/bench.log"
-    timeout 60 "$PY" -m llmbench bench --backend cuda --model "llama-1b:$t" --pp 512 --tg 128 --reps 3 --warmup 1 \
+    cap 60 "$PY" -m llmbench bench --backend cuda --model "llama-1b:$t" --pp 512 --tg 128 --reps 3 --warmup 1 \
         --batch 8 --input-len 128 --output-len 32 -o "/tmp/bench_$t.json" >>"$OUT/bench.log" 2>&1 || engine_rc=$?
 done
 "$PY" - "$OUT/bench_engine.json" /tmp/bench_Q4_K_M.json /tmp/bench_Q8_0.json /tmp/bench_F16.json <<'EOF'
@@ -93,7 +103,7 @@ tail -30 "$OUT/bench.log"
 
 log "CUDA Graphs on and off (llama-1b Q4_K_M, built above)"
 echo "== bench_cuda_graphs" >>"$OUT/bench.log"
-timeout 45 "$PY" benchmarks/bench_cuda_graphs.py --batch 1 8 64 --tokens 24 --prompt 16 --rounds 3 \
+cap 45 "$PY" benchmarks/bench_cuda_graphs.py --batch 1 8 64 --tokens 24 --prompt 16 --rounds 3 \
     --out /tmp/bench_graphs.json >>"$OUT/bench.log" 2>&1
 graphs_rc=$?
 tail -4 "$OUT/bench.log"
