@@ -97,6 +97,7 @@ typedef struct {
 
 typedef struct {
     const char *name; // "cpu", "cuda"
+    int samples;      // 1: forward() samples on the device when the batch carries sampling arrays
     llmb_status (*create)(const llmb_model *m, const llmb_backend_params *p, llmb_backend **out);
     void (*destroy)(llmb_backend *b);
     // the KV pool: n_blocks blocks of block_size tokens for every layer, K and V, of kv_type

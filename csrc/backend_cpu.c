@@ -284,7 +284,7 @@ static llmb_status cpu_times(llmb_backend *b, llmb_backend_times *out) {
     return LLMB_OK;
 }
 
-static const llmb_backend_ops cpu_ops = {"cpu", cpu_create, cpu_destroy, cpu_kv_alloc, cpu_kv_copy, cpu_forward,
+static const llmb_backend_ops cpu_ops = {"cpu", 0, cpu_create, cpu_destroy, cpu_kv_alloc, cpu_kv_copy, cpu_forward,
                                          cpu_memory, cpu_times};
 
 const llmb_backend_ops *llmb_backend_cpu(void) { return &cpu_ops; }

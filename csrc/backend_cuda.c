@@ -792,7 +792,7 @@ static llmb_status cuda_times(llmb_backend *b, llmb_backend_times *out) {
 }
 
 static const llmb_backend_ops cuda_ops = {
-    "cuda", cuda_create, cuda_destroy, cuda_kv_alloc, cuda_kv_copy, cuda_forward, cuda_memory, cuda_times,
+    "cuda", 1, cuda_create, cuda_destroy, cuda_kv_alloc, cuda_kv_copy, cuda_forward, cuda_memory, cuda_times,
 };
 
 // The table once llmb_cuda_load succeeded (llmbench.backends.cuda.load() from Python), else NULL with

@@ -213,6 +213,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     }
     e->p = *p;
     e->p.backend = NULL;  // not kept: the caller's string
+    e->p.device_sampling = p->device_sampling && ops->samples;
     e->ops = ops;
     const llmb_model_config *c = &e->model->cfg;
     if (p->block_size < 1 || p->block_size > 4096 || p->n_blocks < 1 || p->ctx < 1 || p->max_batch_tokens < 1 ||
@@ -326,20 +327,9 @@ void llmb_engine_free(llmb_engine *e) {
         free(e->scr[t].seen);
         free(e->scr[t].counts);
     }
-    free(e->scr);
-    free(e->samp_items);
-    free(e->samp_tok);
-    free(e->samp_lp);
-    free(e->samp_topn_id);
-    free(e->samp_topn_lp);
-    free(e->lse);
-    free(e->lse_rows);
-    free(e->lse_am);
-    free(e->smp_temp);
-    free(e->smp_top_p);
-    free(e->smp_min_p);
-    free(e->smp_u);
-    free(e->smp_top_k);
+    void *bufs[] = {e->scr, e->samp_items, e->samp_tok, e->samp_lp, e->samp_topn_id, e->samp_topn_lp, e->lse,
+                    e->lse_rows, e->lse_am, e->smp_temp, e->smp_top_p, e->smp_min_p, e->smp_u, e->smp_top_k};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(e->ev);
     free(e->ev_topn_id);
     free(e->ev_topn_lp);
@@ -650,19 +640,18 @@ static double row_lse(const float *x, int n, int *argmax) {
     return mx + log(s);
 }
 
-// Order candidate ids by score, descending, ties by id (qsort_r: engines may sample concurrently).
-static int cmp_desc(const void *a, const void *b, void *keys) {
-    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    float x = ((const float *)keys)[i], y = ((const float *)keys)[j];
-    if (x != y) return x > y ? -1 : 1;
-    return (i > j) - (i < j);
-}
-
-// Move the k candidates that come first in cmp_desc's order to cand[0..k), in some order: a heap of
-// the k best so far whose root is the worst of them (O(n log k); a full sort of a flat row of 32000
-// candidates for top_k=40 cost ~3 ms). cmp_desc is a strict total order, so the set is the sort's.
+// The candidates' order: by score, descending, ties by id (a strict total order); cmp_desc is its
+// qsort_r form (qsort_r: engines may sample concurrently).
 static int ranks_before(int32_t i, int32_t j, const float *w) { return w[i] != w[j] ? w[i] > w[j] : i < j; }
 
+static int cmp_desc(const void *a, const void *b, void *keys) {
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    return ranks_before(i, j, keys) ? -1 : ranks_before(j, i, keys);
+}
+
+// Move the k candidates that come first in that order to cand[0..k), in some order: a heap of the k
+// best so far whose root is the worst of them (O(n log k); a full sort of a flat row of 32000
+// candidates for top_k=40 cost ~3 ms). The order is strict and total, so the set is the sort's.
 static void heap_sift(int32_t *h, int k, int at, const float *w) {
     for (;;) {
         int c = 2 * at + 1;
@@ -684,6 +673,12 @@ static void select_top(int32_t *cand, int n, int k, const float *w) {
         }
 }
 
+// Does sampling need more than the row's logits: penalties, or stop tokens masked until min_tokens?
+static int has_penalties(const llmb_sampling *p) {
+    return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+}
+static int stops_masked(const seq_t *s) { return s->n_generated < s->s.min_tokens && s->s.n_stop_tokens > 0; }
+
 // lse, argmax: row_lse(logits) (the log-probability reported is the model's, before penalties and
 // temperature). Touches only s's random stream and the thread's scratch sc, so rows can be sampled
 // concurrently and a row's token does not depend on the thread count.
@@ -691,9 +686,8 @@ static int sample_row(const llmb_engine *e, sampler_scratch *sc, seq_t *s, const
                       float *lp_out) {
     const int V = e->model->cfg.vocab;
     const llmb_sampling *p = &s->s;
-    const int mask_stops = s->n_generated < p->min_tokens && p->n_stop_tokens > 0;
-    const int penalties = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
-    if (p->temperature <= 0.0f && !mask_stops && !penalties) {   // plain greedy: the row's argmax, no copy
+    const int mask_stops = stops_masked(s);
+    if (p->temperature <= 0.0f && !mask_stops && !has_penalties(p)) {   // plain greedy: the row's argmax, no copy
         *lp_out = (float)(logits[argmax] - lse);
         return argmax;
     }
@@ -811,15 +805,14 @@ static int will_sample(const seq_t *s, int pos) {
 // prompt scores, no stop tokens still masked by min_tokens. Then the parameters of each row, with u
 // drawn from the sequence's own stream exactly where sample_row would draw it.
 static int device_sampling(llmb_engine *e, int n) {
-    if (!e->p.device_sampling || strcmp(e->ops->name, "cuda") != 0 || e->batch.n_rows == 0) return 0;
+    if (!e->p.device_sampling || e->batch.n_rows == 0) return 0;
     for (int i = 0; i < n; i++) {
         const item_t *it = &e->items[i];
         const seq_t *s = it->seq;
         if (it->logit_row < 0) continue;
         const llmb_sampling *p = &s->s;
         if (!will_sample(s, it->pos) || s->prompt_logits || wants_prompt_lp(s, it->pos) || p->n_logprobs > 0 ||
-            p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f ||
-            (s->n_generated < p->min_tokens && p->n_stop_tokens > 0))
+            has_penalties(p) || stops_masked(s))
             return 0;
     }
     for (int i = 0; i < n; i++) {
@@ -836,6 +829,22 @@ static int device_sampling(llmb_engine *e, int n) {
     return 1;
 }
 
+// Append a sampled token to s, log it (with its top-n logprobs when s asks for them) and finish s on
+// a stop token (masked until min_tokens, see sample_row) or at max_tokens.
+static llmb_status emit_token(llmb_engine *e, seq_t *s, int tok, float lp, const int32_t *topn_id,
+                              const float *topn_lp) {
+    s->tokens[s->n_tokens++] = tok;
+    s->n_generated++;
+    if (push_event(e, s->id, LLMB_EV_TOKEN, tok, lp)) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
+    if (topn_id && s->s.n_logprobs > 0) {
+        memcpy(e->ev_topn_id + (e->n_ev - 1) * MAX_TOPN, topn_id, (size_t)s->s.n_logprobs * sizeof *topn_id);
+        memcpy(e->ev_topn_lp + (e->n_ev - 1) * MAX_TOPN, topn_lp, (size_t)s->s.n_logprobs * sizeof *topn_lp);
+    }
+    if (is_stop(s, tok)) finish(e, s, LLMB_FINISH_STOP);
+    else if (s->n_generated >= s->s.max_tokens) finish(e, s, LLMB_FINISH_LENGTH);
+    return LLMB_OK;
+}
+
 // The step's tokens from the backend's device sampling (device_sampling() checked every row).
 static llmb_status process_ids(llmb_engine *e, int n) {
     for (int i = 0; i < n; i++) e->items[i].seq->n_computed = e->items[i].pos + 1;
@@ -843,14 +852,9 @@ static llmb_status process_ids(llmb_engine *e, int n) {
         item_t *it = &e->items[i];
         seq_t *s = it->seq;
         if (it->logit_row < 0 || s->state != SEQ_RUNNING) continue;
-        const int tok = e->dev_ids[it->logit_row];
-        s->tokens[s->n_tokens++] = tok;
-        s->n_generated++;
         e->stats.device_sampled_rows++;
-        if (push_event(e, s->id, LLMB_EV_TOKEN, tok, e->dev_lp[it->logit_row]))
-            return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
-        if (is_stop(s, tok)) finish(e, s, LLMB_FINISH_STOP);
-        else if (s->n_generated >= s->s.max_tokens) finish(e, s, LLMB_FINISH_LENGTH);
+        llmb_status st = emit_token(e, s, e->dev_ids[it->logit_row], e->dev_lp[it->logit_row], NULL, NULL);
+        if (st) return st;
     }
     return LLMB_OK;
 }
@@ -917,17 +921,9 @@ static llmb_status process_logits(llmb_engine *e, int n) {
                          e->samp_topn_lp + (int64_t)k * MAX_TOPN);
     }
     for (int k = 0; k < n_samp; k++) {
-        seq_t *s = e->items[e->samp_items[k]].seq;
-        const int tok = e->samp_tok[k];
-        s->tokens[s->n_tokens++] = tok;
-        s->n_generated++;
-        if (push_event(e, s->id, LLMB_EV_TOKEN, tok, e->samp_lp[k])) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
-        for (int j = 0; j < s->s.n_logprobs; j++) {
-            e->ev_topn_id[(e->n_ev - 1) * MAX_TOPN + j] = e->samp_topn_id[(int64_t)k * MAX_TOPN + j];
-            e->ev_topn_lp[(e->n_ev - 1) * MAX_TOPN + j] = e->samp_topn_lp[(int64_t)k * MAX_TOPN + j];
-        }
-        if (is_stop(s, tok)) finish(e, s, LLMB_FINISH_STOP);  // masked until min_tokens, see sample_row
-        else if (s->n_generated >= s->s.max_tokens) finish(e, s, LLMB_FINISH_LENGTH);
+        llmb_status st = emit_token(e, e->items[e->samp_items[k]].seq, e->samp_tok[k], e->samp_lp[k],
+                                    e->samp_topn_id + (int64_t)k * MAX_TOPN, e->samp_topn_lp + (int64_t)k * MAX_TOPN);
+        if (st) return st;
     }
     return LLMB_OK;
 }
