@@ -745,17 +745,20 @@ static llmb_status cuda_forward(llmb_backend *b, const llmb_batch *bt, llmb_forw
     }
     CK("phase timer", phase_end(b->ctx, PH_FORWARD));
     float fwd = 0, smp = 0;
-    CK("phase timer", phase_ms(b->ctx, PH_FORWARD, &fwd));
-    if (sampling) { // on the device: only ids and log-probabilities cross the bus
+    if (sampling) { // on the device: only ids and log-probabilities cross the bus; sampling is queued
+                    // behind the forward pass without waiting for it (the timers are read afterwards)
         for (int r = 0; r < nr; r++)
             b->samp[r] = (llmb_cuda_sampling){bt->temperature[r], bt->top_p[r], bt->min_p[r], bt->u[r], bt->top_k[r]};
         CK("phase timer", phase_begin(b->ctx, PH_SAMPLE));
         if (nr) CK("sampling", sample(b->ctx, b->logits, nr, c->vocab, b->samp, b->h_ids, b->h_lp));
         CK("phase timer", phase_end(b->ctx, PH_SAMPLE));
+        CK("phase timer", phase_ms(b->ctx, PH_FORWARD, &fwd));
         CK("phase timer", phase_ms(b->ctx, PH_SAMPLE, &smp));
         out->ids = b->h_ids;
         out->logprobs = b->h_lp;
-    } else { // the logits rows to the host (a synchronous copy: timed by the host clock)
+    } else { // the logits rows to the host (a synchronous copy: timed by the host clock, once the
+             // forward pass is done)
+        CK("phase timer", phase_ms(b->ctx, PH_FORWARD, &fwd));
         const uint64_t t0 = llmb_now_ns();
         if (nr) CK("copying logits", copy(b->ctx, b->h_logits, b->logits, (size_t)nr * c->vocab * sizeof(float), 1));
         smp = (float)((llmb_now_ns() - t0) / 1e6);
