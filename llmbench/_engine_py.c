@@ -73,13 +73,11 @@ static PyObject *Engine_memory(EngineObject *self, PyObject *noargs) {
     uint64_t m[6];
     llmb_status s = llmb_engine_memory(self->e, m);
     if (s) return llmb_py_raise(s, NULL);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:L,s:K,s:K,s:K}", "weights",
-                         (unsigned long long)llmb_engine_weight_bytes(self->e), "kv_cache",
-                         (unsigned long long)llmb_engine_kv_bytes(self->e), "kv_per_token",
-                         (unsigned long long)llmb_engine_kv_token_bytes(self->e), "scratch",
-                         (unsigned long long)llmb_engine_scratch_bytes(self->e), "free_blocks",
-                         (long long)llmb_engine_free_blocks(self->e), "peak", (unsigned long long)m[3], "device_free",
-                         (unsigned long long)m[4], "device_total", (unsigned long long)m[5]);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:L,s:K,s:K,s:K}", "weights", (unsigned long long)m[0], "kv_cache",
+                         (unsigned long long)m[1], "kv_per_token", (unsigned long long)llmb_engine_kv_token_bytes(self->e),
+                         "scratch", (unsigned long long)m[2], "free_blocks", (long long)llmb_engine_free_blocks(self->e),
+                         "peak", (unsigned long long)m[3], "device_free", (unsigned long long)m[4], "device_total",
+                         (unsigned long long)m[5]);
 }
 
 static PyObject *Engine_backend(EngineObject *self, void *closure) {

@@ -182,6 +182,11 @@ def test_cuda_graphs_give_identical_tokens(stories_path):
         assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
     assert 1 <= st_on["graph_captures"] <= 3 and st_on["graph_replays"] >= 15 and st_on["kernels_per_step"] > 0
     assert st_off["graph_captures"] == st_off["graph_replays"] == 0
+    # and both are right, not merely equal: greedy tokens of the replayed batch are the CPU engine's
+    greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    dev = LLM(stories_path, backend="cuda", kv_dtype="f16", cuda_graphs=True).generate(prompts, greedy)
+    cpu = LLM(stories_path, threads=1, kv_dtype="f16").generate(prompts, greedy)
+    assert [d.token_ids for d in dev] == [c.token_ids for c in cpu]
 
 
 @gpu

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 from .. import fit
 from .bench import BenchConfig, config_json, environment, header, latency_prompts, latency_run, load, \
-    membw_elsewhere, model_context, openai_latency, peak_rss_bytes, timing_overhead
+    membw_elsewhere, model_context, openai_latency, peak_rss_bytes, reference_bandwidth, timing_overhead
 from .schema import validate
 
 AXES = ("model", "kv_dtype", "threads", "input_len", "request_rate", "batch")
@@ -198,7 +198,7 @@ def _run_group(sweep: Sweep, log: SweepLog, group: list[dict], done: dict[str, d
     progress(f"loading {first.model}")
     llm = load(first, ctx, max_batch)
     tokenize = llm.tokenizer.encode if llm.tokenizer is not None else None
-    bw = bw or membw_elsewhere(llm.threads)
+    bw = bw or reference_bandwidth(llm)   # the device's copy bandwidth for a CUDA sweep, not the host's
     for p in todo:
         cfg = sweep.config(p)
         prompts = latency_prompts(cfg, tokenize, llm.info["vocab"], ctx)
