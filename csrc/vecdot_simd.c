@@ -197,38 +197,6 @@ AVX2 INLINE __m256i legacy0_weights(const int type, const uint8_t *blk) {
         }                                                                                                           \
     }
 
-typedef struct {
-    __m512i q[4];    // values 64j .. 64j+63 (0..15) of the super-block, one byte each
-    __m512i sc[4];   // int16: 16 x the scale of sub-block 2j, then 16 x that of sub-block 2j+1
-} q4k_dec;
-typedef struct {     // per super-block, for the panel's rows at once: lane 4c + r is (row r, token c)
-    __m512i mins[4]; // int16 pairs (min 2k, min 2k+1) of row r
-    __m512 d, dmin;  // of row r (0 past the panel's rows)
-} q4k_pdec;
-
-// row part of one super-block; its 8 mins as 4 int16 pairs into m32
-VNNI512 static void q4k_decode(const uint8_t *blk, q4k_dec *o, int32_t m32[4]) {
-    const llmb_block_q4_K *b = (const llmb_block_q4_K *)blk;
-    uint32_t u[4];   // 8 scale bytes, then 8 min bytes (as q45_K_body)
-    memcpy(u, b->scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-    const uint32_t uaux = u[1] & 0x3f3f3f3f;
-    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-    u[2] = uaux;
-    u[0] &= 0x3f3f3f3f;
-    uint8_t s8[16];
-    memcpy(s8, u, 16);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int j = 0; j < 4; j++) {
-        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * j));
-        o->q[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(bits, m4)),
-                                     _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), 1);
-        o->sc[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(s8[2 * j])),
-                                      _mm256_set1_epi16(s8[2 * j + 1]), 1);
-        m32[j] = (int32_t)((uint32_t)s8[8 + 2 * j] | (uint32_t)s8[9 + 2 * j] << 16);
-    }
-}
-
 // The 16 int32 vectors v[0..15] summed lane-wise into lane i of the result (exact)
 VNNI512 INLINE __m512i reduce16_epi32(const __m512i v[16]) {
     __m512i a[8], b[4];
@@ -241,56 +209,120 @@ VNNI512 INLINE __m512i reduce16_epi32(const __m512i v[16]) {
     return _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x88), _mm512_shuffle_i32x4(c0, c1, 0xDD));
 }
 
-// NR decoded rows (dec[r*nsb + i], pd[i]) x NC tokens. Per output exactly the steps of q45_K_body:
-// the exact integers S and M of each super-block, then fma(d dx, S, acc) and fma(-(dmin dx), M, acc),
-// here for the 16 outputs of the tile in the lanes of one vector (lane 4c + r).
-INLINE VNNI512 void q4k_panel_body(const q4k_dec *dec, const q4k_pdec *pd, int64_t nsb, const uint8_t *x, size_t xs,
-                                   float *y, int64_t ldy, const int NR, const int NC) {
-    const __m512i lane_c = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nsb; i++) {
-        const llmb_block_q8_K *xb[4];
-        __m512i s[LLMB_PANEL_R][4];
-        for (int c = 0; c < NC; c++) {
-            xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i;
-            for (int r = 0; r < NR; r++) s[r][c] = _mm512_setzero_si512();
-        }
-        for (int j = 0; j < 4; j++) {
-            __m512i xv[4];
-            for (int c = 0; c < NC; c++) xv[c] = _mm512_loadu_si512((const void *)(xb[c]->qs + 64 * j));
-            for (int r = 0; r < NR; r++) {
-                const q4k_dec *o = dec + r * nsb + i;
-                for (int c = 0; c < NC; c++)
-                    s[r][c] = _mm512_dpwssd_epi32(s[r][c], _mm512_maddubs_epi16(o->q[j], xv[c]), o->sc[j]);
-            }
-        }
-        __m512i v[16];
-        for (int k = 0; k < 16; k++) v[k] = _mm512_setzero_si512();
-        for (int c = 0; c < NC; c++)
-            for (int r = 0; r < NR; r++) v[4 * c + r] = s[r][c];
-        const __m512i S = reduce16_epi32(v);
-        // M: block c of hb holds token c's 4 pairs of sub-block bsums; dpwssd against the rows' min pairs
-        __m512i hb = _mm512_setzero_si512();
-        float dx[4] = {0, 0, 0, 0};
-        for (int c = 0; c < NC; c++) {
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);
-            hb = _mm512_mask_broadcast_i32x4(hb, (__mmask16)(0xF << (4 * c)),
-                                             _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
-            dx[c] = xb[c]->d;
-        }
-        __m512i M = _mm512_setzero_si512();
-        M = _mm512_dpwssd_epi32(M, pd[i].mins[0], _mm512_shuffle_epi32(hb, _MM_PERM_AAAA));
-        M = _mm512_dpwssd_epi32(M, pd[i].mins[1], _mm512_shuffle_epi32(hb, _MM_PERM_BBBB));
-        M = _mm512_dpwssd_epi32(M, pd[i].mins[2], _mm512_shuffle_epi32(hb, _MM_PERM_CCCC));
-        M = _mm512_dpwssd_epi32(M, pd[i].mins[3], _mm512_shuffle_epi32(hb, _MM_PERM_DDDD));
-        const __m512 dxv = _mm512_permutexvar_ps(lane_c, _mm512_castps128_ps512(_mm_loadu_ps(dx)));
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(pd[i].d, dxv), _mm512_cvtepi32_ps(S), acc);
-        acc = _mm512_fnmadd_ps(_mm512_mul_ps(pd[i].dmin, dxv), _mm512_cvtepi32_ps(M), acc);
+#define Q4R_NC 5   // tokens per Q4_K panel tile (kernel GOP/s, 1 thread, 512 tokens: 3/4/5/6 tokens 0.89/0.96/1/0.70)
+// Q4_K panels hold 16 rows in the lanes of every vector (lane r: row r), so no reduction across lanes
+// is needed: per super-block each lane accumulates its row's exact integers S = sum sc q x and
+// M = sum min bsum, then fma(d dx, S, acc) and fma(-(dmin dx), M, acc) per token, the steps of
+// q45_K_body for 16 outputs at once. The rows' 4-bit values are regrouped once per panel call (4 bytes
+// of qs per lane, a gather); vpdpbusd then multiplies 4 values of each row by the same 4 activation
+// bytes (broadcast), 64 products per instruction. The products of one 32-value sub-block sum to at most
+// 32 * 15 * 128 in magnitude, so its scale is applied with a 32-bit multiply (vpmulld), exact.
+#define Q4R 16   // rows per Q4_K panel call
+
+typedef struct {
+    __m512i q[32];   // vector 8j + t, lane r: bytes 32j + 4t .. 32j + 4t + 3 of row r's qs (low nibbles:
+                     // values 64j + 4t .., high nibbles: values 64j + 32 + 4t ..)
+    __m512i sc[8];   // lane r: scale of sub-block s of row r (int32)
+    __m512i mn[4];   // lane r: int16 pair (min 2p, min 2p + 1) of row r
+    __m512 d, dmin;  // lane r: the row's super-block scales (0 past the panel's rows)
+} q4r_dec;
+
+// v[c] lane r = lane c of v[r] (16 x 16 int32 transposed in place)
+VNNI512 INLINE void transpose16_epi32(__m512i v[16]) {
+    __m512i t[16];
+    for (int p = 0; p < 8; p++)   // block k: v[2p][4k], v[2p+1][4k], v[2p][4k+1], v[2p+1][4k+1] (and 4k+2, 4k+3)
+        t[2 * p] = _mm512_unpacklo_epi32(v[2 * p], v[2 * p + 1]), t[2 * p + 1] = _mm512_unpackhi_epi32(v[2 * p], v[2 * p + 1]);
+    for (int q = 0; q < 4; q++) {   // v[4q + j] block k: column 4k + j of rows 4q .. 4q + 3
+        v[4 * q] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]), v[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
+        v[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+        v[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
     }
-    float out[16];
-    _mm512_storeu_ps(out, acc);
-    for (int c = 0; c < NC; c++)
-        for (int r = 0; r < NR; r++) y[c * ldy + r] = out[4 * c + r];
+    for (int h = 0; h < 2; h++)   // t[8h + j]: columns j, 8 + j of rows 8h .. 8h + 7; t[8h + 4 + j]: 4 + j, 12 + j
+        for (int j = 0; j < 4; j++) {
+            t[8 * h + j] = _mm512_shuffle_i32x4(v[8 * h + j], v[8 * h + 4 + j], 0x88);
+            t[8 * h + 4 + j] = _mm512_shuffle_i32x4(v[8 * h + j], v[8 * h + 4 + j], 0xDD);
+        }
+    for (int c = 0; c < 8; c++)
+        v[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88), v[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xDD);
+}
+
+// super-block i of the panel's nr rows (row r at w + r * ws)
+VNNI512 static void q4r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q4r_dec *o) {
+    for (int h = 0; h < 2; h++) {   // the 32 words of qs: rows transposed into lanes, 16 words at a time
+        __m512i v[16];
+        for (int r = 0; r < Q4R; r++)
+            v[r] = r < nr ? _mm512_loadu_si512((const void *)(((const llmb_block_q4_K *)(w + r * ws) + i)->qs + 64 * h))
+                          : _mm512_setzero_si512();
+        transpose16_epi32(v);
+        for (int k = 0; k < 16; k++) o->q[16 * h + k] = v[k];
+    }
+    int32_t sc[8][Q4R], mn[4][Q4R];
+    float d[Q4R], dmin[Q4R];
+    for (int r = 0; r < Q4R; r++) {
+        uint8_t s8[16] = {0};
+        d[r] = dmin[r] = 0.0f;
+        if (r < nr) {
+            const uint8_t *blk = w + r * ws + i * sizeof(llmb_block_q4_K);
+            uint32_t u[4];   // 8 scale bytes, then 8 min bytes (as q45_K_body)
+            memcpy(u, ((const llmb_block_q4_K *)blk)->scales, 12);
+            u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+            const uint32_t uaux = u[1] & 0x3f3f3f3f;
+            u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+            u[2] = uaux;
+            u[0] &= 0x3f3f3f3f;
+            memcpy(s8, u, 16);
+            d[r] = half_at(blk), dmin[r] = half_at(blk + 2);
+        }
+        for (int s = 0; s < 8; s++) sc[s][r] = s8[s];
+        for (int p = 0; p < 4; p++) mn[p][r] = (int32_t)((uint32_t)s8[8 + 2 * p] | (uint32_t)s8[9 + 2 * p] << 16);
+    }
+    for (int s = 0; s < 8; s++) o->sc[s] = _mm512_loadu_si512(sc[s]);
+    for (int p = 0; p < 4; p++) o->mn[p] = _mm512_loadu_si512(mn[p]);
+    o->d = _mm512_loadu_ps(d), o->dmin = _mm512_loadu_ps(dmin);
+}
+
+// the panel's rows x NC tokens: y[c * ldy + r] for the rows in `rows`
+INLINE VNNI512 void q4r_body(const q4r_dec *dec, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
+                             __mmask16 rows, const int NC) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[Q4R_NC];
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const q4r_dec *o = dec + i;
+        const llmb_block_q8_K *xb[Q4R_NC];
+        __m512i S[Q4R_NC];
+        for (int c = 0; c < NC; c++) xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i, S[c] = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {   // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
+            __m512i tl[Q4R_NC], th[Q4R_NC];
+            for (int c = 0; c < NC; c++) tl[c] = th[c] = _mm512_setzero_si512();
+            for (int t = 0; t < 8; t++) {
+                const __m512i p = _mm512_load_si512(&o->q[8 * j + t]);
+                const __m512i lo = _mm512_and_si512(p, m4), hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+                for (int c = 0; c < NC; c++) {
+                    int32_t a, b;
+                    memcpy(&a, xb[c]->qs + 64 * j + 4 * t, 4);
+                    memcpy(&b, xb[c]->qs + 64 * j + 32 + 4 * t, 4);
+                    tl[c] = _mm512_dpbusd_epi32(tl[c], lo, _mm512_set1_epi32(a));
+                    th[c] = _mm512_dpbusd_epi32(th[c], hi, _mm512_set1_epi32(b));
+                }
+            }
+            for (int c = 0; c < NC; c++)
+                S[c] = _mm512_add_epi32(S[c], _mm512_add_epi32(_mm512_mullo_epi32(tl[c], o->sc[2 * j]),
+                                                               _mm512_mullo_epi32(th[c], o->sc[2 * j + 1])));
+        }
+        for (int c = 0; c < NC; c++) {
+            // sub-block sums of the activations as int16 pairs (2p, 2p + 1), against the rows' min pairs
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);
+            int32_t pr[4];
+            _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+            __m512i M = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, o->mn[p], _mm512_set1_epi32(pr[p]));
+            const __m512 dx = _mm512_set1_ps(xb[c]->d);
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(o->d, dx), _mm512_cvtepi32_ps(S[c]), acc[c]);
+            acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(o->dmin, dx), _mm512_cvtepi32_ps(M), acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) _mm512_mask_storeu_ps(y + c * ldy, rows, acc[c]);
 }
 
 VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
@@ -298,32 +330,25 @@ VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
     const uint8_t *w = vw, *x = vx;
     const int64_t nsb = n / LLMB_QK_K;
     if (nsb > PANEL_MAX_SB) {
-        for (int c0 = 0; c0 < nc; c0 += 4)
-            q4_K_tile_vnni(n, w, ws, nr, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4, y + c0 * ldy, ldy);
+        for (int r0 = 0; r0 < nr; r0 += 4)
+            for (int c0 = 0; c0 < nc; c0 += 4)
+                q4_K_tile_vnni(n, w + r0 * ws, ws, nr - r0 < 4 ? nr - r0 : 4, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,
+                               y + c0 * ldy + r0, ldy);
         return;
     }
-    q4k_dec dec[LLMB_PANEL_R * PANEL_MAX_SB];
-    q4k_pdec pdec[PANEL_MAX_SB];
-    for (int64_t i = 0; i < nsb; i++) {   // lane 4c + r of the pdec vectors: row r (any token c)
-        int32_t m32[LLMB_PANEL_R][4] = {{0}};
-        float d[4] = {0, 0, 0, 0}, dmin[4] = {0, 0, 0, 0};
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *blk = w + r * ws + i * sizeof(llmb_block_q4_K);
-            q4k_decode(blk, &dec[r * nsb + i], m32[r]);
-            d[r] = half_at(blk), dmin[r] = half_at(blk + 2);
+    q4r_dec dec[PANEL_MAX_SB];
+    for (int64_t i = 0; i < nsb; i++) q4r_decode(w, ws, nr, i, &dec[i]);
+    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+    for (int c0 = 0; c0 < nc; c0 += Q4R_NC) {
+        const uint8_t *xc = x + c0 * xs;
+        float *yc = y + c0 * ldy;
+        switch (nc - c0 < Q4R_NC ? nc - c0 : Q4R_NC) {
+#define Q4R_CASE(k) case k: q4r_body(dec, nsb, xc, xs, yc, ldy, rows, k < Q4R_NC ? k : Q4R_NC); break;
+        Q4R_CASE(1) Q4R_CASE(2) Q4R_CASE(3) Q4R_CASE(4) Q4R_CASE(5) Q4R_CASE(6) Q4R_CASE(7)
+#undef Q4R_CASE
+        default: q4r_body(dec, nsb, xc, xs, yc, ldy, rows, Q4R_NC); break;
         }
-        __m128 mk[4];   // mk[k] lane r = m32[r][k]
-        for (int r = 0; r < 4; r++) mk[r] = _mm_castsi128_ps(_mm_loadu_si128((const __m128i *)m32[r]));
-        _MM_TRANSPOSE4_PS(mk[0], mk[1], mk[2], mk[3]);
-        for (int k = 0; k < 4; k++) pdec[i].mins[k] = _mm512_broadcast_i32x4(_mm_castps_si128(mk[k]));
-        pdec[i].d = _mm512_broadcast_f32x4(_mm_loadu_ps(d)), pdec[i].dmin = _mm512_broadcast_f32x4(_mm_loadu_ps(dmin));
     }
-    const q4k_pdec *pd = pdec;
-#undef PANEL_ARGS
-#define PANEL_ARGS dec, pd
-    PANEL_TOKENS_LOOP(q4k_panel_body);
-#undef PANEL_ARGS
-#define PANEL_ARGS dec
 }
 
 typedef struct {
@@ -1031,6 +1056,7 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         if (llmb_cpu_has("avx512vnni")) {
             SET_ALL(vnni);
             t[LLMB_TYPE_Q4_K].panel = q4_K_panel_vnni512;
+            t[LLMB_TYPE_Q4_K].panel_r = Q4R;
             t[LLMB_TYPE_Q6_K].panel = q6_K_panel_vnni512;
             t[LLMB_TYPE_Q4_0].panel = q4_0_panel_vnni512;
             t[LLMB_TYPE_Q5_0].panel = q5_0_panel_vnni512;
