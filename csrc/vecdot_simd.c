@@ -256,29 +256,28 @@ VNNI512 static void q4r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q
         transpose16_epi32(v);
         for (int k = 0; k < 16; k++) o->q[16 * h + k] = v[k];
     }
-    int32_t sc[8][Q4R], mn[4][Q4R];
-    float d[Q4R], dmin[Q4R];
-    for (int r = 0; r < Q4R; r++) {
-        uint8_t s8[16] = {0};
-        d[r] = dmin[r] = 0.0f;
-        if (r < nr) {
-            const uint8_t *blk = w + r * ws + i * sizeof(llmb_block_q4_K);
-            uint32_t u[4];   // 8 scale bytes, then 8 min bytes (as q45_K_body)
-            memcpy(u, ((const llmb_block_q4_K *)blk)->scales, 12);
-            u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-            const uint32_t uaux = u[1] & 0x3f3f3f3f;
-            u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-            u[2] = uaux;
-            u[0] &= 0x3f3f3f3f;
-            memcpy(s8, u, 16);
-            d[r] = half_at(blk), dmin[r] = half_at(blk + 2);
-        }
-        for (int s = 0; s < 8; s++) sc[s][r] = s8[s];
-        for (int p = 0; p < 4; p++) mn[p][r] = (int32_t)((uint32_t)s8[8 + 2 * p] | (uint32_t)s8[9 + 2 * p] << 16);
+    // the rows' first 16 bytes (d, dmin, 12 scale bytes) transposed: lane r of h[k] is word k of row r
+    __m512i h[16];
+    for (int r = 0; r < Q4R; r++)
+        h[r] = r < nr ? _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(w + r * ws + i * sizeof(llmb_block_q4_K))))
+                      : _mm512_setzero_si512();
+    transpose16_epi32(h);
+    // q45_K_body's unpacking of the 6-bit scales and mins, 16 rows at once: u0, u1 the 8 scales, u2, u3 the 8 mins
+    const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f), k03 = _mm512_set1_epi32(0x03030303);
+    const __m512i a0 = h[1], a1 = h[2], a2 = h[3];
+    const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, 4), k0f),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a1, 6), k03), 4));
+    const __m512i u1 = _mm512_or_si512(_mm512_and_si512(a2, k0f),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(a0, 6), k03), 4));
+    const __m512i u2 = _mm512_and_si512(a1, k3f), u0 = _mm512_and_si512(a0, k3f);
+    const __m512i ff = _mm512_set1_epi32(0xFF);
+    for (int s = 0; s < 8; s++) o->sc[s] = _mm512_and_si512(_mm512_srli_epi32(s < 4 ? u0 : u1, 8 * (s % 4)), ff);
+    for (int p = 0; p < 4; p++) {   // bytes 2p, 2p + 1 of the mins as an int16 pair
+        const __m512i m = _mm512_srli_epi32(p < 2 ? u2 : u3, 16 * (p % 2));
+        o->mn[p] = _mm512_or_si512(_mm512_and_si512(m, ff), _mm512_and_si512(_mm512_slli_epi32(m, 8), _mm512_set1_epi32(0xFF0000)));
     }
-    for (int s = 0; s < 8; s++) o->sc[s] = _mm512_loadu_si512(sc[s]);
-    for (int p = 0; p < 4; p++) o->mn[p] = _mm512_loadu_si512(mn[p]);
-    o->d = _mm512_loadu_ps(d), o->dmin = _mm512_loadu_ps(dmin);
+    o->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
+    o->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h[0], 16)));
 }
 
 // the panel's rows x NC tokens: y[c * ldy + r] for the rows in `rows`
