@@ -350,80 +350,88 @@ VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
     }
 }
 
-typedef struct {
-    __m512i q[4];    // values 64m .. 64m+63 (0..63, not yet minus 32) of the super-block, one byte each
-    __m512i sc[4];   // int16: 8 x each of scales 4m .. 4m+3
-    float d;
-} q6k_dec;
+// Q6_K panels: the same 16 rows in lanes. Per sub-block s of 16 values T_s = sum q x (q = 0..63, before
+// the minus 32; vpdpbusd, |T_s| <= 16 * 63 * 128), then S = sum_s sc_s T_s - 32 sum_s sc_s bsum_s, the
+// exact integer of q6_K_body, and fma(d dx, S, acc) per token.
+#define Q6R_NC 6   // tokens per Q6_K panel tile (kernel GOP/s, 1 thread, 512 tokens: 4/5/6 tokens 0.95/0.98/1)
 
-VNNI512 static void q6k_decode(const llmb_block_q6_K *b, q6k_dec *o) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    for (int half = 0; half < 2; half++) {   // the unpacking of q6_K_body
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * half));
-        const __m256i l32 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * half + 32));
-        const __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * half));
-        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
-        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l32, m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
-        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
-        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l32, 4), m4),
-                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
-        o->q[2 * half] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-        o->q[2 * half + 1] = _mm512_inserti64x4(_mm512_castsi256_si512(q2), q3, 1);
-    }
-    const __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales)));
-    for (int m = 0; m < 4; m++) {   // int16 lane l: scale 4m + l / 8
-        const __m512i idx = _mm512_add_epi16(_mm512_set1_epi16((short)(4 * m)),
-                                             _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
-                                                                                19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,
-                                                                                7, 6, 5, 4, 3, 2, 1, 0), 3));
-        o->sc[m] = _mm512_permutexvar_epi16(idx, s16);
-    }
-    o->d = half_at((const uint8_t *)&b->d);
+typedef struct {
+    __m512i q[64];   // vector g, lane r: values 4g .. 4g + 3 of row r (0..63)
+    __m512i sc[16];  // lane r: scale s of row r (int32)
+    __m512i sp[8];   // lane r: int16 pair (scale 2p, scale 2p + 1) of row r
+    __m512 d;        // lane r: the row's d (0 past the panel's rows)
+} q6r_dec;
+
+// 16 rows' words from byte offset `off` of super-block i (row r at w + r * ws), transposed: lane r of
+// v[k] is word k of row r (`words` <= 16 of them read; the rest zero)
+VNNI512 INLINE void rows_words(const uint8_t *w, size_t ws, int nr, size_t off, int words, __m512i v[16]) {
+    const __mmask16 m = (__mmask16)((1u << words) - 1);
+    for (int r = 0; r < Q4R; r++) v[r] = r < nr ? _mm512_maskz_loadu_epi32(m, w + r * ws + off) : _mm512_setzero_si512();
+    transpose16_epi32(v);
 }
 
-// As q6_K_body per output: the exact integer S of each super-block, reduced from the tile's 16
-// accumulators into the lanes of one vector (lane 4c + r), then fma(d dx, S, acc) for 16 outputs.
-INLINE VNNI512 void q6k_panel_body(const q6k_dec *dec, const __m512 *pd, int64_t nsb, const uint8_t *x, size_t xs,
-                                   float *y, int64_t ldy, const int NR, const int NC) {
-    const __m512i m32 = _mm512_set1_epi8(32);
-    const __m512i lane_c = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    __m512 acc = _mm512_setzero_ps();
+VNNI512 static void q6r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q6r_dec *o) {
+    const size_t b0 = (size_t)i * sizeof(llmb_block_q6_K);
+    __m512i ql[32], qh[16], sw[16];
+    rows_words(w, ws, nr, b0 + offsetof(llmb_block_q6_K, ql), 16, ql);
+    rows_words(w, ws, nr, b0 + offsetof(llmb_block_q6_K, ql) + 64, 16, ql + 16);
+    rows_words(w, ws, nr, b0 + offsetof(llmb_block_q6_K, qh), 16, qh);
+    rows_words(w, ws, nr, b0 + offsetof(llmb_block_q6_K, scales), 4, sw);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    for (int hf = 0; hf < 2; hf++)   // the unpacking of q6_K_body: vector 32 hf + 8 m + t holds values 128 hf + 32 m + 4t ..
+        for (int t = 0; t < 8; t++) {
+            const __m512i a = ql[16 * hf + t], b = ql[16 * hf + 8 + t], h = qh[8 * hf + t];
+            o->q[32 * hf + t] = _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+            o->q[32 * hf + 8 + t] = _mm512_or_si512(_mm512_and_si512(b, m4),
+                                                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4));
+            o->q[32 * hf + 16 + t] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                                                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+            o->q[32 * hf + 24 + t] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), m4),
+                                                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4));
+        }
+    for (int s = 0; s < 16; s++)   // the signed 8-bit scales
+        o->sc[s] = _mm512_srai_epi32(_mm512_slli_epi32(sw[s / 4], 24 - 8 * (s % 4)), 24);
+    for (int p = 0; p < 8; p++)
+        o->sp[p] = _mm512_or_si512(_mm512_and_si512(o->sc[2 * p], _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(o->sc[2 * p + 1], 16));
+    float d[Q4R];
+    for (int r = 0; r < Q4R; r++) d[r] = r < nr ? half_at((const uint8_t *)&((const llmb_block_q6_K *)(w + r * ws) + i)->d) : 0.0f;
+    o->d = _mm512_loadu_ps(d);
+}
+
+INLINE VNNI512 void q6r_body(const q6r_dec *dec, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
+                             __mmask16 rows, const int NC) {
+    __m512 acc[Q6R_NC];
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
-        const llmb_block_q8_K *xb[4];
-        __m512i s[LLMB_PANEL_R][4];
-        for (int c = 0; c < NC; c++) {
-            xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i;
-            for (int r = 0; r < NR; r++) s[r][c] = _mm512_setzero_si512();
-        }
-        for (int m = 0; m < 4; m++) {
-            __m512i xv[4], x32[4];
-            for (int c = 0; c < NC; c++) {
-                xv[c] = _mm512_loadu_si512((const void *)(xb[c]->qs + 64 * m));
-                x32[c] = _mm512_maddubs_epi16(m32, xv[c]);
+        const q6r_dec *o = dec + i;
+        const llmb_block_q8_K *xb[Q6R_NC];
+        __m512i S[Q6R_NC];
+        for (int c = 0; c < NC; c++) xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i, S[c] = _mm512_setzero_si512();
+        for (int s = 0; s < 16; s++) {
+            __m512i ts[Q6R_NC];
+            for (int c = 0; c < NC; c++) ts[c] = _mm512_setzero_si512();
+            for (int t = 0; t < 4; t++) {
+                const __m512i q = _mm512_load_si512(&o->q[4 * s + t]);
+                for (int c = 0; c < NC; c++) {
+                    int32_t a;
+                    memcpy(&a, xb[c]->qs + 16 * s + 4 * t, 4);
+                    ts[c] = _mm512_dpbusd_epi32(ts[c], q, _mm512_set1_epi32(a));
+                }
             }
-            for (int r = 0; r < NR; r++) {
-                const q6k_dec *o = dec + r * nsb + i;
-                for (int c = 0; c < NC; c++)
-                    s[r][c] = _mm512_dpwssd_epi32(s[r][c], _mm512_sub_epi16(_mm512_maddubs_epi16(o->q[m], xv[c]), x32[c]),
-                                                  o->sc[m]);
+            for (int c = 0; c < NC; c++) S[c] = _mm512_add_epi32(S[c], _mm512_mullo_epi32(ts[c], o->sc[s]));
+        }
+        for (int c = 0; c < NC; c++) {   // minus 32 sum_s sc_s bsum_s: the bsums of 16 values as int16 pairs
+            __m512i B = _mm512_setzero_si512();
+            for (int p = 0; p < 8; p++) {
+                int32_t bp;
+                memcpy(&bp, xb[c]->bsums + 2 * p, 4);
+                B = _mm512_dpwssd_epi32(B, o->sp[p], _mm512_set1_epi32(bp));
             }
+            S[c] = _mm512_sub_epi32(S[c], _mm512_slli_epi32(B, 5));
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(o->d, _mm512_set1_ps(xb[c]->d)), _mm512_cvtepi32_ps(S[c]), acc[c]);
         }
-        __m512i v[16];
-        float dx[4] = {0, 0, 0, 0};
-        for (int k = 0; k < 16; k++) v[k] = _mm512_setzero_si512();
-        for (int c = 0; c < NC; c++) {
-            dx[c] = xb[c]->d;
-            for (int r = 0; r < NR; r++) v[4 * c + r] = s[r][c];
-        }
-        const __m512 dxv = _mm512_permutexvar_ps(lane_c, _mm512_castps128_ps512(_mm_loadu_ps(dx)));
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(pd[i], dxv), _mm512_cvtepi32_ps(reduce16_epi32(v)), acc);
     }
-    float out[16];
-    _mm512_storeu_ps(out, acc);
-    for (int c = 0; c < NC; c++)
-        for (int r = 0; r < NR; r++) y[c * ldy + r] = out[4 * c + r];
+    for (int c = 0; c < NC; c++) _mm512_mask_storeu_ps(y + c * ldy, rows, acc[c]);
 }
 
 VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
@@ -431,25 +439,25 @@ VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
     const uint8_t *w = vw, *x = vx;
     const int64_t nsb = n / LLMB_QK_K;
     if (nsb > PANEL_MAX_SB) {
-        for (int c0 = 0; c0 < nc; c0 += 4)
-            q6_K_tile_vnni(n, w, ws, nr, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4, y + c0 * ldy, ldy);
+        for (int r0 = 0; r0 < nr; r0 += 4)
+            for (int c0 = 0; c0 < nc; c0 += 4)
+                q6_K_tile_vnni(n, w + r0 * ws, ws, nr - r0 < 4 ? nr - r0 : 4, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,
+                               y + c0 * ldy + r0, ldy);
         return;
     }
-    q6k_dec dec[LLMB_PANEL_R * PANEL_MAX_SB];
-    __m512 pdec[PANEL_MAX_SB];   // per super-block: lane 4c + r is the scale of row r (0 past the panel's rows)
-    for (int r = 0; r < nr; r++)
-        for (int64_t i = 0; i < nsb; i++) q6k_decode((const llmb_block_q6_K *)(w + r * ws) + i, &dec[r * nsb + i]);
-    for (int64_t i = 0; i < nsb; i++) {
-        float d[4] = {0, 0, 0, 0};
-        for (int r = 0; r < nr; r++) d[r] = dec[r * nsb + i].d;
-        pdec[i] = _mm512_broadcast_f32x4(_mm_loadu_ps(d));
+    q6r_dec dec[PANEL_MAX_SB];
+    for (int64_t i = 0; i < nsb; i++) q6r_decode(w, ws, nr, i, &dec[i]);
+    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+    for (int c0 = 0; c0 < nc; c0 += Q6R_NC) {
+        const uint8_t *xc = x + c0 * xs;
+        float *yc = y + c0 * ldy;
+        switch (nc - c0 < Q6R_NC ? nc - c0 : Q6R_NC) {
+#define Q6R_CASE(k) case k: q6r_body(dec, nsb, xc, xs, yc, ldy, rows, k < Q6R_NC ? k : Q6R_NC); break;
+        Q6R_CASE(1) Q6R_CASE(2) Q6R_CASE(3) Q6R_CASE(4)
+#undef Q6R_CASE
+        default: q6r_body(dec, nsb, xc, xs, yc, ldy, rows, Q6R_NC); break;
+        }
     }
-    const __m512 *pd = pdec;
-#undef PANEL_ARGS
-#define PANEL_ARGS dec, pd
-    PANEL_TOKENS_LOOP(q6k_panel_body);
-#undef PANEL_ARGS
-#define PANEL_ARGS dec
 }
 
 // Q4_0, Q5_0, Q8_0: pairs of blocks as 64 bytes w + 128 (unsigned), against x with vpdpbusd:
@@ -1057,6 +1065,7 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
             t[LLMB_TYPE_Q4_K].panel = q4_K_panel_vnni512;
             t[LLMB_TYPE_Q4_K].panel_r = Q4R;
             t[LLMB_TYPE_Q6_K].panel = q6_K_panel_vnni512;
+            t[LLMB_TYPE_Q6_K].panel_r = Q4R;
             t[LLMB_TYPE_Q4_0].panel = q4_0_panel_vnni512;
             t[LLMB_TYPE_Q5_0].panel = q5_0_panel_vnni512;
             t[LLMB_TYPE_Q8_0].panel = q8_0_panel_vnni512;
