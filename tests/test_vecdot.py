@@ -113,8 +113,8 @@ def test_batch_invariance_small_batches(t: str):
 @pytest.mark.parametrize("t", TYPES)
 def test_batch_invariance_panels(t: str):
     # 262 tokens: two passes of the prefill panels (256 tokens for rows this short), ragged groups of
-    # 4 (3 for float weights); 9 rows: ragged row panels
-    w, x, n = case(t, rows=9, nblocks=2, ntok=262, seed=11)
+    # 4 (3 for float weights, 5 or 6 for the K types); 37 rows: row panels of 4, 8 and 16 rows, full and ragged
+    w, x, n = case(t, rows=37, nblocks=2, ntok=262, seed=11)
     tid = type_id(t)
     y = _core.vec_dot(tid, w, x, nthreads=2)
     assert np.array_equal(y, _core.vec_dot(tid, w, x))

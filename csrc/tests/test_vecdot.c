@@ -202,9 +202,10 @@ static void check_type(size_t ti, int64_t n) {
     free(w), free(xq), free(xq2), free(x), free(wf), free(xf);
 }
 
-// llmb_vec_dot_matmul over PR rows x PT tokens (several row panels, two token blocks, ragged ends)
+// llmb_vec_dot_matmul over PR rows x PT tokens (several row panels of 4, 8 or 16 rows, two token blocks,
+// ragged ends)
 // and over 1 token (long float rows: 4x1 tiles) bit-identical to single dots at every level, 1 and 2 threads
-#define PR 9
+#define PR 21
 #define PT (4 * LLMB_PANEL_TOKENS + 6)   // beyond the longest pass of panels (256 tokens)
 static void check_panels(int t, int64_t n) {
     const llmb_type_traits *tt = llmb_type_traits_get(t);
