@@ -210,22 +210,30 @@ VNNI512 INLINE __m512i reduce16_epi32(const __m512i v[16]) {
 }
 
 #define Q4R_NC 5   // tokens per Q4_K panel tile (kernel GOP/s, 1 thread, 512 tokens: 3/4/5/6 tokens 0.89/0.96/1/0.70)
-// Q4_K panels hold 16 rows in the lanes of every vector (lane r: row r), so no reduction across lanes
-// is needed: per super-block each lane accumulates its row's exact integers S = sum sc q x and
-// M = sum min bsum, then fma(d dx, S, acc) and fma(-(dmin dx), M, acc) per token, the steps of
-// q45_K_body for 16 outputs at once. The rows' 4-bit values are regrouped once per panel call (4 bytes
-// of qs per lane, a gather); vpdpbusd then multiplies 4 values of each row by the same 4 activation
-// bytes (broadcast), 64 products per instruction. The products of one 32-value sub-block sum to at most
-// 32 * 15 * 128 in magnitude, so its scale is applied with a 32-bit multiply (vpmulld), exact.
-#define Q4R 16   // rows per Q4_K panel call
+// Q4_K and Q5_K panels hold 16 rows in the lanes of every vector (lane r: row r), so no reduction
+// across lanes is needed: per super-block each lane accumulates its row's exact integers S = sum sc q x
+// and M = sum min bsum, then fma(d dx, S, acc) and fma(-(dmin dx), M, acc) per token, the steps of
+// q45_K_body for 16 outputs at once. The rows are regrouped once per panel call (16 x 16 transposes of
+// their 32-bit words); vpdpbusd then multiplies 4 values of each row by the same 4 activation bytes
+// (broadcast), 64 products per instruction. The products of one 32-value sub-block sum to at most
+// 32 * 31 * 128 in magnitude, so its scale is applied with a 32-bit multiply (vpmulld), exact. Q4_K
+// keeps its 4-bit values packed (split per use); Q5_K's are decoded to bytes with their fifth bit.
+#define Q4R 16   // rows per Q4_K / Q5_K / Q6_K panel call
 
 typedef struct {
-    __m512i q[32];   // vector 8j + t, lane r: bytes 32j + 4t .. 32j + 4t + 3 of row r's qs (low nibbles:
-                     // values 64j + 4t .., high nibbles: values 64j + 32 + 4t ..)
     __m512i sc[8];   // lane r: scale of sub-block s of row r (int32)
     __m512i mn[4];   // lane r: int16 pair (min 2p, min 2p + 1) of row r
     __m512 d, dmin;  // lane r: the row's super-block scales (0 past the panel's rows)
+} q45r_hdr;
+typedef struct {
+    q45r_hdr h;
+    __m512i q[32];   // vector 8j + t, lane r: bytes 32j + 4t .. 32j + 4t + 3 of row r's qs (low nibbles:
+                     // values 64j + 4t .., high nibbles: values 64j + 32 + 4t ..)
 } q4r_dec;
+typedef struct {
+    q45r_hdr h;
+    __m512i q[64];   // vector 16j + 2t (+ 1), lane r: values 64j + 4t .. (64j + 32 + 4t ..) of row r (0..31)
+} q5r_dec;
 
 // v[c] lane r = lane c of v[r] (16 x 16 int32 transposed in place)
 VNNI512 INLINE void transpose16_epi32(__m512i v[16]) {
@@ -246,23 +254,20 @@ VNNI512 INLINE void transpose16_epi32(__m512i v[16]) {
         v[c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0x88), v[8 + c] = _mm512_shuffle_i32x4(t[c], t[8 + c], 0xDD);
 }
 
-// super-block i of the panel's nr rows (row r at w + r * ws)
-VNNI512 static void q4r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q4r_dec *o) {
-    for (int h = 0; h < 2; h++) {   // the 32 words of qs: rows transposed into lanes, 16 words at a time
-        __m512i v[16];
-        for (int r = 0; r < Q4R; r++)
-            v[r] = r < nr ? _mm512_loadu_si512((const void *)(((const llmb_block_q4_K *)(w + r * ws) + i)->qs + 64 * h))
-                          : _mm512_setzero_si512();
-        transpose16_epi32(v);
-        for (int k = 0; k < 16; k++) o->q[16 * h + k] = v[k];
-    }
-    // the rows' first 16 bytes (d, dmin, 12 scale bytes) transposed: lane r of h[k] is word k of row r
+// 16 rows' words from byte offset `off` of super-block i (row r at w + r * ws), transposed: lane r of
+// v[k] is word k of row r (`words` <= 16 of them read; the rest zero)
+VNNI512 INLINE void rows_words(const uint8_t *w, size_t ws, int nr, size_t off, int words, __m512i v[16]) {
+    const __mmask16 m = (__mmask16)((1u << words) - 1);
+    for (int r = 0; r < Q4R; r++) v[r] = r < nr ? _mm512_maskz_loadu_epi32(m, w + r * ws + off) : _mm512_setzero_si512();
+    transpose16_epi32(v);
+}
+
+// super-block i of the panel's nr rows (row r at w + r * ws, blocks of bs bytes): their first 16 bytes
+// (d, dmin, 12 scale bytes, the same in Q4_K and Q5_K) 16 rows at once
+VNNI512 static void q45r_decode_hdr(const uint8_t *w, size_t ws, int nr, size_t bs, int64_t i, q45r_hdr *o) {
     __m512i h[16];
-    for (int r = 0; r < Q4R; r++)
-        h[r] = r < nr ? _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)(w + r * ws + i * sizeof(llmb_block_q4_K))))
-                      : _mm512_setzero_si512();
-    transpose16_epi32(h);
-    // q45_K_body's unpacking of the 6-bit scales and mins, 16 rows at once: u0, u1 the 8 scales, u2, u3 the 8 mins
+    rows_words(w, ws, nr, (size_t)i * bs, 4, h);
+    // q45_K_body's unpacking of the 6-bit scales and mins lane-wise: u0, u1 the 8 scales, u2, u3 the 8 mins
     const __m512i k3f = _mm512_set1_epi32(0x3f3f3f3f), k0f = _mm512_set1_epi32(0x0f0f0f0f), k03 = _mm512_set1_epi32(0x03030303);
     const __m512i a0 = h[1], a1 = h[2], a2 = h[3];
     const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(a2, 4), k0f),
@@ -280,23 +285,55 @@ VNNI512 static void q4r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q
     o->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h[0], 16)));
 }
 
+VNNI512 static void q4r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q4r_dec *o) {
+    const size_t b0 = (size_t)i * sizeof(llmb_block_q4_K) + offsetof(llmb_block_q4_K, qs);
+    q45r_decode_hdr(w, ws, nr, sizeof(llmb_block_q4_K), i, &o->h);
+    rows_words(w, ws, nr, b0, 16, o->q);
+    rows_words(w, ws, nr, b0 + 64, 16, o->q + 16);
+}
+
+VNNI512 static void q5r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q5r_dec *o) {
+    const size_t b0 = (size_t)i * sizeof(llmb_block_q5_K);
+    q45r_decode_hdr(w, ws, nr, sizeof(llmb_block_q5_K), i, &o->h);
+    __m512i qs[32], qh[16];
+    rows_words(w, ws, nr, b0 + offsetof(llmb_block_q5_K, qs), 16, qs);
+    rows_words(w, ws, nr, b0 + offsetof(llmb_block_q5_K, qs) + 64, 16, qs + 16);
+    rows_words(w, ws, nr, b0 + offsetof(llmb_block_q5_K, qh), 8, qh);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m1 = _mm512_set1_epi8(1);
+    for (int j = 0; j < 4; j++)   // the fifth bits of values 64j + l and 64j + 32 + l: bits 2j and 2j + 1 of qh[l]
+        for (int t = 0; t < 8; t++) {
+            const __m512i p = qs[8 * j + t], h = qh[t];
+            o->q[16 * j + 2 * t] = _mm512_or_si512(_mm512_and_si512(p, m4),
+                                                   _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * j), m1), 4));
+            o->q[16 * j + 2 * t + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(p, 4), m4),
+                                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2 * j + 1), m1), 4));
+        }
+}
+
 // the panel's rows x NC tokens: y[c * ldy + r] for the rows in `rows`
-INLINE VNNI512 void q4r_body(const q4r_dec *dec, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
+INLINE VNNI512 void q45r_body(const int q5, const void *dec, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
                              __mmask16 rows, const int NC) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[Q4R_NC];
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
-        const q4r_dec *o = dec + i;
+        const q45r_hdr *o = q5 ? &((const q5r_dec *)dec)[i].h : &((const q4r_dec *)dec)[i].h;
+        const __m512i *qv = q5 ? ((const q5r_dec *)dec)[i].q : ((const q4r_dec *)dec)[i].q;
         const llmb_block_q8_K *xb[Q4R_NC];
         __m512i S[Q4R_NC];
         for (int c = 0; c < NC; c++) xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i, S[c] = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {   // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
             __m512i tl[Q4R_NC], th[Q4R_NC];
             for (int c = 0; c < NC; c++) tl[c] = th[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
             for (int t = 0; t < 8; t++) {
-                const __m512i p = _mm512_load_si512(&o->q[8 * j + t]);
-                const __m512i lo = _mm512_and_si512(p, m4), hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+                __m512i lo, hi;
+                if (q5) {
+                    lo = _mm512_load_si512(&qv[16 * j + 2 * t]), hi = _mm512_load_si512(&qv[16 * j + 2 * t + 1]);
+                } else {
+                    const __m512i p = _mm512_load_si512(&qv[8 * j + t]);
+                    lo = _mm512_and_si512(p, m4), hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+                }
                 for (int c = 0; c < NC; c++) {
                     int32_t a, b;
                     memcpy(&a, xb[c]->qs + 64 * j + 4 * t, 4);
@@ -324,30 +361,53 @@ INLINE VNNI512 void q4r_body(const q4r_dec *dec, int64_t nsb, const uint8_t *x, 
     for (int c = 0; c < NC; c++) _mm512_mask_storeu_ps(y + c * ldy, rows, acc[c]);
 }
 
-VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                                      float *y, int64_t ldy) {
-    const uint8_t *w = vw, *x = vx;
-    const int64_t nsb = n / LLMB_QK_K;
-    if (nsb > PANEL_MAX_SB) {
-        for (int r0 = 0; r0 < nr; r0 += 4)
-            for (int c0 = 0; c0 < nc; c0 += 4)
-                q4_K_tile_vnni(n, w + r0 * ws, ws, nr - r0 < 4 ? nr - r0 : 4, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,
-                               y + c0 * ldy + r0, ldy);
-        return;
-    }
-    q4r_dec dec[PANEL_MAX_SB];
-    for (int64_t i = 0; i < nsb; i++) q4r_decode(w, ws, nr, i, &dec[i]);
+// the tokens of a panel call in tiles of Q4R_NC over the decoded rows (dec: q4r_dec or q5r_dec)
+INLINE VNNI512 void q45r_tokens(const int q5, const void *dec, int64_t nsb, int nr, const uint8_t *x, size_t xs, int nc,
+                                float *y, int64_t ldy) {
     const __mmask16 rows = (__mmask16)((1u << nr) - 1);
     for (int c0 = 0; c0 < nc; c0 += Q4R_NC) {
         const uint8_t *xc = x + c0 * xs;
         float *yc = y + c0 * ldy;
         switch (nc - c0 < Q4R_NC ? nc - c0 : Q4R_NC) {
-#define Q4R_CASE(k) case k: q4r_body(dec, nsb, xc, xs, yc, ldy, rows, k < Q4R_NC ? k : Q4R_NC); break;
+#define Q4R_CASE(k) case k: q45r_body(q5, dec, nsb, xc, xs, yc, ldy, rows, k < Q4R_NC ? k : Q4R_NC); break;
         Q4R_CASE(1) Q4R_CASE(2) Q4R_CASE(3) Q4R_CASE(4) Q4R_CASE(5) Q4R_CASE(6) Q4R_CASE(7)
 #undef Q4R_CASE
-        default: q4r_body(dec, nsb, xc, xs, yc, ldy, rows, Q4R_NC); break;
+        default: q45r_body(q5, dec, nsb, xc, xs, yc, ldy, rows, Q4R_NC); break;
         }
     }
+}
+
+// rows too long for a panel's decoded super-blocks on the stack: tiles of 4 x 4
+#define PANEL_TILES(tile)                                                                                           \
+    for (int r0 = 0; r0 < nr; r0 += 4)                                                                              \
+        for (int c0 = 0; c0 < nc; c0 += 4)                                                                          \
+            tile(n, w + r0 * ws, ws, nr - r0 < 4 ? nr - r0 : 4, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,       \
+                 y + c0 * ldy + r0, ldy)
+
+VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
+                                      float *y, int64_t ldy) {
+    const uint8_t *w = vw, *x = vx;
+    const int64_t nsb = n / LLMB_QK_K;
+    if (nsb > PANEL_MAX_SB) {
+        PANEL_TILES(q4_K_tile_vnni);
+        return;
+    }
+    q4r_dec dec[PANEL_MAX_SB];
+    for (int64_t i = 0; i < nsb; i++) q4r_decode(w, ws, nr, i, &dec[i]);
+    q45r_tokens(0, dec, nsb, nr, x, xs, nc, y, ldy);
+}
+
+VNNI512 static void q5_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
+                                      float *y, int64_t ldy) {
+    const uint8_t *w = vw, *x = vx;
+    const int64_t nsb = n / LLMB_QK_K;
+    if (nsb > PANEL_MAX_SB) {
+        PANEL_TILES(q5_K_tile_vnni);
+        return;
+    }
+    q5r_dec dec[PANEL_MAX_SB];
+    for (int64_t i = 0; i < nsb; i++) q5r_decode(w, ws, nr, i, &dec[i]);
+    q45r_tokens(1, dec, nsb, nr, x, xs, nc, y, ldy);
 }
 
 // Q6_K panels: the same 16 rows in lanes. Per sub-block s of 16 values T_s = sum q x (q = 0..63, before
@@ -361,14 +421,6 @@ typedef struct {
     __m512i sp[8];   // lane r: int16 pair (scale 2p, scale 2p + 1) of row r
     __m512 d;        // lane r: the row's d (0 past the panel's rows)
 } q6r_dec;
-
-// 16 rows' words from byte offset `off` of super-block i (row r at w + r * ws), transposed: lane r of
-// v[k] is word k of row r (`words` <= 16 of them read; the rest zero)
-VNNI512 INLINE void rows_words(const uint8_t *w, size_t ws, int nr, size_t off, int words, __m512i v[16]) {
-    const __mmask16 m = (__mmask16)((1u << words) - 1);
-    for (int r = 0; r < Q4R; r++) v[r] = r < nr ? _mm512_maskz_loadu_epi32(m, w + r * ws + off) : _mm512_setzero_si512();
-    transpose16_epi32(v);
-}
 
 VNNI512 static void q6r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q6r_dec *o) {
     const size_t b0 = (size_t)i * sizeof(llmb_block_q6_K);
@@ -439,10 +491,7 @@ VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int
     const uint8_t *w = vw, *x = vx;
     const int64_t nsb = n / LLMB_QK_K;
     if (nsb > PANEL_MAX_SB) {
-        for (int r0 = 0; r0 < nr; r0 += 4)
-            for (int c0 = 0; c0 < nc; c0 += 4)
-                q6_K_tile_vnni(n, w + r0 * ws, ws, nr - r0 < 4 ? nr - r0 : 4, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,
-                               y + c0 * ldy + r0, ldy);
+        PANEL_TILES(q6_K_tile_vnni);
         return;
     }
     q6r_dec dec[PANEL_MAX_SB];
@@ -1064,6 +1113,8 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
             SET_ALL(vnni);
             t[LLMB_TYPE_Q4_K].panel = q4_K_panel_vnni512;
             t[LLMB_TYPE_Q4_K].panel_r = Q4R;
+            t[LLMB_TYPE_Q5_K].panel = q5_K_panel_vnni512;
+            t[LLMB_TYPE_Q5_K].panel_r = Q4R;
             t[LLMB_TYPE_Q6_K].panel = q6_K_panel_vnni512;
             t[LLMB_TYPE_Q6_K].panel_r = Q4R;
             t[LLMB_TYPE_Q4_0].panel = q4_0_panel_vnni512;
