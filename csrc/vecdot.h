@@ -3,7 +3,7 @@
 //   Q4_0, Q5_0, Q8_0 -> Q8_0      Q4_1, Q5_1 -> Q8_1 (below)      Q4_K, Q5_K, Q6_K, Q8_K -> Q8_K
 //   F32, F16, BF16   -> F32 (the weight is converted on the fly)
 // plus a tile kernel for prefill (nr <= 4 weight rows x nc <= 4 tokens, loads reused) and, where a
-// level has one, a panel kernel (nr <= LLMB_PANEL_R rows decoded once, then any number of tokens;
+// level has one, a panel kernel (nr <= its panel_r rows decoded once, then any number of tokens;
 // llmb_vec_dot_matmul uses it from LLMB_PANEL_MIN_TOKENS tokens) and a small-batch kernel for
 // batched decode (any number of rows streamed once, each decoded block used for 2..LLMB_SMALL_TOKENS
 // tokens; llmb_vec_dot_matmul prefers it to tiles and panels at those token counts).
@@ -34,7 +34,7 @@ extern "C" {
 #define LLMB_TYPE_Q8_1 9
 #define LLMB_TILE_MAX_R 4   // weight rows per llmb_gemm_tile call
 #define LLMB_TILE_MAX_C 4   // tokens per llmb_gemm_tile call
-#define LLMB_PANEL_R 4      // weight rows per panel call (llmb_vec_dot_matmul, several tokens); float panels take 8
+#define LLMB_PANEL_R 4      // weight rows per panel call unless the kernel sets panel_r (float: 8; Q4_K/Q5_K/Q6_K: 16)
 #define LLMB_PANEL_TOKENS 64   // tokens per panel call: their activations stay in L2 while the rows are reused
 #define LLMB_PANEL_X_BYTES (768 * 1024)   // up to 4x as many while their activations take at most this
 // Fewest tokens for panels: decoding 4 rows per call costs more than it saves below (batched decode,
