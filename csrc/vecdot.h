@@ -85,7 +85,8 @@ LLMB_API void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_strid
 // it once; else from LLMB_PANEL_MIN_TOKENS tokens, where the level has a panel kernel for the type,
 // each thread takes a contiguous range of row panels and runs them for LLMB_PANEL_TOKENS tokens at a
 // time, up to 4x that while their activations fit LLMB_PANEL_X_BYTES (rows decoded once per panel
-// call). One token: single dots row after row, which
+// call). One token: where the level has a decode kernel for the type, each thread's contiguous range
+// of rows in one call of it (one sequential stream of weights); else single dots row after row, which
 // keeps the weight reads one sequential stream (from DRAM the 4 interleaved streams of a 4x1 tile are
 // up to 1.5x slower), except float weights of n >= 2048: 4x1 tiles, so the float x is loaded once
 // for 4 rows (1.1x at n=3072 to 1.6x at 8192). Same bits either way. xq holds ntok quantized rows x_stride bytes apart.
@@ -121,6 +122,7 @@ typedef struct {
     llmb_gemm_panel_fn panel;   // NULL: llmb_vec_dot_matmul runs tiles
     int panel_r;                // rows per panel call (0: LLMB_PANEL_R)
     llmb_gemm_tile_fn small;    // nr rows (any) x nc tokens (2..LLMB_SMALL_TOKENS); NULL: tiles or panels
+    llmb_gemm_tile_fn decode;   // nr rows (any) x 1 token (nc, x_stride, ldy unused); NULL: dots or 4x1 tiles
 } llmb_vec_dot_kernels;
 
 // Internal (vecdot_simd.c): overwrite the entries of `table` (indexed by weight type) that have a

@@ -5,7 +5,8 @@
 //   - SIMD dot vs reference:       |simd - ref| <= ATOL + RTOL * sum_i |w_i x_i|
 //   - reference vs a float64 dot of the dequantized rows, same bound (the references are right);
 //   - the tile kernel, every nr x nc shape at every position, bit-identical to the single dot;
-//   - llmb_vec_dot_matmul with 1 and 2 threads bit-identical to the single dot at every token count
+//   - llmb_vec_dot_matmul with 1 and 2 threads bit-identical to the single dot at one token (the decode
+//     kernels: 21 rows are two groups of 8 and one of 5) and at every token count
 //     of batched decode (2..10: the small-batch kernels to LLMB_SMALL_TOKENS, ragged row groups), also with enough
 //     rows and tokens for several row panels and token blocks, and rows too long for a panel's
 //     stack buffer (its fallback to tiles);
@@ -234,9 +235,9 @@ static void check_panels(int t, int64_t n) {
 }
 
 // K-type rows longer than the small-batch kernels' table of token scales (256 super-blocks): their
-// fallback to tiles, bit-identical to single dots
-static void check_small_long(int t) {
-    const int64_t n = 256 * 257;
+// fallback to tiles, bit-identical to single dots; at one token the decode kernel's single-row calls
+// (257 super-blocks) and, past its 512 super-blocks (n = 256 * 513), its fallback to dots
+static void check_small_long(int t, int64_t n) {
     const int rows = 5, ntok = 3;
     const llmb_type_traits *tt = llmb_type_traits_get(t);
     const size_t ws = (size_t)(n / tt->blck_size * tt->type_size), xs = llmb_vec_dot_row_bytes(t, n);
@@ -250,6 +251,9 @@ static void check_small_long(int t) {
     llmb_vec_dot_matmul(t, n, w, ws, rows, xq, xs, ntok, y, rows, 1);
     CHECK(memcmp(y, one, sizeof y) == 0, "%s n=%lld: matmul of %d tokens differs from the single dot", tname(t),
           (long long)n, ntok);
+    llmb_vec_dot_matmul(t, n, w, ws, rows, xq + xs, xs, 1, y, rows, 1);
+    CHECK(memcmp(y, one + rows, sizeof(float) * rows) == 0, "%s n=%lld: one-token matmul differs from the single dot",
+          tname(t), (long long)n);
     free(w), free(xq), free(x);
 }
 
@@ -347,7 +351,8 @@ int main(void) {
             for (size_t k = 0; k < 4; k++) check_type(ti, 256 * ks[k]);
             check_panels(t, 256 * 5);
             check_panels(t, 256 * 65);   // beyond a panel's 64 decoded super-blocks
-            check_small_long(t);
+            check_small_long(t, 256 * 257);
+            check_small_long(t, 256 * 513);
         } else {
             const int64_t ks[] = {1, 3, 8, 37, 64};
             for (size_t k = 0; k < 5; k++) check_type(ti, 32 * ks[k]);
