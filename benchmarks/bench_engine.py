@@ -1,13 +1,16 @@
 """llama-bench-style throughput of llmbench's engine: pp N (prompt tokens/s) and tg N (generated
 tokens/s) per model, weight type and thread count, average ± sample stddev over repetitions after
-a warmup, with the decode bandwidth achieved as a fraction of this machine's read bandwidth measured
-in the same run (llmbench.perf.membw).
+a warmup, with the decode bandwidth achieved as a fraction of this machine's read bandwidth, and the
+prompt phase as a fraction of its arithmetic peak, both measured in the same run (llmbench.perf.membw,
+llmbench.perf.peak).
 
     python benchmarks/bench_engine.py --presets llama-125m --types F16 Q8_0 Q4_K_M --threads 1 2
     python benchmarks/bench_engine.py --model path/to/model.gguf --pp 512 --tg 128 --reps 5
 
 Decode bytes per token = every weight matrix read once (the embedding only for its output use when
 tied) + the KV cache read at the average context of the tg run.
+Prompt "of peak" = the time a pp run needs at the measured peaks over its measured time
+(llmbench.perf.bench.prefill_ops: matrix products on their weight type's instruction, attention on FP32).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import time
 import numpy as np
 
 from llmbench import LLM, SamplingParams
-from llmbench.perf import membw
+from llmbench.perf import membw, peak
+from llmbench.perf.bench import prefill_ops
+from llmbench.perf.metrics import prefill_compute
 
 
 def run_once(llm: LLM, n_prompt: int, n_gen: int, seed: int) -> float:
@@ -67,19 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     models = a.model or [f"{p}:{t}" for p in a.presets for t in a.types]
     bw = {t: membw.measure(256 << 20, 5, t)["read"] for t in a.threads}
+    peaks = {t: {k: peak.measure(k, t, rounds=10_000_000)["gops"] for k in peak.KINDS} for t in a.threads}
     rows = []
     print(f"memory read bandwidth: " + ", ".join(f"{t} thr {g:.1f} GB/s" for t, g in bw.items()), flush=True)
-    print(f"| model | threads | pp{a.pp} t/s | tg{a.tg} t/s | decode GB/s | of bandwidth |")
-    print("|---|---|---|---|---|---|")
+    print("arithmetic peak: " + ", ".join(f"{t} thr {p['f32']:.0f} GFLOP/s FP32, {p['int8']:.0f} GOP/s int8"
+                                          for t, p in peaks.items()), flush=True)
+    print(f"| model | threads | pp{a.pp} t/s | of peak | tg{a.tg} t/s | decode GB/s | of bandwidth |")
+    print("|---|---|---|---|---|---|---|")
     for m in models:
         for t in a.threads:
             llm = LLM(m, threads=t, ctx=max(a.pp, a.tg) + 8, max_batch_tokens=a.pp, max_seqs=4)
             r = bench(llm, a.pp, a.tg, a.reps, a.warmup)
             pp, tg = r[f"pp{a.pp}"], r[f"tg{a.tg}"]
             frac = r["decode_gbs"] / bw[t]
-            print(f"| {m} | {t} | {pp['avg']:.1f} ± {pp['stddev']:.1f} | {tg['avg']:.1f} ± {tg['stddev']:.1f} | "
-                  f"{r['decode_gbs']:.1f} | {frac:.0%} |", flush=True)
-            rows.append({"model": m, "threads": t, "membw_read_gbs": bw[t], **r, "time": time.time()})
+            r["prefill_of_peak"] = prefill_compute(prefill_ops(llm, a.pp), [a.pp / v for v in pp["samples"]],
+                                                   peaks[t])["fraction"]
+            print(f"| {m} | {t} | {pp['avg']:.1f} ± {pp['stddev']:.1f} | {r['prefill_of_peak']:.0%} | "
+                  f"{tg['avg']:.1f} ± {tg['stddev']:.1f} | {r['decode_gbs']:.1f} | {frac:.0%} |", flush=True)
+            rows.append({"model": m, "threads": t, "membw_read_gbs": bw[t], "peak_gops": peaks[t], **r,
+                         "time": time.time()})
             del llm
     if a.json:
         with open(a.json, "w") as f:

@@ -70,6 +70,14 @@ LLMB_API void llmb_fill_normal(float *out, size_t n, uint64_t seed, uint64_t sta
 // STREAM-style read / copy / triad bandwidth (GB/s, best of reps) over arrays of `bytes` each.
 LLMB_API llmb_status llmb_membw(size_t bytes, int reps, int nthreads, double gbs[3]);
 
+// ---- arithmetic peak ----
+
+#define LLMB_PEAK_F32 0    // FP32 fused multiply-adds: GFLOP/s (the float prefill kernels)
+#define LLMB_PEAK_INT8 1   // 8-bit multiply-accumulates: GOP/s, 2 per multiply-add (the quantized ones)
+// Best of reps runs, each thread `rounds` rounds of independent instruction chains at the active SIMD
+// level (csrc/peak.c); *what names the instruction measured (a static string).
+LLMB_API llmb_status llmb_compute_peak(int kind, int64_t rounds, int reps, int nthreads, double *gops, const char **what);
+
 // ---- ggml tensor types (traits table) ----
 
 #define LLMB_TYPE_COUNT 42   // one past the largest ggml type id we know

@@ -391,6 +391,22 @@ static PyObject *membw(PyObject *m, PyObject *args) {
     return Py_BuildValue("{s:d,s:d,s:d}", "read", g[0], "copy", g[1], "triad", g[2]);
 }
 
+// ---- arithmetic peak ----
+
+static PyObject *compute_peak(PyObject *m, PyObject *args) {
+    int kind, reps, threads;
+    long long rounds;
+    if (!PyArg_ParseTuple(args, "iLii", &kind, &rounds, &reps, &threads)) return NULL;
+    double g = 0;
+    const char *what = NULL;
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_compute_peak(kind, (int64_t)rounds, reps, threads, &g, &what);
+    Py_END_ALLOW_THREADS
+    if (s) return llmb_py_raise(s, NULL);
+    return Py_BuildValue("{s:d,s:s}", "gops", g, "instruction", what);
+}
+
 // ---- CUDA backend ----
 
 static PyObject *cuda_load(PyObject *m, PyObject *args) {
@@ -524,6 +540,8 @@ static PyMethodDef methods[] = {
     {"now_ns", now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (the core's clock)."},
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},
     {"membw", membw, METH_VARARGS, "membw(bytes_per_array, reps, threads) -> {read, copy, triad} GB/s"},
+    {"compute_peak", compute_peak, METH_VARARGS,
+     "compute_peak(kind, rounds, reps, threads) -> {gops, instruction}: kind 0 FP32 FMA (GFLOP/s), 1 int8 (GOP/s)"},
     {"fill_normal", fill_normal, METH_VARARGS, "fill_normal(out_f32, seed, std, mean=0, start=0)"},
     {"cuda_load", cuda_load, METH_VARARGS, "Load the CUDA backend library (path or $LLMBENCH_CUDA_LIB)."},
     {"cuda_versions", cuda_versions, METH_NOARGS, "(runtime, driver) CUDA versions, 0 = none."},

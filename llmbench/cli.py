@@ -320,6 +320,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bw:
         t.add_row("decode bandwidth", f"{bw['achieved_gbps']:.1f} GB/s = {bw['fraction']:.0%} of "
                                       f"{bw['measured_gbps']:.1f} GB/s measured")
+    cp = result.get("compute")
+    if cp:
+        t.add_row(f"pp{cp['n_prompt']} compute", f"{cp['achieved_gops']:.0f} GOP/s = {cp['fraction']:.0%} of peak ("
+                  + ", ".join(f"{k} {v:.0f}" for k, v in cp["peaks_gops"].items()) + ")")
     ov = result.get("timing_overhead")
     if ov:
         t.add_row("timing overhead per decode step", f"{ov['per_step_ns']:.0f} ns = {ov['fraction_of_decode_step']:.4%}")
@@ -378,8 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark a model: pp/tg tokens/s, TTFT/TPOT/ITL, decode bandwidth, sweeps",
                        description="Benchmark a GGUF model (default: the llama-125m Q4_K_M dummy, built on first "
                                    "use) on llmbench's engine: llama-bench-style pp and tg tokens/s, a latency "
-                                   "run with vLLM's TTFT/TPOT/ITL/E2E, and the decode bandwidth as a fraction "
-                                   "of this machine's measured bandwidth. Writes one JSON result "
+                                   "run with vLLM's TTFT/TPOT/ITL/E2E, the decode bandwidth as a fraction "
+                                   "of this machine's measured bandwidth and the prompt phase as a fraction of its "
+                                   "measured arithmetic peak. Writes one JSON result "
                                    "(docs/result.schema.json). Give --model, --kv-dtype, --threads, --batch or "
                                    "--input-len several values (1,2,4 or 1..64 for powers of two) to sweep: each "
                                    "point runs the latency scenario and is saved as it finishes to DIR/points.jsonl; "

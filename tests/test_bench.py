@@ -17,7 +17,7 @@ def test_bench_command_writes_a_valid_result(tmp_path):
            "ttft:100000", "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "pp32 tokens/s" in r.stdout and "decode bandwidth" in r.stdout
+    assert "pp32 tokens/s" in r.stdout and "decode bandwidth" in r.stdout and "pp32 compute" in r.stdout
     res = json.loads(out.read_text())
     validate(res)
     assert [t["test"] for t in res["llama_bench"]] == ["pp32", "tg8"]
@@ -29,6 +29,14 @@ def test_bench_command_writes_a_valid_result(tmp_path):
     assert res["environment"]["model"]["weight_types"] == ["F32", "Q8_0"]
     assert 0 < res["bandwidth"]["fraction"] and res["bandwidth"]["steps"] == 2 * 7
     assert len(res["requests"]) == 6 and all(len(q["token_ns"]) == 5 for q in res["requests"])
+    # pp32 against the arithmetic peaks: tiny's layer matrices (2 x 786432 weights, all Q8_0: 8-bit dots)
+    # for 32 tokens plus the output row of the last one; causal attention (2 layers x 4 heads x 64) in FP32
+    c = res["compute"]
+    assert c["n_prompt"] == 32 and c["instructions"].keys() == {"f32", "int8"}
+    assert c["ops"] == {"int8": 2 * (2 * 786432 * 32 + 1024 * 256), "f32": 2 * 4 * 4 * 64 * 32 * 33 / 2}
+    assert abs(c["seconds"] - sum(32 / v for v in res["llama_bench"][0]["samples_ts"]) / 2) < 1e-12
+    assert c["min_seconds"] == sum(c["ops"][k] / (c["peaks_gops"][k] * 1e9) for k in c["ops"])
+    assert abs(c["fraction"] - c["min_seconds"] / c["seconds"]) < 1e-12
 
 
 def test_bench_rejects_bad_arguments():

@@ -12,6 +12,7 @@ from llmbench.perf.metrics import (
     RequestTiming,
     benchmark_duration_ns,
     decode_bandwidth,
+    prefill_compute,
     decode_step_bytes,
     llama_bench_stats,
     parse_slos,
@@ -293,3 +294,19 @@ def test_decode_bandwidth():
     with pytest.raises(ValueError):
         decode_bandwidth(b, [0.01, 0.0])
     json.dumps(r)
+
+
+def test_prefill_compute():
+    # 2e12 int8 ops at 1000 GOP/s = 2 s, 1e11 flops at 200 GFLOP/s = 0.5 s: 2.5 s at the peaks
+    r = prefill_compute({"int8": 2e12, "f32": 1e11}, [4.0, 6.0], {"int8": 1000.0, "f32": 200.0, "bf16": 400.0})
+    assert r["seconds"] == 5.0 and r["min_seconds"] == 2.5 and r["fraction"] == 0.5
+    assert r["achieved_gops"] == 2.1e12 / 5.0 / 1e9 and r["peaks_gops"] == {"int8": 1000.0, "f32": 200.0}
+    assert prefill_compute({"f32": 0.0}, 1.0, {"f32": 1.0})["fraction"] == 0.0
+    with pytest.raises(ValueError, match="positive peak for int8"):
+        prefill_compute({"int8": 1.0}, 1.0, {"f32": 1.0})
+    with pytest.raises(ValueError, match="positive peak for f32"):
+        prefill_compute({"f32": 1.0}, 1.0, {"f32": 0.0})
+    with pytest.raises(ValueError, match="positive and finite"):
+        prefill_compute({"f32": 1.0}, [1.0, 0.0], {"f32": 1.0})
+    with pytest.raises(ValueError, match=">= 0"):
+        prefill_compute({"f32": -1.0}, 1.0, {"f32": 1.0})

@@ -29,9 +29,10 @@ from ..gguf import GGUFFile
 from ..info import cpu_model
 from ..llm import Prefix, resolve_model
 from ..tokenizer import Tokenizer
-from . import membw
+from . import membw, peak
 from .dataset import load_prompts, sample
-from .metrics import RequestTiming, decode_bandwidth, decode_step_bytes, llama_bench_stats, serving_metrics
+from .metrics import (RequestTiming, decode_bandwidth, decode_step_bytes, llama_bench_stats, prefill_compute,
+                      serving_metrics)
 from .schema import validate
 
 
@@ -341,6 +342,32 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def prefill_ops(llm: LLM, n_prompt: int) -> dict[str, float]:
+    """Operations of one prompt of n_prompt tokens by the peak they run against (llmbench.perf.peak):
+    every layer matrix product, 2 per weight per token, on its weight type's instruction (8-bit dot
+    products for quantized types, FP32 FMAs for float ones); the output row of the last token alone;
+    causal attention, 4 * heads * head_dim * (position + 1) flops per token and layer, on FP32 FMAs."""
+    info, ops = llm.info, {"f32": 0.0, "int8": 0.0}
+    out_name = "token_embd.weight" if info["tied_output"] else "output.weight"
+    for name, t in llm.file.tensors.items():
+        if len(t.shape) == 2 and (name.startswith("blk.") or name == out_name):
+            ops[peak.kind_for(t.type)] += 2.0 * t.shape[0] * t.shape[1] * (n_prompt if name.startswith("blk.") else 1)
+    ops["f32"] += info["n_layer"] * 4.0 * info["n_head"] * info["head_dim"] * n_prompt * (n_prompt + 1) / 2
+    return {k: v for k, v in ops.items() if v}
+
+
+def prefill_roofline(llm: LLM, tests: list[dict]) -> dict | None:
+    """The depth-0 pp test against this machine's arithmetic peaks, measured now with the engine's
+    threads (CPU backend; None for CUDA or without such a test)."""
+    pp = next((t for t in tests if t["n_prompt"] and not t["n_gen"] and not t["n_depth"]), None)
+    if pp is None or llm.backend != "cpu":
+        return None
+    ops = prefill_ops(llm, pp["n_prompt"])
+    peaks = {k: peak.measure(k, llm.threads, rounds=10_000_000) for k in ops}
+    res = prefill_compute(ops, [pp["n_prompt"] / ts for ts in pp["samples_ts"]], {k: p["gops"] for k, p in peaks.items()})
+    return {"n_prompt": pp["n_prompt"], **res, "instructions": {k: p["instruction"] for k, p in peaks.items()}}
+
+
 def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run the whole benchmark on the local engine; returns a schema-valid result dict."""
     cfg.check()
@@ -372,6 +399,10 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
     tests, step_s = llama_bench_tests(llm, cfg, rng, progress, phases) if (cfg.pp or cfg.tg) else ([], [])
     if tests:
         result["llama_bench"] = tests
+        progress("measuring the arithmetic peak")
+        roof = prefill_roofline(llm, tests)
+        if roof:
+            result["compute"] = roof
     if step_s:
         step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], 1 + cfg.tg // 2)
         result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=reference_gbps(bw))

@@ -326,3 +326,23 @@ def decode_bandwidth(
     return {"bytes_per_step": float(bytes_per_step), "step_s": step_s, "steps": int(steps.size),
             "achieved_gbps": achieved, "measured_gbps": measured_gbps,
             "fraction": achieved / measured_gbps if measured_gbps else None}
+
+
+def prefill_compute(ops: dict[str, float], seconds: float | Sequence[float], peaks_gops: dict[str, float]) -> dict:
+    """A prompt phase against the machine's arithmetic peaks: ``ops[kind]`` operations run on the
+    instruction of ``kind`` (``peaks_gops[kind]`` GOP/s, e.g. "f32" FP32 FMAs, "int8" 8-bit dot products),
+    taking ``seconds`` (one time or one per repetition: their mean). ``min_seconds`` is the time at the
+    peaks (sum of ops / peak), ``fraction`` = min_seconds / seconds: 1.0 is the compute limit."""
+    secs = np.atleast_1d(np.asarray(seconds, dtype=np.float64))
+    if secs.size == 0 or not np.all(np.isfinite(secs)) or np.any(secs <= 0):
+        raise ValueError("prefill_compute: times must be positive and finite")
+    if any(not (v >= 0) for v in ops.values()):
+        raise ValueError("prefill_compute: operation counts must be >= 0")
+    missing = sorted(set(ops) - set(peaks_gops))
+    if missing or any(not (peaks_gops[k] > 0) for k in ops):
+        raise ValueError(f"prefill_compute: need a positive peak for {', '.join(missing or sorted(ops))}")
+    t = float(secs.mean())
+    min_s = sum(v / (peaks_gops[k] * 1e9) for k, v in ops.items())
+    return {"ops": {k: float(v) for k, v in ops.items()}, "seconds": t, "min_seconds": min_s,
+            "achieved_gops": sum(ops.values()) / t / 1e9, "peaks_gops": {k: float(peaks_gops[k]) for k in ops},
+            "fraction": min_s / t}

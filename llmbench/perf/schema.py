@@ -174,6 +174,24 @@ _bandwidth = {
     },
 }
 
+_compute = {
+    "type": "object",
+    "description": "The depth-0 pp test against the arithmetic peaks measured in the same run "
+                   "(llmbench.perf.metrics.prefill_compute, llmbench.perf.peak): operations by the "
+                   "instruction they run on, time at the peaks over the measured time.",
+    "required": ["n_prompt", "ops", "seconds", "min_seconds", "achieved_gops", "peaks_gops", "fraction"],
+    "properties": {
+        "n_prompt": {"type": "integer", "minimum": 1},
+        "ops": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
+        "seconds": {"type": "number", "exclusiveMinimum": 0},
+        "min_seconds": {"type": "number", "minimum": 0},
+        "achieved_gops": {"type": "number", "minimum": 0},
+        "peaks_gops": {"type": "object", "additionalProperties": {"type": "number", "exclusiveMinimum": 0}},
+        "instructions": {"type": "object", "additionalProperties": {"type": "string"}},
+        "fraction": {"type": "number", "minimum": 0},
+    },
+}
+
 _timing_overhead = {
     "type": "object",
     "description": "What the engine's own timing costs per decode step: 4 clock reads plus one logged "
@@ -258,6 +276,7 @@ SCHEMA: dict[str, Any] = {
         "metrics": _metrics,
         "llama_bench": {"type": "array", "items": _llama_bench_entry},
         "bandwidth": _bandwidth,
+        "compute": _compute,
         "timing_overhead": _timing_overhead,
         "sweep": _sweep,
         "cuda": _cuda,

@@ -1,0 +1,31 @@
+"""This machine's arithmetic peak with the engine's threads (csrc/peak.c): FP32 fused multiply-adds, which
+the float prefill kernels run on, and 8-bit multiply-accumulates, which the quantized ones run on, at the
+SIMD level the engine dispatches to. A prompt phase's achieved GFLOP/s (GOP/s) over it says how close
+prefill comes to the compute limit, as membw does for decode and memory."""
+
+from __future__ import annotations
+
+import os
+
+from .. import _core
+
+KINDS = {"f32": 0, "int8": 1}
+
+
+def measure(kind: str = "f32", threads: int | None = None, rounds: int = 2_000_000, reps: int = 5) -> dict:
+    """Best-of-``reps`` GFLOP/s (f32: 2 per lane of a fused multiply-add) or GOP/s (int8: 2 per 8-bit
+    multiply-add) of ``threads`` threads each running ``rounds`` rounds of 12 independent chains."""
+    threads = (os.cpu_count() or 1) if threads is None else threads
+    if kind not in KINDS:
+        raise ValueError(f"peak kind {kind!r}: one of {', '.join(KINDS)}")
+    if rounds < 1 or reps < 1 or threads < 1:
+        raise ValueError("peak: rounds >= 1, reps >= 1 and threads >= 1 are required")
+    r = _core.compute_peak(KINDS[kind], rounds, reps, threads)
+    return {"kind": kind, "gops": r["gops"], "instruction": r["instruction"], "threads": threads, "rounds": rounds,
+            "reps": reps}
+
+
+def kind_for(weight_type: str) -> str:
+    """The peak a matrix product with weights of ``weight_type`` runs against: float types on FP32
+    fused multiply-adds, quantized types on 8-bit dot products."""
+    return "f32" if weight_type.upper() in ("F32", "F16", "BF16") else "int8"
