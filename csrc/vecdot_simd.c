@@ -157,17 +157,12 @@ AVX2 INLINE __m256i legacy0_weights(const int type, const uint8_t *blk) {
 #undef LLMB_VECDOT_BODY
 
 // ---- prefill panels (AVX-512 VNNI, 512-bit integer parts) ----
-// A panel decodes up to LLMB_PANEL_R weight rows once (4-bit values to bytes, scales to int16
-// vectors) and runs every token over them, 4 tokens x NR rows per register tile. Per output it does
-// what the single dot does. Q4_K (q45_K_body): per super-block the exact integers S = sum sc q x and
-// M = sum min bsum (how their products are grouped does not matter), then two fmas into one float
-// per output; the panel reduces the tile's 16 integer accumulators into the lanes of one vector
-// (lane 4c + r) and runs those fmas for 16 outputs at once. Q6_K: the same eight int32 lane sums per
-// super-block as q6_K_body (lane l of a 512-bit sum covers values 4l.. of the first 32, lane 8+l the
-// second 32, folded at the end of the super-block), then the same fmadd and final hsum_ps. Hence the
-// same bits.
+// A panel decodes a group of weight rows once and runs every token over them; per output it does what
+// the single dot does, hence the same bits. The K types (Q4_K, Q5_K, Q6_K) hold 16 rows in the lanes
+// of each vector (below); the legacy types decode LLMB_PANEL_R rows and run 4 tokens x NR rows per
+// register tile (PANEL_TOKENS_LOOP); float weights are converted per chunk (float_panel).
 #define VNNI512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
-#define PANEL_MAX_SB 64   // super-blocks per row decoded on the stack (n <= 16384); longer rows run tiles
+#define PANEL_MAX_SB 64   // super-blocks per row decoded on the stack (n <= 16384; Q6_K: 364 KiB); longer rows run tiles
 
 // every group of 4 tokens (fewer at the end) over the nr decoded rows, shapes specialized; PANEL_ARGS:
 // the decoded data the body takes first (dec, or a redefinition)
@@ -209,7 +204,6 @@ VNNI512 INLINE __m512i reduce16_epi32(const __m512i v[16]) {
     return _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x88), _mm512_shuffle_i32x4(c0, c1, 0xDD));
 }
 
-#define Q4R_NC 5   // tokens per Q4_K panel tile (kernel GOP/s, 1 thread, 512 tokens: 3/4/5/6 tokens 0.89/0.96/1/0.70)
 // Q4_K and Q5_K panels hold 16 rows in the lanes of every vector (lane r: row r), so no reduction
 // across lanes is needed: per super-block each lane accumulates its row's exact integers S = sum sc q x
 // and M = sum min bsum, then fma(d dx, S, acc) and fma(-(dmin dx), M, acc) per token, the steps of
@@ -218,7 +212,8 @@ VNNI512 INLINE __m512i reduce16_epi32(const __m512i v[16]) {
 // (broadcast), 64 products per instruction. The products of one 32-value sub-block sum to at most
 // 32 * 31 * 128 in magnitude, so its scale is applied with a 32-bit multiply (vpmulld), exact. Q4_K
 // keeps its 4-bit values packed (split per use); Q5_K's are decoded to bytes with their fifth bit.
-#define Q4R 16   // rows per Q4_K / Q5_K / Q6_K panel call
+#define Q4R 16     // rows per Q4_K / Q5_K / Q6_K panel call
+#define Q4R_NC 5   // tokens per Q4_K / Q5_K register tile (kernel GOP/s, 1 thread, 512 tokens: 3/4/5/6 tokens 0.89/0.96/1/0.70)
 
 typedef struct {
     __m512i sc[8];   // lane r: scale of sub-block s of row r (int32)
@@ -361,54 +356,46 @@ INLINE VNNI512 void q45r_body(const int q5, const void *dec, int64_t nsb, const 
     for (int c = 0; c < NC; c++) _mm512_mask_storeu_ps(y + c * ldy, rows, acc[c]);
 }
 
-// the tokens of a panel call in tiles of Q4R_NC over the decoded rows (dec: q4r_dec or q5r_dec)
-INLINE VNNI512 void q45r_tokens(const int q5, const void *dec, int64_t nsb, int nr, const uint8_t *x, size_t xs, int nc,
-                                float *y, int64_t ldy) {
-    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
-    for (int c0 = 0; c0 < nc; c0 += Q4R_NC) {
-        const uint8_t *xc = x + c0 * xs;
-        float *yc = y + c0 * ldy;
-        switch (nc - c0 < Q4R_NC ? nc - c0 : Q4R_NC) {
-#define Q4R_CASE(k) case k: q45r_body(q5, dec, nsb, xc, xs, yc, ldy, rows, k < Q4R_NC ? k : Q4R_NC); break;
-        Q4R_CASE(1) Q4R_CASE(2) Q4R_CASE(3) Q4R_CASE(4) Q4R_CASE(5) Q4R_CASE(6) Q4R_CASE(7)
-#undef Q4R_CASE
-        default: q45r_body(q5, dec, nsb, xc, xs, yc, ldy, rows, Q4R_NC); break;
-        }
-    }
-}
-
-// rows too long for a panel's decoded super-blocks on the stack: tiles of 4 x 4
-#define PANEL_TILES(tile)                                                                                           \
+// nr rows x nc tokens (w, ws, x, xs, y, ldy in scope) in tiles of 4 x 4: the K-type panels and
+// small-batch kernels for rows longer than their tables on the stack
+#define K_TILES(tile)                                                                                               \
     for (int r0 = 0; r0 < nr; r0 += 4)                                                                              \
         for (int c0 = 0; c0 < nc; c0 += 4)                                                                          \
             tile(n, w + r0 * ws, ws, nr - r0 < 4 ? nr - r0 : 4, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,       \
                  y + c0 * ldy + r0, ldy)
 
-VNNI512 static void q4_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                                      float *y, int64_t ldy) {
-    const uint8_t *w = vw, *x = vx;
-    const int64_t nsb = n / LLMB_QK_K;
-    if (nsb > PANEL_MAX_SB) {
-        PANEL_TILES(q4_K_tile_vnni);
-        return;
+// A K-type panel: the rows too long for its decoded super-blocks on the stack run tiles of 4 x 4; else
+// DECODE(w, ws, nr, i, &dec[i]) per super-block, then the tokens in tiles of NCMAX: BODY(k) runs k
+// tokens from xc into yc (k a constant for each case, so the body's loops unroll)
+#define K_PANEL_CASE(k, NCMAX, BODY) case k: BODY(k < NCMAX ? k : NCMAX); break;
+#define K_PANEL(type, DEC_T, DECODE, NCMAX, BODY)                                                                    \
+    VNNI512 static void type##_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, \
+                                             int nc, float *y, int64_t ldy) {                                        \
+        const uint8_t *w = vw, *x = vx;                                                                             \
+        const int64_t nsb = n / LLMB_QK_K;                                                                          \
+        if (nsb > PANEL_MAX_SB) {                                                                                   \
+            K_TILES(type##_tile_vnni);                                                                              \
+            return;                                                                                                 \
+        }                                                                                                           \
+        DEC_T dec[PANEL_MAX_SB];                                                                                    \
+        for (int64_t i = 0; i < nsb; i++) DECODE(w, ws, nr, i, &dec[i]);                                            \
+        const __mmask16 rows = (__mmask16)((1u << nr) - 1);                                                         \
+        for (int c0 = 0; c0 < nc; c0 += NCMAX) {                                                                    \
+            const uint8_t *xc = x + c0 * xs;                                                                        \
+            float *yc = y + c0 * ldy;                                                                               \
+            switch (nc - c0 < NCMAX ? nc - c0 : NCMAX) {                                                            \
+                K_PANEL_CASE(1, NCMAX, BODY) K_PANEL_CASE(2, NCMAX, BODY) K_PANEL_CASE(3, NCMAX, BODY)              \
+                K_PANEL_CASE(4, NCMAX, BODY) K_PANEL_CASE(5, NCMAX, BODY) K_PANEL_CASE(6, NCMAX, BODY)              \
+                K_PANEL_CASE(7, NCMAX, BODY)                                                                        \
+            default: BODY(NCMAX); break;                                                                            \
+            }                                                                                                       \
+        }                                                                                                           \
     }
-    q4r_dec dec[PANEL_MAX_SB];
-    for (int64_t i = 0; i < nsb; i++) q4r_decode(w, ws, nr, i, &dec[i]);
-    q45r_tokens(0, dec, nsb, nr, x, xs, nc, y, ldy);
-}
 
-VNNI512 static void q5_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                                      float *y, int64_t ldy) {
-    const uint8_t *w = vw, *x = vx;
-    const int64_t nsb = n / LLMB_QK_K;
-    if (nsb > PANEL_MAX_SB) {
-        PANEL_TILES(q5_K_tile_vnni);
-        return;
-    }
-    q5r_dec dec[PANEL_MAX_SB];
-    for (int64_t i = 0; i < nsb; i++) q5r_decode(w, ws, nr, i, &dec[i]);
-    q45r_tokens(1, dec, nsb, nr, x, xs, nc, y, ldy);
-}
+#define Q4_K_BODY(k) q45r_body(0, dec, nsb, xc, xs, yc, ldy, rows, k)
+#define Q5_K_BODY(k) q45r_body(1, dec, nsb, xc, xs, yc, ldy, rows, k)
+K_PANEL(q4_K, q4r_dec, q4r_decode, Q4R_NC, Q4_K_BODY)
+K_PANEL(q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 
 // Q6_K panels: the same 16 rows in lanes. Per sub-block s of 16 values T_s = sum q x (q = 0..63, before
 // the minus 32; vpdpbusd, |T_s| <= 16 * 63 * 128), then S = sum_s sc_s T_s - 32 sum_s sc_s bsum_s, the
@@ -486,28 +473,8 @@ INLINE VNNI512 void q6r_body(const q6r_dec *dec, int64_t nsb, const uint8_t *x, 
     for (int c = 0; c < NC; c++) _mm512_mask_storeu_ps(y + c * ldy, rows, acc[c]);
 }
 
-VNNI512 static void q6_K_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                                      float *y, int64_t ldy) {
-    const uint8_t *w = vw, *x = vx;
-    const int64_t nsb = n / LLMB_QK_K;
-    if (nsb > PANEL_MAX_SB) {
-        PANEL_TILES(q6_K_tile_vnni);
-        return;
-    }
-    q6r_dec dec[PANEL_MAX_SB];
-    for (int64_t i = 0; i < nsb; i++) q6r_decode(w, ws, nr, i, &dec[i]);
-    const __mmask16 rows = (__mmask16)((1u << nr) - 1);
-    for (int c0 = 0; c0 < nc; c0 += Q6R_NC) {
-        const uint8_t *xc = x + c0 * xs;
-        float *yc = y + c0 * ldy;
-        switch (nc - c0 < Q6R_NC ? nc - c0 : Q6R_NC) {
-#define Q6R_CASE(k) case k: q6r_body(dec, nsb, xc, xs, yc, ldy, rows, k < Q6R_NC ? k : Q6R_NC); break;
-        Q6R_CASE(1) Q6R_CASE(2) Q6R_CASE(3) Q6R_CASE(4)
-#undef Q6R_CASE
-        default: q6r_body(dec, nsb, xc, xs, yc, ldy, rows, Q6R_NC); break;
-        }
-    }
-}
+#define Q6_K_BODY(k) q6r_body(dec, nsb, xc, xs, yc, ldy, rows, k)
+K_PANEL(q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 
 // Q4_0, Q5_0, Q8_0: pairs of blocks as 64 bytes w + 128 (unsigned), against x with vpdpbusd:
 // sum (w + 128) x - 128 sum x == sum w x per 4 values, exact, the lanes of legacy0_body's two
@@ -906,10 +873,7 @@ INLINE VNNI512 void q6k_small_body(const int type, int64_t nsb, const uint8_t *w
         const int64_t nb = n / LLMB_QK_K;                                                                           \
         float dxt[16 * SMALL_MAX_SB];                                                                               \
         if (nb > SMALL_MAX_SB) {                                                                                    \
-            for (int c0 = 0; c0 < nc; c0 += 4)                                                                      \
-                for (int r0 = 0; r0 < nr; r0 += 4)                                                                  \
-                    name##_tile_vnni(n, w + r0 * ws, ws, nr - r0 < 4 ? nr - r0 : 4, x + c0 * xs, xs,                \
-                                     nc - c0 < 4 ? nc - c0 : 4, y + c0 * ldy + r0, ldy);                            \
+            K_TILES(name##_tile_vnni);                                                                              \
             return;                                                                                                 \
         }                                                                                                           \
         const int lanes = nc == 2 ? 2 * G2 : nc;                                                                    \
