@@ -364,11 +364,18 @@ INLINE VNNI512 void q45r_body(const int q5, const void *dec, int64_t nsb, const 
             tile(n, w + r0 * ws, ws, nr - r0 < 4 ? nr - r0 : 4, x + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,       \
                  y + c0 * ldy + r0, ldy)
 
+// The bytes [off, off + bytes) of the 16 rows at w (ws apart) prefetched into L2: while a panel decodes
+// super-block i, that of the next panel of rows (whose 16 streams the hardware prefetchers do not follow)
+VNNI512 INLINE void k_prefetch_next(const uint8_t *w, size_t ws, size_t off, size_t bytes) {
+    for (int r = 0; r < Q4R; r++)
+        for (size_t b = 0; b < bytes; b += 64) _mm_prefetch((const char *)w + r * ws + off + b, _MM_HINT_T1);
+}
+
 // A K-type panel: the rows too long for its decoded super-blocks on the stack run tiles of 4 x 4; else
 // DECODE(w, ws, nr, i, &dec[i]) per super-block, then the tokens in tiles of NCMAX: BODY(k) runs k
 // tokens from xc into yc (k a constant for each case, so the body's loops unroll)
 #define K_PANEL_CASE(k, NCMAX, BODY) case k: BODY(k < NCMAX ? k : NCMAX); break;
-#define K_PANEL(type, DEC_T, DECODE, NCMAX, BODY)                                                                    \
+#define K_PANEL(type, BLK_T, DEC_T, DECODE, NCMAX, BODY)                                                                    \
     VNNI512 static void type##_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, \
                                              int nc, float *y, int64_t ldy) {                                        \
         const uint8_t *w = vw, *x = vx;                                                                             \
@@ -378,7 +385,10 @@ INLINE VNNI512 void q45r_body(const int q5, const void *dec, int64_t nsb, const 
             return;                                                                                                 \
         }                                                                                                           \
         DEC_T dec[PANEL_MAX_SB];                                                                                    \
-        for (int64_t i = 0; i < nsb; i++) DECODE(w, ws, nr, i, &dec[i]);                                            \
+        for (int64_t i = 0; i < nsb; i++) {                                                                         \
+            DECODE(w, ws, nr, i, &dec[i]);                                                                          \
+            k_prefetch_next(w + Q4R * ws, ws, i * sizeof(BLK_T), sizeof(BLK_T));                                    \
+        }                                                                                                           \
         const __mmask16 rows = (__mmask16)((1u << nr) - 1);                                                         \
         for (int c0 = 0; c0 < nc; c0 += NCMAX) {                                                                    \
             const uint8_t *xc = x + c0 * xs;                                                                        \
@@ -394,8 +404,8 @@ INLINE VNNI512 void q45r_body(const int q5, const void *dec, int64_t nsb, const 
 
 #define Q4_K_BODY(k) q45r_body(0, dec, nsb, xc, xs, yc, ldy, rows, k)
 #define Q5_K_BODY(k) q45r_body(1, dec, nsb, xc, xs, yc, ldy, rows, k)
-K_PANEL(q4_K, q4r_dec, q4r_decode, Q4R_NC, Q4_K_BODY)
-K_PANEL(q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
+K_PANEL(q4_K, llmb_block_q4_K, q4r_dec, q4r_decode, Q4R_NC, Q4_K_BODY)
+K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 
 // Q6_K panels: the same 16 rows in lanes. Per sub-block s of 16 values T_s = sum q x (q = 0..63, before
 // the minus 32; vpdpbusd, |T_s| <= 16 * 63 * 128), then S = sum_s sc_s T_s - 32 sum_s sc_s bsum_s, the
@@ -474,7 +484,7 @@ INLINE VNNI512 void q6r_body(const q6r_dec *dec, int64_t nsb, const uint8_t *x, 
 }
 
 #define Q6_K_BODY(k) q6r_body(dec, nsb, xc, xs, yc, ldy, rows, k)
-K_PANEL(q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
+K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 
 // Q4_0, Q5_0, Q8_0: pairs of blocks as 64 bytes w + 128 (unsigned), against x with vpdpbusd:
 // sum (w + 128) x - 128 sum x == sum w x per 4 values, exact, the lanes of legacy0_body's two
