@@ -741,6 +741,19 @@ VNNI512 INLINE __m256i k4_scales_mins(const uint8_t *scales) {
     return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
 }
 
+// v[g*NC + c] += the 64 values q[g][e] of row g times token c's activations xb[c]->qs + off .. + 63,
+// pairs weighted by int16 lane l of permute(idx, sc[g]) (maddubs, then dpwssd): the small-batch bodies'
+// integer step for one 64-value chunk
+INLINE VNNI512 void small_madd(__m512i *v, __m512i q[][2], int e, const __m512i *sc, __m512i idx,
+                               const llmb_block_q8_K *const *xb, int off, const int G, const int NC) {
+    __m512i xv[SMALL_OUT];
+    for (int c = 0; c < NC; c++) xv[c] = _mm512_loadu_si512((const void *)(xb[c]->qs + off));
+    for (int g = 0; g < G; g++) {
+        const __m512i s = _mm512_permutexvar_epi16(idx, sc[g]);
+        for (int c = 0; c < NC; c++) v[g * NC + c] = _mm512_dpwssd_epi32(v[g * NC + c], _mm512_maddubs_epi16(q[g][e], xv[c]), s);
+    }
+}
+
 // G rows x NC tokens of Q4_K / Q5_K: S of output k = g*NC + c in lane k of the reduction, M in lane 8 + k
 // (M = sum_j min_{j/2} bsum_j: q45_K_body's pairs of bsums against the 8 mins). dxt: the tokens' d
 // per super-block i at dxt[16 i + k].
@@ -790,13 +803,7 @@ INLINE VNNI512 void q45k_small_body(const int type, int64_t nsb, const uint8_t *
             for (int e = 0; e < 2; e++) {
                 const int j = j0 + e;   // int16 lanes 0..15: the scale of sub-block 2j, 16..31: of 2j+1
                 const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 1)), 1);
-                __m512i xv[SMALL_OUT];
-                for (int c = 0; c < NC; c++) xv[c] = _mm512_loadu_si512((const void *)(xb[c]->qs + 64 * j));
-                for (int g = 0; g < G; g++) {
-                    const __m512i sc = _mm512_permutexvar_epi16(idx, sm[g]);
-                    for (int c = 0; c < NC; c++)
-                        v[g * NC + c] = _mm512_dpwssd_epi32(v[g * NC + c], _mm512_maddubs_epi16(q[g][e], xv[c]), sc);
-                }
+                small_madd(v, q, e, sm, idx, xb, 64 * j, G, NC);
             }
         }
         const __m512i SM = reduce16_epi32(v);
@@ -836,7 +843,7 @@ INLINE VNNI512 void q6k_small_body(const int type, int64_t nsb, const uint8_t *w
             }
         }
         for (int half = 0; half < 2; half++) {
-            __m512i q[4][2];   // row g: values 128 half + 64e .. +63 (0..63), e = 0, 1 (q6k_decode's unpacking)
+            __m512i q[4][2];   // row g: values 128 half + 64e .. +63 (0..63), e = 0, 1 (q6_K_body's unpacking)
             for (int g = 0; g < G; g++) {
                 const __m512i l = _mm512_loadu_si512((const void *)(b[g]->ql + 64 * half));   // l0 | l32
                 const __m512i h = _mm512_srlv_epi16(_mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[g]->qh + 32 * half))),
@@ -851,13 +858,7 @@ INLINE VNNI512 void q6k_small_body(const int type, int64_t nsb, const uint8_t *w
                                                      _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
                                                                                         19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8,
                                                                                         7, 6, 5, 4, 3, 2, 1, 0), 3));
-                __m512i xv[SMALL_OUT];
-                for (int c = 0; c < NC; c++) xv[c] = _mm512_loadu_si512((const void *)(xb[c]->qs + 64 * m));
-                for (int g = 0; g < G; g++) {
-                    const __m512i sc = _mm512_permutexvar_epi16(idx, s16[g]);
-                    for (int c = 0; c < NC; c++)
-                        v[g * NC + c] = _mm512_dpwssd_epi32(v[g * NC + c], _mm512_maddubs_epi16(q[g][e], xv[c]), sc);
-                }
+                small_madd(v, q, e, s16, idx, xb, 64 * m, G, NC);
             }
         }
         acc = _mm512_fmadd_ps(_mm512_mul_ps(wdv, _mm512_loadu_ps(dxt + 16 * i)), _mm512_cvtepi32_ps(reduce16_epi32(v)), acc);
