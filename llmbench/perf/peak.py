@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from .. import _core
+from ..quant import block_size
 
 KINDS = {"f32": 0, "int8": 1}
 
@@ -26,6 +27,6 @@ def measure(kind: str = "f32", threads: int | None = None, rounds: int = 2_000_0
 
 
 def kind_for(weight_type: str) -> str:
-    """The peak a matrix product with weights of ``weight_type`` runs against: float types on FP32
-    fused multiply-adds, quantized types on 8-bit dot products."""
-    return "f32" if weight_type.upper() in ("F32", "F16", "BF16") else "int8"
+    """The peak a matrix product with weights of ``weight_type`` runs against: unquantized types (one
+    value per block: F32, F16, BF16) on FP32 fused multiply-adds, quantized types on 8-bit dot products."""
+    return "f32" if block_size(weight_type) == 1 else "int8"
