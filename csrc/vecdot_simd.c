@@ -570,18 +570,18 @@ L0_PANEL(q5_0, LLMB_TYPE_Q5_0)
 L0_PANEL(q8_0, LLMB_TYPE_Q8_0)
 
 // F32, F16, BF16: FL_R rows converted to float a chunk of at most FL_K values at a time, every
-// token of the call run over the chunk in register tiles of FL_R rows x 3 tokens (24 accumulators:
-// each weight vector feeds 3 fmadds, each activation vector 8), the accumulators kept in memory
-// between chunks (rows of 2048 values no longer stream from L2 for every group of tokens). Per
-// output the operations of float_body: 16 values per 512-bit fmadd, whose low and high halves are
-// its two accumulators (values i..i+7 and i+8..i+15) in order of i, then the 8-value step masked to
-// the low half, its scalar tail and final sum (hsum16_ps: the same additions for 16 outputs at once).
-// Rows past nr are zeros, computed and never stored.
+// token of the call run over the chunk in register tiles of FL_R rows x 2 tokens (16 accumulators:
+// each weight vector feeds 2 fmadds, each activation vector 8), the accumulators kept in memory
+// between chunks (rows of 2048 values no longer stream from L2 for every group of tokens) and summed
+// from registers after the last one. Per output the operations of float_body: 16 values per 512-bit
+// fmadd, whose low and high halves are its two accumulators (values i..i+7 and i+8..i+15) in order of
+// i, then the 8-value step masked to the low half, its scalar tail and final sum (hsum16_ps: the same
+// additions for 16 outputs at once). Rows past nr are zeros, computed and never stored.
 #define FL_R 8          // rows per panel call
-#define FL_TC 3         // tokens per register tile
+#define FL_TC 2         // tokens per register tile
 #define FL_K 768        // most values per converted chunk (a multiple of 16): FL_R x FL_K floats stay in L1
 #define FL_LD (FL_K + 16)   // floats from one converted row to the next (rows not 4 KiB apart: L1 sets)
-#define FL_TOK 128       // tokens per pass over the chunks (the accumulators of a pass: FL_R x FL_TOK vectors)
+#define FL_TOK 256      // tokens per pass over the chunks (the accumulators of a pass: FL_R x FL_TOK vectors)
 
 // Lane k of the result: hsum_ps(lo + hi half) of v[k] for k < m (16 or 8; 0 past m), in the very
 // order of hsum_ps: a_j = l_j + l_j+8, b_j = a_j + a_j+4, c_j = b_j + b_j+2, c_0 + c_1
@@ -601,30 +601,72 @@ VNNI512 INLINE __m512 hsum16_ps(const __m512 *v, int m) {
     return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), d);
 }
 
-// NC (<= FL_TC) tokens x FL_R rows over the kc values (a multiple of 16) of a chunk
-INLINE VNNI512 void fl_tile(const float *dec, int64_t kc, const float *x, size_t xs, __m512 *accm, int first,
-                            const int NC) {
-    __m512 acc[FL_TC][FL_R];
-    for (int c = 0; c < NC; c++)
-        for (int r = 0; r < FL_R; r++) acc[c][r] = first ? _mm512_setzero_ps() : accm[c * FL_R + r];
+// The outputs of NC (1 or 2) tokens x the nr rows from their accumulators acc[c * FL_R + r]: the
+// 8-value step and scalar tail of values past n16 (on a copy: acc itself stays in registers), then
+// the sums of all 2 x FL_R at once
+INLINE VNNI512 void fl_finish(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const float *x, size_t xs,
+                              const __m512 *acc, const int NC, float *y, int64_t ldy) {
+    const int64_t n16 = n / 16 * 16;
+    __m512 s;
+    if (n16 < n) {
+        const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
+        __m512 a[FL_TC * FL_R];
+        float t[FL_TC * FL_R] = {0};
+        memcpy(a, acc, sizeof(__m512) * NC * FL_R);
+        for (int k = 0; k < NC * FL_R; k++) {
+            const int r = k % FL_R;
+            if (r >= nr) continue;
+            const float *xc = (const float *)((const uint8_t *)x + (k / FL_R) * xs);
+            const uint8_t *row = w + r * ws;
+            int64_t i = n16;
+            if (i + 8 <= n) {
+                float wt[8];
+                for (int j = 0; j < 8; j++) wt[j] = w_scalar(type, row + (i + j) * es);
+                a[k] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(_mm256_loadu_ps(wt)),
+                                             _mm512_maskz_loadu_ps(0x00FF, xc + i), a[k], 0x00FF);
+                i += 8;
+            }
+            for (; i < n; i++) t[k] += w_scalar(type, row + i * es) * xc[i];
+        }
+        s = _mm512_add_ps(hsum16_ps(a, NC * FL_R), _mm512_loadu_ps(t));
+    } else   // + 0.0f as float_body adds its (empty) tail: -0.0f sums stay +0.0f
+        s = _mm512_add_ps(hsum16_ps(acc, NC * FL_R), _mm512_setzero_ps());
+    const __m256 s1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1));
+    if (nr == FL_R) {
+        _mm256_storeu_ps(y, _mm512_castps512_ps256(s));
+        if (NC == 2) _mm256_storeu_ps(y + ldy, s1);
+    } else {
+        const __mmask8 rows = (__mmask8)((1u << nr) - 1);
+        _mm256_mask_storeu_ps(y, rows, _mm512_castps512_ps256(s));
+        if (NC == 2) _mm256_mask_storeu_ps(y + ldy, rows, s1);
+    }
+}
+
+// NC (1 or 2) tokens x FL_R rows over the kc values (a multiple of 16) of a chunk, from the sums
+// in accm (or zeros on the first chunk) to accm, or on the last chunk to the outputs
+INLINE VNNI512 void fl_tile(const float *dec, int64_t kc, const float *xk, size_t xs, __m512 *accm, int first, int last,
+                            const int NC, const int type, int64_t n, const uint8_t *w, size_t ws, int nr,
+                            const float *x, float *y, int64_t ldy) {
+    __m512 acc[FL_TC * FL_R];
+    for (int k = 0; k < NC * FL_R; k++) acc[k] = first ? _mm512_setzero_ps() : accm[k];
     for (int64_t i = 0; i < kc; i += 16) {
         __m512 xv[FL_TC];
-        for (int c = 0; c < NC; c++) xv[c] = _mm512_loadu_ps((const float *)((const uint8_t *)x + c * xs) + i);
+        for (int c = 0; c < NC; c++) xv[c] = _mm512_loadu_ps((const float *)((const uint8_t *)xk + c * xs) + i);
         for (int r = 0; r < FL_R; r++) {
             __m512 wv = _mm512_load_ps(dec + r * FL_LD + i);
             __asm__("" : "+v"(wv));   // one load per row, not one folded into each of the NC fmadds
-            for (int c = 0; c < NC; c++) acc[c][r] = _mm512_fmadd_ps(wv, xv[c], acc[c][r]);
+            for (int c = 0; c < NC; c++) acc[c * FL_R + r] = _mm512_fmadd_ps(wv, xv[c], acc[c * FL_R + r]);
         }
     }
-    for (int c = 0; c < NC; c++)
-        for (int r = 0; r < FL_R; r++) accm[c * FL_R + r] = acc[c][r];
+    if (last) fl_finish(type, n, w, ws, nr, x, xs, acc, NC, y, ldy);
+    else
+        for (int k = 0; k < NC * FL_R; k++) accm[k] = acc[k];
 }
 
-// converted values k0 .. k0+kc of row `row` into o; the same bytes `ahead` further (the row of the
-// next panel call) prefetched, as the weights come from DRAM or L3 and the conversion waits on them
-INLINE VNNI512 void fl_convert(const int type, const uint8_t *row, int64_t k0, int64_t kc, float *o, size_t ahead) {
+// converted values k0 .. k0+kc of row `row` into o (float_panel prefetched its bytes while the
+// previous panel call ran its tokens: the weights come from DRAM or L3)
+INLINE VNNI512 void fl_convert(const int type, const uint8_t *row, int64_t k0, int64_t kc, float *o) {
     const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
-    for (size_t b = (size_t)k0 * es; b < (size_t)(k0 + kc) * es; b += 64) _mm_prefetch((const char *)row + ahead + b, _MM_HINT_T0);
     int64_t i = 0;
     if (type == LLMB_TYPE_F16)
         for (; i + 16 <= kc; i += 16)
@@ -632,78 +674,34 @@ INLINE VNNI512 void fl_convert(const int type, const uint8_t *row, int64_t k0, i
     for (; i < kc; i++) o[i] = w_scalar(type, row + (k0 + i) * es);
 }
 
-// The outputs of tokens c0 <= c < c1 of the pass (rows < nr): the 8-value step and the scalar tail,
-// then the sums of 2 tokens x FL_R rows at once (the last token of an odd count alone)
-INLINE VNNI512 void fl_finish(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
-                              size_t xs, __m512 *accm, int c0, int c1, float *y, int64_t ldy) {
-    const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
-    const int64_t n16 = n / 16 * 16;
-    float tails[2 * FL_R];
-    const __mmask8 rows = (__mmask8)((1u << nr) - 1);
-    for (int c = c0; c < c1; c += 2) {
-        const int nt = c + 1 < c1 ? 2 : 1;
-        memset(tails, 0, sizeof tails);
-        if (!n16)
-            for (int k = 0; k < nt * FL_R; k++) accm[c * FL_R + k] = _mm512_setzero_ps();
-        for (int k = 0; k < nt * FL_R && n16 < n; k++) {
-            const int r = k % FL_R;
-            if (r >= nr) continue;
-            const float *xc = (const float *)(x + (c + k / FL_R) * xs);
-            const uint8_t *row = w + r * ws;
-            int64_t i = n16;
-            if (i + 8 <= n) {
-                float wt[8];
-                for (int j = 0; j < 8; j++) wt[j] = w_scalar(type, row + (i + j) * es);
-                accm[c * FL_R + k] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(_mm256_loadu_ps(wt)),
-                                                           _mm512_maskz_loadu_ps(0x00FF, xc + i), accm[c * FL_R + k], 0x00FF);
-                i += 8;
-            }
-            float tail = 0.0f;
-            for (; i < n; i++) tail += w_scalar(type, row + i * es) * xc[i];
-            tails[k] = tail;
-        }
-        const __m512 s = _mm512_add_ps(hsum16_ps(accm + c * FL_R, nt * FL_R), _mm512_loadu_ps(tails));
-        _mm256_mask_storeu_ps(y + c * ldy, rows, _mm512_castps512_ps256(s));
-        if (nt == 2)
-            _mm256_mask_storeu_ps(y + (c + 1) * ldy, rows, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-    }
-}
-
 INLINE VNNI512 void float_panel(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                                 size_t xs, int nc, float *y, int64_t ldy) {
+    const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
     const int64_t n16 = n / 16 * 16;
     const int64_t nch = n16 ? (n16 + FL_K - 1) / FL_K : 1, kstep = n16 ? (n16 / 16 + nch - 1) / nch * 16 : 16;   // balanced chunks
     float dec[FL_R * FL_LD] __attribute__((aligned(64)));
     __m512 accm[FL_TOK * FL_R];
     for (int t0 = 0; t0 < nc; t0 += FL_TOK) {
         const int ntk = nc - t0 < FL_TOK ? nc - t0 : FL_TOK;
-        const uint8_t *xt = x + t0 * xs;
-        float *yt = y + t0 * ldy;
-        int done = 0;   // outputs of tokens < done are stored
+        const float *xt = (const float *)(x + t0 * xs);
         for (int64_t k0 = 0; k0 < n16 || k0 == 0; k0 += kstep) {
             const int64_t kc = n16 - k0 < kstep ? n16 - k0 : kstep;
             const int last = k0 + kstep >= n16;
             for (int r = 0; r < FL_R; r++) {
-                if (r < nr) fl_convert(type, w + r * ws, k0, kc, dec + r * FL_LD, FL_R * ws);
+                if (r < nr) fl_convert(type, w + r * ws, k0, kc, dec + r * FL_LD);
                 else memset(dec + r * FL_LD, 0, sizeof(float) * (size_t)kc);
             }
-            const float *xk = (const float *)xt + k0;
+            // the same bytes of the next panel call's rows, all at once now that the conversion's loads
+            // are issued (spread over the tiles, or issued during the conversion, they helped less)
+            for (int r = 0; r < FL_R; r++)
+                for (size_t b = (size_t)k0 * es; b < (size_t)(k0 + kc) * es; b += 64)
+                    _mm_prefetch((const char *)w + (FL_R + r) * ws + b, _MM_HINT_T0);
             for (int c0 = 0; c0 < ntk; c0 += FL_TC) {
                 __m512 *am = accm + c0 * FL_R;
-                const float *xc = (const float *)((const uint8_t *)xk + c0 * xs);
-                const int tc = ntk - c0 < FL_TC ? ntk - c0 : FL_TC;
-                if (kc) {
-                    switch (tc) {
-                    case 1: fl_tile(dec, kc, xc, xs, am, k0 == 0, 1); break;
-                    case 2: fl_tile(dec, kc, xc, xs, am, k0 == 0, 2); break;
-                    default: fl_tile(dec, kc, xc, xs, am, k0 == 0, 3); break;
-                    }
-                }
-                if (last) {   // finish pairs of tokens while their accumulators are in L1
-                    const int upto = c0 + tc == ntk ? ntk : done + (c0 + tc - done) / 2 * 2;
-                    fl_finish(type, n, w, ws, nr, xt, xs, accm, done, upto, yt, ldy);
-                    done = upto;
-                }
+                const float *xc = (const float *)((const uint8_t *)xt + c0 * xs);
+                float *yc = y + (t0 + c0) * ldy;
+                if (ntk - c0 >= 2) fl_tile(dec, kc, xc + k0, xs, am, k0 == 0, last, 2, type, n, w, ws, nr, xc, yc, ldy);
+                else fl_tile(dec, kc, xc + k0, xs, am, k0 == 0, last, 1, type, n, w, ws, nr, xc, yc, ldy);
             }
         }
     }
