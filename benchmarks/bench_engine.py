@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     bw = {t: membw.measure(256 << 20, 5, t)["read"] for t in a.threads}
     peaks = {t: {k: peak.measure(k, t, rounds=10_000_000)["gops"] for k in peak.KINDS} for t in a.threads}
     rows = []
-    print(f"memory read bandwidth: " + ", ".join(f"{t} thr {g:.1f} GB/s" for t, g in bw.items()), flush=True)
+    print("memory read bandwidth: " + ", ".join(f"{t} thr {g:.1f} GB/s" for t, g in bw.items()), flush=True)
     print("arithmetic peak: " + ", ".join(f"{t} thr {p['f32']:.0f} GFLOP/s FP32, {p['int8']:.0f} GOP/s int8"
                                           for t, p in peaks.items()), flush=True)
     print(f"| model | threads | pp{a.pp} t/s | of peak | tg{a.tg} t/s | decode GB/s | of bandwidth |")

@@ -22,7 +22,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .. import fit
 from .bench import BenchConfig, config_json, environment, header, latency_prompts, latency_run, load, \
