@@ -215,7 +215,11 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
         for (int64_t d = 0; d < dim; d++) y[i * dim + d] += bias[d];
 }
 
-#define PAR_TOKENS 16
+// Per-token steps (embedding, norms, RoPE and the KV stores, SwiGLU, residual adds) run on the
+// engine's threads once a batch holds PAR_VALUES activations (below, waking the threads costs more than
+// the step): each token's operations are the same on any thread. Uses cpu_forward's b and par.
+#define PAR_VALUES (1 << 16)
+#define PER_TOKEN _Pragma("omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)")
 
 static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forward_out *out) {
     const uint64_t t0 = llmb_now_ns();
@@ -233,10 +237,8 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
                          b->p.max_seqs);
     const llmb_quant_traits *eq = llmb_quant_traits_get(m->tok_embd.type);
     llmb_matmul_ctx *mm = &b->mm;
-    // Per-token steps (embedding, norms, RoPE and the KV stores, SwiGLU, residual adds) run on the
-    // engine's threads from PAR_TOKENS tokens: each token's operations are the same on any thread.
-    const int par = b->p.n_threads > 1 && n >= PAR_TOKENS;
-#pragma omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)
+    const int par = b->p.n_threads > 1 && (int64_t)n * dim >= PAR_VALUES;
+    PER_TOKEN
     for (int i = 0; i < n; i++) {
         eq->to_float((const char *)m->tok_embd.data + (size_t)bt->tokens[i] * m->tok_embd.row_bytes, b->x + i * dim, dim);
         llmb_rope_table(b->cs + (int64_t)i * hd, hd, bt->pos[i], c->rope_scale, b->rope_f, m->rope_freqs);
@@ -244,14 +246,14 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     for (int l = 0; l < c->n_layer; l++) {
         const llmb_layer *L = &m->layers[l];
         // ---- attention ----
-#pragma omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)
+        PER_TOKEN
         for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim, c->norm_eps);
         llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
                       (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim});
         add_bias(b->q, L->bq, n, q_dim);
         add_bias(b->k, L->bk, n, kv_dim);
         add_bias(b->v, L->bv, n, kv_dim);
-#pragma omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)
+        PER_TOKEN
         for (int i = 0; i < n; i++) {
             llmb_rope(b->q + i * q_dim, c->n_head, hd, b->cs + (int64_t)i * hd, c->rope_neox);
             llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, b->cs + (int64_t)i * hd, c->rope_neox);
@@ -261,17 +263,17 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         }
         attention(b, bt, l);
         llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->xn, dim);
-#pragma omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)
+        PER_TOKEN
         for (int64_t i = 0; i < n * dim; i++) b->x[i] += b->xn[i];
         // ---- feed-forward ----
-#pragma omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)
+        PER_TOKEN
         for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->ffn_norm, dim, c->norm_eps);
         llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n, (float *[]){b->gate, b->up},
                       (int64_t[]){ff, ff});
-#pragma omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)
+        PER_TOKEN
         for (int i = 0; i < n; i++) llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff);
         llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->xn, dim);
-#pragma omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)
+        PER_TOKEN
         for (int64_t i = 0; i < n * dim; i++) b->x[i] += b->xn[i];
     }
     for (int r = 0; r < n_rows; r++)
