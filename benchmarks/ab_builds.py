@@ -1,0 +1,130 @@
+"""Two builds of the engine in one process, alternated round by round: the median ratio B/A of their
+pp N or tg N tokens/s, or of one matrix product's GOP/s. On a shared host, runs in separate processes
+minutes apart drift by more than most kernel changes; two builds timed side by side in one process see
+the same machine.
+
+    git worktree add /tmp/base HEAD~1 && (cd /tmp/base && LLMBENCH_CUDA=0 python setup.py -q build_ext --inplace)
+    python benchmarks/ab_builds.py /tmp/base/llmbench/_core.*.so llmbench/_core.*.so --model llama-125m:F16 --threads 1
+    python benchmarks/ab_builds.py A.so B.so --kernel F16 --shapes 768x768 2048x768 --tokens 512
+
+Each build's extension module is loaded from its file; this checkout's Python code drives both, so the
+two must share the extension's Python API (any two builds of nearby commits do). An engine is created
+while its build is the module llmbench.llm and llmbench.gguf call. Kernel mode also checks that the two
+builds give the same bits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import llmbench.gguf
+import llmbench.llm
+from llmbench import LLM
+
+
+def load_build(path: str):
+    """The extension module in `path` (a built llmbench/_core*.so), separate from the imported one."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"ab_builds: {path} is not a file: give the built extension (llmbench/_core.*.so) of each build")
+    spec = importlib.util.spec_from_file_location("llmbench._core", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_llm(build, model: str, threads: int) -> LLM:
+    saved = llmbench.llm._core, llmbench.gguf._core
+    llmbench.llm._core = llmbench.gguf._core = build
+    try:
+        return LLM(model, threads=threads)
+    finally:
+        llmbench.llm._core, llmbench.gguf._core = saved
+
+
+def alternate(fns, rounds: int) -> list[list[float]]:
+    """rates[i][r]: fns[i]() in round r; even rounds run A first, odd rounds B first."""
+    rates = [[], []]
+    for r in range(rounds):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            rates[i].append(fns[i]())
+    return rates
+
+
+def summary(label: str, rates: list[list[float]], unit: str) -> str:
+    ratios = sorted(b / a for a, b in zip(*rates))
+    return (f"{label}: A {statistics.median(rates[0]):.1f} B {statistics.median(rates[1]):.1f} {unit}, "
+            f"B/A median {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, max {ratios[-1]:.3f}, "
+            f"{len(ratios)} rounds)")
+
+
+def engine_ab(builds, a: argparse.Namespace) -> str:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_engine import run_once
+
+    llms = [make_llm(b, a.model, a.threads) for b in builds]
+    n_prompt, n_gen, n = (a.pp, 1, a.pp) if a.mode == "pp" else (1, a.tg, a.tg)
+    for llm in llms:
+        run_once(llm, n_prompt, n_gen, 100)   # warmup
+    rates = alternate([lambda llm=llm: n / run_once(llm, n_prompt, n_gen, 0) for llm in llms], a.rounds)
+    return summary(f"{a.model} {a.mode}{n}, {a.threads} thread(s)", rates, "t/s")
+
+
+def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
+    from llmbench.quant import quantize, type_id
+
+    rng = np.random.default_rng(0)
+    lines = []
+    for shape in a.shapes:
+        rows, cols = (int(v) for v in shape.split("x"))
+        w = quantize(rng.standard_normal((rows, cols), dtype=np.float32), a.kernel).reshape(rows, -1)
+        x = rng.standard_normal((a.tokens, cols), dtype=np.float32)
+        tid = type_id(a.kernel)
+        ya, yb = (b.vec_dot(tid, w, x, a.threads) for b in builds)
+        if not np.array_equal(ya, yb):
+            raise SystemExit(f"ab_builds: the two builds' {a.kernel} {shape} products differ "
+                             f"(max |A - B| = {np.max(np.abs(ya - yb)):.3g}): not the same kernel numerics")
+
+        def rate(b):
+            t0 = time.perf_counter_ns()
+            b.vec_dot(tid, w, x, a.threads)
+            return 2.0 * rows * cols * a.tokens / (time.perf_counter_ns() - t0)
+
+        rates = alternate([lambda b=b: rate(b) for b in builds], a.rounds)
+        lines.append(summary(f"{a.kernel} {shape} x {a.tokens} tokens, {a.threads} thread(s)", rates, "GOP/s"))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("a", help="build A's extension module (llmbench/_core*.so of the base)")
+    ap.add_argument("b", help="build B's extension module (of the change)")
+    ap.add_argument("--model", default="llama-125m:F16", help="GGUF path or dummy preset (engine mode)")
+    ap.add_argument("--mode", choices=("pp", "tg"), default="pp")
+    ap.add_argument("--pp", type=int, default=512)
+    ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--kernel", help="weight type: time one matrix product (llmbench._core.vec_dot) instead")
+    ap.add_argument("--shapes", nargs="+", default=["768x768", "2048x768", "768x2048"], help="ROWSxCOLS")
+    ap.add_argument("--tokens", type=int, default=512, help="tokens of the kernel mode's product")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=10)
+    a = ap.parse_args(argv)
+    for name in ("pp", "tg", "tokens", "threads", "rounds"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name} must be at least 1, got {getattr(a, name)}")
+    for shape in a.shapes:
+        if not all(v.isdigit() and int(v) > 0 for v in shape.split("x")) or shape.count("x") != 1:
+            ap.error(f"--shapes takes ROWSxCOLS such as 768x2048, got {shape!r}")
+    builds = [load_build(a.a), load_build(a.b)]
+    print("\n".join(kernel_ab(builds, a)) if a.kernel else engine_ab(builds, a))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""benchmarks/ab_builds.py: two copies of this build's extension, loaded side by side, drive their own
+engines and kernels (the ratios themselves are timing: only their form is checked), and bad input
+gets a clear error."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import llmbench._core
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import ab_builds  # noqa: E402
+
+LINE = re.compile(r"A [0-9.]+ B [0-9.]+ (t/s|GOP/s), B/A median [0-9.]+ \(min [0-9.]+, max [0-9.]+, 3 rounds\)")
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    d = tmp_path_factory.mktemp("builds")
+    paths = [d / f"{name}.so" for name in ("a", "b")]
+    for p in paths:
+        shutil.copy(llmbench._core.__file__, p)
+    return [str(p) for p in paths]
+
+
+def test_engines_of_each_build(builds, stories_path, capsys):
+    mods = [ab_builds.load_build(p) for p in builds]
+    assert mods[0] is not mods[1] and mods[0].Engine is not mods[1].Engine
+    llms = [ab_builds.make_llm(m, str(stories_path), 1) for m in mods]
+    assert [type(llm.engine) for llm in llms] == [mods[0].Engine, mods[1].Engine]
+    assert llmbench.llm._core is llmbench._core   # restored for everything else
+    assert ab_builds.main([*builds, "--model", str(stories_path), "--pp", "32", "--rounds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "pp32, 1 thread(s)" in out and LINE.search(out), out
+
+
+def test_kernels_compared_bit_for_bit(builds, capsys):
+    assert ab_builds.main([*builds, "--kernel", "Q4_K", "--shapes", "20x512", "--tokens", "9", "--rounds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "Q4_K 20x512 x 9 tokens" in out and LINE.search(out), out
+
+
+def test_bad_input(builds, tmp_path):
+    with pytest.raises(SystemExit, match="is not a file"):
+        ab_builds.main([builds[0], str(tmp_path / "missing.so")])
+    for args in (["--shapes", "768"], ["--shapes", "0x16"], ["--rounds", "0"]):
+        with pytest.raises(SystemExit):
+            ab_builds.main([*builds, "--kernel", "F16", *args])
