@@ -76,6 +76,13 @@ def engine_ab(builds, a: argparse.Namespace) -> str:
     return summary(f"{a.model} {a.mode}{n}, {a.threads} thread(s)", rates, "t/s")
 
 
+def product_rate(build, tid: int, w, x, threads: int, ops: float) -> float:
+    """GOP/s of one matrix product on `build`."""
+    t0 = time.perf_counter_ns()
+    build.vec_dot(tid, w, x, threads)
+    return ops / (time.perf_counter_ns() - t0)
+
+
 def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
     from llmbench.quant import quantize, type_id
 
@@ -91,12 +98,9 @@ def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
             raise SystemExit(f"ab_builds: the two builds' {a.kernel} {shape} products differ "
                              f"(max |A - B| = {np.max(np.abs(ya - yb)):.3g}): not the same kernel numerics")
 
-        def rate(b):
-            t0 = time.perf_counter_ns()
-            b.vec_dot(tid, w, x, a.threads)
-            return 2.0 * rows * cols * a.tokens / (time.perf_counter_ns() - t0)
-
-        rates = alternate([lambda b=b: rate(b) for b in builds], a.rounds)
+        ops = 2.0 * rows * cols * a.tokens
+        rates = alternate([lambda b=b, t=tid, w=w, x=x, o=ops: product_rate(b, t, w, x, a.threads, o) for b in builds],
+                          a.rounds)
         lines.append(summary(f"{a.kernel} {shape} x {a.tokens} tokens, {a.threads} thread(s)", rates, "GOP/s"))
     return lines
 

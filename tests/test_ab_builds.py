@@ -14,7 +14,7 @@ import pytest
 import llmbench._core
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import ab_builds  # noqa: E402
+import ab_builds
 
 LINE = re.compile(r"A [0-9.]+ B [0-9.]+ (t/s|GOP/s), B/A median [0-9.]+ \(min [0-9.]+, max [0-9.]+, 3 rounds\)")
 
