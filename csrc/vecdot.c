@@ -351,8 +351,9 @@ void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_stride, int nr
 // activations stay within LLMB_PANEL_X_BYTES (L2): every pass decodes the rows again and reads the
 // weights again from L3 or DRAM. Kernel GOP/s, 1 thread, 512 tokens, two alternated A/B runs (64 vs
 // 128, then 128 vs 256 tokens): Q4_K 2048x2048 294 -> 316, 317 -> 332; 8192x2048 253 -> 314, 323 -> 339
-// (x of 256 tokens of 2048 values: 600 KB). Float activations of 768 values reach 256 tokens (768
-// KB): llama-125m F16 pp512, 1 thread, 5 alternated rounds, 128 -> 256 tokens: +2.5% (median).
+// (x of 256 tokens of 2048 values: 600 KB). Float activations of 768 values stay at 128 tokens: 256
+// (768 KB) measured the same (llama-125m F16 pp512, both builds in one process, 12 rounds: 0.995 at 2
+// threads, 0.986 at 1).
 static int panel_tokens(size_t x_stride) {
     int tb = LLMB_PANEL_TOKENS;
     while (tb < 4 * LLMB_PANEL_TOKENS && x_stride * (size_t)(2 * tb) <= LLMB_PANEL_X_BYTES) tb *= 2;
