@@ -6,8 +6,9 @@ engines over rounds so both see the same machine; prints medians and the llmbenc
     python benchmarks/compare_llamacpp.py --models llama-125m:Q4_K_M --threads 2
     LLAMA_PY=/path/to/venv/bin/python python benchmarks/compare_llamacpp.py ...   # llama_cpp elsewhere
 
-Each measurement runs in a fresh subprocess (one model load, a warmup, then the timed run) so the
-engines never share caches or thread pools.
+Each measurement runs in a fresh subprocess (one model load, a warmup, then --reps timed runs of each
+test) so the engines never share caches or thread pools; the medians are over every timed run of every
+round (on a shared host one timed run per process let a single slow moment move a ratio by 20%).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ LLAMACPP = r"""
 import json, sys, time
 import numpy as np
 from llama_cpp import Llama
-path, threads, pp, tg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path, threads, pp, tg, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=pp + tg + 16, n_batch=pp,
             n_ubatch=pp, verbose=False)
 rng = np.random.default_rng(0)
@@ -38,18 +39,19 @@ def run_tg():
         llm.eval([toks[i % pp]])
     return tg / (time.perf_counter() - t)
 run_pp(); run_tg()
-print(json.dumps({"pp": run_pp(), "tg": run_tg()}))
+print(json.dumps({"pp": [run_pp() for _ in range(reps)], "tg": [run_tg() for _ in range(reps)]}))
 """
 
 LLMBENCH = r"""
 import json, sys
-sys.path.insert(0, sys.argv[5])
+sys.path.insert(0, sys.argv[6])
 from bench_engine import run_once
 from llmbench import LLM
-path, threads, pp, tg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+path, threads, pp, tg, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 llm = LLM(path, threads=threads, ctx=pp + tg + 16, max_batch_tokens=pp, max_seqs=4)
 run_once(llm, pp, 0, 100); run_once(llm, 1, tg, 101)
-print(json.dumps({"pp": pp / run_once(llm, pp, 0, 0), "tg": tg / run_once(llm, 1, tg, 1)}))
+print(json.dumps({"pp": [pp / run_once(llm, pp, 0, r) for r in range(reps)],
+                  "tg": [tg / run_once(llm, 1, tg, r) for r in range(reps)]}))
 """
 
 
@@ -67,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pp", type=int, default=512)
     ap.add_argument("--tg", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3, help="timed runs of each test per process, after its warmup")
     ap.add_argument("--json", help="write the raw samples here")
     a = ap.parse_args(argv)
-    for name in ("threads", "pp", "tg", "rounds"):
+    for name in ("threads", "pp", "tg", "rounds", "reps"):
         if getattr(a, name) < 1:
             ap.error(f"--{name} must be at least 1 (both the pp and the tg test always run), got {getattr(a, name)}")
     llama_py = os.environ.get("LLAMA_PY", sys.executable)
@@ -81,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     raw = []
     for m in a.models:
         path = str(resolve_model(m))
-        args = [path, str(a.threads), str(a.pp), str(a.tg)]
+        args = [path, str(a.threads), str(a.pp), str(a.tg), str(a.reps)]
         ours, theirs = [], []
         for _ in range(a.rounds):
             ours.append(measure(sys.executable, LLMBENCH, args + [here]))
             theirs.append(measure(llama_py, LLAMACPP, args))
-        med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+        med = lambda xs, k: statistics.median(v for x in xs for v in x[k])  # noqa: E731
         o, t = {k: med(ours, k) for k in ("pp", "tg")}, {k: med(theirs, k) for k in ("pp", "tg")}
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
               f"{o['pp'] / t['pp']:.2f} / {o['tg'] / t['tg']:.2f} |", flush=True)
