@@ -388,10 +388,11 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
         }
         return;
     }
-    // Without a decode kernel, long float rows at one token run 4x1 tiles: the float activations (4 bytes a value against the
-    // weight's 2) are then loaded once for 4 rows; from DRAM, 1 thread, F16: n=8192 14.2 -> 22.4 GB/s,
-    // n=3072 13.3 -> 15.1, but n=768 14.8 -> 11.2 (short rows: 4 streams cost more than x loads).
-    // Quantized rows stay one stream (their tiles measured slower at every n).
+    // Without a decode kernel, long float rows at one token run 4x1 tiles: the float activations
+    // (4 bytes a value against the weight's 2) are then loaded once for 4 rows; from DRAM, 1 thread,
+    // F16: n=8192 14.2 -> 22.4 GB/s, n=3072 13.3 -> 15.1, but n=768 14.8 -> 11.2 (short rows: 4
+    // streams cost more than x loads). Quantized rows stay one stream (their tiles measured slower at
+    // every n).
     const int float_w = llmb_vec_dot_type(wtype) == LLMB_TYPE_F32 && n >= 2048;
     const int64_t n_tiles = (nrows + LLMB_TILE_MAX_R - 1) / LLMB_TILE_MAX_R;
     const int64_t t_lo = n_tiles * id / nt, t_hi = n_tiles * (id + 1) / nt;

@@ -602,6 +602,21 @@ VNNI512 INLINE __m512 hsum16_ps(const __m512 *v, int m) {
     return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), d);
 }
 
+// float_body's ending for one row and token, the values past the last multiple of 16: the 8-value
+// step on the low half of *acc, then the scalar tail, returned (the panel and the decode kernel)
+INLINE VNNI512 float fl_tail(const int type, int64_t n, const uint8_t *row, const float *x, __m512 *acc) {
+    const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
+    int64_t i = n / 16 * 16;
+    float tail = 0.0f;
+    if (i + 8 <= n) {
+        *acc = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(load_w8(type, row + i * es)),
+                                     _mm512_castps256_ps512(_mm256_loadu_ps(x + i)), *acc, 0x00FF);
+        i += 8;
+    }
+    for (; i < n; i++) tail += w_scalar(type, row + i * es) * x[i];
+    return tail;
+}
+
 // The outputs of NC (1 or 2) tokens x the nr rows from their accumulators acc[c * FL_R + r]: the
 // 8-value step and scalar tail of values past n16 (on a copy: acc itself stays in registers), then
 // the sums of all 2 x FL_R at once
@@ -610,25 +625,12 @@ INLINE VNNI512 void fl_finish(const int type, int64_t n, const uint8_t *w, size_
     const int64_t n16 = n / 16 * 16;
     __m512 s;
     if (n16 < n) {
-        const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
         __m512 a[FL_TC * FL_R];
         float t[FL_TC * FL_R] = {0};
         memcpy(a, acc, sizeof(__m512) * NC * FL_R);
-        for (int k = 0; k < NC * FL_R; k++) {
-            const int r = k % FL_R;
-            if (r >= nr) continue;
-            const float *xc = (const float *)((const uint8_t *)x + (k / FL_R) * xs);
-            const uint8_t *row = w + r * ws;
-            int64_t i = n16;
-            if (i + 8 <= n) {
-                float wt[8];
-                for (int j = 0; j < 8; j++) wt[j] = w_scalar(type, row + (i + j) * es);
-                a[k] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(_mm256_loadu_ps(wt)),
-                                             _mm512_maskz_loadu_ps(0x00FF, xc + i), a[k], 0x00FF);
-                i += 8;
-            }
-            for (; i < n; i++) t[k] += w_scalar(type, row + i * es) * xc[i];
-        }
+        for (int k = 0; k < NC * FL_R; k++)
+            if (k % FL_R < nr)
+                t[k] = fl_tail(type, n, w + (k % FL_R) * ws, (const float *)((const uint8_t *)x + (k / FL_R) * xs), &a[k]);
         s = _mm512_add_ps(hsum16_ps(a, NC * FL_R), _mm512_loadu_ps(t));
     } else   // + 0.0f as float_body adds its (empty) tail: -0.0f sums stay +0.0f
         s = _mm512_add_ps(hsum16_ps(acc, NC * FL_R), _mm512_setzero_ps());
@@ -1071,18 +1073,11 @@ INLINE VNNI512 __m512 load_w16(const int type, const uint8_t *p) {
 INLINE VNNI512 float float_decode_row(const int type, int64_t n, const uint8_t *w, const float *x) {
     const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
     __m512 acc = _mm512_setzero_ps();
-    float tail = 0.0f;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (int64_t i = 0; i + 16 <= n; i += 16) {
         if (i % 32 == 0) prefetch_w(w + i * es, 32 * es);
         acc = _mm512_fmadd_ps(load_w16(type, w + i * es), _mm512_loadu_ps(x + i), acc);
     }
-    if (i + 8 <= n) {   // the low accumulator only
-        acc = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(load_w8(type, w + i * es)),
-                                    _mm512_castps256_ps512(_mm256_loadu_ps(x + i)), acc, 0x00FF);
-        i += 8;
-    }
-    for (; i < n; i++) tail += w_scalar(type, w + i * es) * x[i];
+    const float tail = fl_tail(type, n, w, x, &acc);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
     return hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(acc), hi)) + tail;
 }
