@@ -54,3 +54,15 @@ def test_peak_rejects_bad_arguments():
         _core.compute_peak(7, 10, 1, 1)
     with pytest.raises(ValueError, match="1 thread"):
         _core.compute_peak(0, 10, 1, 0)
+
+
+def test_best_keeps_the_higher_of_now_and_seen():
+    now = peak.best(1, ("f32", "int8"), rounds=20_000)
+    assert set(now) == {"f32", "int8"} and all(now[k]["kind"] == k and now[k]["gops"] > 0 for k in now)
+    # an earlier figure above anything measurable is kept; one below is replaced by the new measurement
+    high = {"f32": {**now["f32"], "gops": 1e12}}
+    low = {"int8": {**now["int8"], "gops": 1e-12}}
+    again = peak.best(1, ("f32", "int8"), {**high, **low}, rounds=20_000)
+    assert again["f32"] is high["f32"]
+    assert again["int8"] is not low["int8"] and again["int8"]["gops"] > 1e-12
+    assert set(peak.best(1, ("f32",), rounds=20_000)) == {"f32"}

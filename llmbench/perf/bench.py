@@ -356,14 +356,15 @@ def prefill_ops(llm: LLM, n_prompt: int) -> dict[str, float]:
     return {k: v for k, v in ops.items() if v}
 
 
-def prefill_roofline(llm: LLM, tests: list[dict]) -> dict | None:
+def prefill_roofline(llm: LLM, tests: list[dict], seen: dict[str, dict] | None = None) -> dict | None:
     """The depth-0 pp test against this machine's arithmetic peaks, measured now with the engine's
-    threads (CPU backend; None for CUDA or without such a test)."""
+    threads, each the better of now and ``seen`` (peak.best before the tests); None for CUDA or
+    without such a test."""
     pp = next((t for t in tests if t["n_prompt"] and not t["n_gen"] and not t["n_depth"]), None)
     if pp is None or llm.backend != "cpu":
         return None
     ops = prefill_ops(llm, pp["n_prompt"])
-    peaks = {k: peak.measure(k, llm.threads, rounds=10_000_000) for k in ops}
+    peaks = peak.best(llm.threads, tuple(ops), seen)
     res = prefill_compute(ops, [pp["n_prompt"] / ts for ts in pp["samples_ts"]], {k: p["gops"] for k, p in peaks.items()})
     return {"n_prompt": pp["n_prompt"], **res, "instructions": {k: p["instruction"] for k, p in peaks.items()}}
 
@@ -396,11 +397,15 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         "config": {**config_json(cfg), "membw": bw},
     }
     phases: list[dict] = []
+    early_peaks = None
+    if cfg.pp and llm.backend == "cpu":   # once before the tests, once after: the better of the two
+        progress("measuring the arithmetic peak")
+        early_peaks = peak.best(llm.threads)
     tests, step_s = llama_bench_tests(llm, cfg, rng, progress, phases) if (cfg.pp or cfg.tg) else ([], [])
     if tests:
         result["llama_bench"] = tests
-        progress("measuring the arithmetic peak")
-        roof = prefill_roofline(llm, tests)
+        progress("measuring the arithmetic peak again")
+        roof = prefill_roofline(llm, tests, early_peaks)
         if roof:
             result["compute"] = roof
     if step_s:
