@@ -2,6 +2,13 @@
 `llama-cpp-python` builds it) on the same GGUF file with the same threads, alternating the two
 engines over rounds so both see the same machine; prints medians and the llmbench/llama.cpp ratio.
 
+Both engines run the same prompt computation (every layer product for every token, the output row for
+the last token only, causal attention), so each one's pp is also given as a fraction of this machine's
+arithmetic peak at the same threads (llmbench.perf.peak: FP32 FMAs for float weights, 8-bit dot products
+for quantized ones; measured before the first model and after every model, best kept). The pp ratio
+can reach at most 1 / (llama.cpp's fraction): the "ceiling" column, the ratio at which llmbench would
+run at the peak itself.
+
     pip install llama-cpp-python==0.3.36        # builds llama.cpp from source (several minutes)
     python benchmarks/compare_llamacpp.py --models llama-125m:Q4_K_M --threads 2
     LLAMA_PY=/path/to/venv/bin/python python benchmarks/compare_llamacpp.py ...   # llama_cpp elsewhere
@@ -19,6 +26,8 @@ import os
 import statistics
 import subprocess
 import sys
+
+from llmbench.perf.metrics import prefill_compute
 
 LLAMACPP = r"""
 import json, sys, time
@@ -50,16 +59,34 @@ from llmbench import LLM
 path, threads, pp, tg, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 llm = LLM(path, threads=threads, ctx=pp + tg + 16, max_batch_tokens=pp, max_seqs=4)
 run_once(llm, pp, 0, 100); run_once(llm, 1, tg, 101)
+from llmbench.perf.bench import prefill_ops
 print(json.dumps({"pp": [pp / run_once(llm, pp, 0, r) for r in range(reps)],
-                  "tg": [tg / run_once(llm, 1, tg, r) for r in range(reps)]}))
+                  "tg": [tg / run_once(llm, 1, tg, r) for r in range(reps)], "ops": prefill_ops(llm, pp)}))
 """
 
 
 def measure(python: str, code: str, args: list[str]) -> dict:
-    r = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=1800)
+    r = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=1800, check=False)
     if r.returncode != 0:
+        if "No module named 'llama_cpp'" in r.stderr:
+            raise RuntimeError(f"{python} cannot import llama_cpp: pip install llama-cpp-python==0.3.36 (it builds "
+                               "llama.cpp, several minutes), or set LLAMA_PY to a Python that has it")
         raise RuntimeError(f"{python} failed:\n{r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[str, float]) -> dict:
+    """Medians over every timed run of every round (pp and tg tokens/s) of both engines, their ratios,
+    and each engine's pp as a fraction of the arithmetic peaks (ops from the llmbench runs: the same
+    computation in both engines); ceiling = 1 / llama.cpp's fraction, the most the pp ratio can be."""
+    def med(runs: list[dict], k: str) -> float:
+        return statistics.median(v for r in runs for v in r[k])
+
+    o, t = {k: med(ours, k) for k in ("pp", "tg")}, {k: med(theirs, k) for k in ("pp", "tg")}
+    frac = {name: prefill_compute(ours[0]["ops"], pp / r["pp"], peaks_gops)["fraction"]
+            for name, r in (("llmbench", o), ("llama.cpp", t))}
+    return {"llmbench": o, "llama.cpp": t, "ratio": {k: o[k] / t[k] for k in ("pp", "tg")}, "pp_of_peak": frac,
+            "ceiling": 1.0 / frac["llama.cpp"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,22 +105,33 @@ def main(argv: list[str] | None = None) -> int:
     llama_py = os.environ.get("LLAMA_PY", sys.executable)
     here = os.path.dirname(os.path.abspath(__file__))
     from llmbench.llm import resolve_model
+    from llmbench.perf import peak
 
-    print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg |")
-    print("|---|---|---|---|")
+    try:
+        paths = [str(resolve_model(m)) for m in a.models]
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(str(e))
+    peaks = peak.best(a.threads)
+    print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
+          f"| pp of peak llmbench / llama.cpp | ceiling |")
+    print("|---|---|---|---|---|---|")
     raw = []
-    for m in a.models:
-        path = str(resolve_model(m))
+    for m, path in zip(a.models, paths):
         args = [path, str(a.threads), str(a.pp), str(a.tg), str(a.reps)]
         ours, theirs = [], []
         for _ in range(a.rounds):
             ours.append(measure(sys.executable, LLMBENCH, args + [here]))
             theirs.append(measure(llama_py, LLAMACPP, args))
-        med = lambda xs, k: statistics.median(v for x in xs for v in x[k])  # noqa: E731
-        o, t = {k: med(ours, k) for k in ("pp", "tg")}, {k: med(theirs, k) for k in ("pp", "tg")}
+        peaks = peak.best(a.threads, seen=peaks)
+        s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()})
+        o, t, fr = s["llmbench"], s["llama.cpp"], s["pp_of_peak"]
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
-              f"{o['pp'] / t['pp']:.2f} / {o['tg'] / t['tg']:.2f} |", flush=True)
-        raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs})
+              f"{s['ratio']['pp']:.2f} / {s['ratio']['tg']:.2f} | {fr['llmbench']:.0%} / {fr['llama.cpp']:.0%} | "
+              f"{s['ceiling']:.2f} |", flush=True)
+        raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
+                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}})
+    print(f"peaks at {a.threads} thread(s), best of the measurements: "
+          + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)

@@ -1,0 +1,48 @@
+"""benchmarks/compare_llamacpp.py: the llmbench side of the comparison runs for real on stories260K and
+reports the prompt's operation counts; the summary's medians, ratios, fractions of peak and ceiling are
+checked against figures worked out by hand; bad arguments and a missing llama.cpp get clear errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import compare_llamacpp as cmp
+
+
+def test_llmbench_side_runs(stories_path):
+    r = cmp.measure(sys.executable, cmp.LLMBENCH, [str(stories_path), "1", "16", "4", "2", str(BENCH)])
+    assert len(r["pp"]) == 2 and len(r["tg"]) == 2 and all(v > 0 for v in r["pp"] + r["tg"])
+    assert set(r["ops"]) == {"f32"} and r["ops"]["f32"] > 0   # stories260K's weights are float
+
+
+def test_summary_by_hand():
+    ours = [{"pp": [100.0, 120.0], "tg": [10.0, 12.0], "ops": {"f32": 2e9, "int8": 4e9}}, {"pp": [110.0], "tg": [11.0]}]
+    theirs = [{"pp": [50.0, 70.0, 60.0], "tg": [9.0, 10.0, 11.0]}]
+    s = cmp.summarize(ours, theirs, 512, {"f32": 100.0, "int8": 400.0})
+    assert s["llmbench"] == {"pp": 110.0, "tg": 11.0} and s["llama.cpp"] == {"pp": 60.0, "tg": 10.0}
+    assert s["ratio"]["pp"] == pytest.approx(110 / 60) and s["ratio"]["tg"] == pytest.approx(1.1)
+    at_peak = 2e9 / 100e9 + 4e9 / 400e9   # 0.03 s: the prompt at the peaks
+    assert s["pp_of_peak"]["llmbench"] == pytest.approx(at_peak / (512 / 110))
+    assert s["pp_of_peak"]["llama.cpp"] == pytest.approx(at_peak / (512 / 60))
+    assert s["ceiling"] == pytest.approx((512 / 60) / at_peak)
+
+
+def test_bad_arguments(capsys):
+    with pytest.raises(SystemExit):
+        cmp.main(["--threads", "0"])
+    assert "--threads must be at least 1" in capsys.readouterr().err
+
+
+def test_missing_llama_cpp_says_what_to_install(stories_path):
+    try:
+        import llama_cpp  # noqa: F401
+        pytest.skip("llama_cpp is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(RuntimeError, match="llama-cpp-python"):
+        cmp.measure(sys.executable, cmp.LLAMACPP, [str(stories_path), "1", "16", "4", "1"])
