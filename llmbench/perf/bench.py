@@ -140,25 +140,30 @@ def header() -> dict:
 _MEMBW_CACHE: dict[int, dict] = {}
 
 
-def membw_elsewhere(threads: int) -> dict:
-    """membw in a child process, so its arrays do not count in this process's peak memory (measured
-    once per thread count in a process). The child runs from the folder that holds this llmbench,
-    so a source tree in the working directory cannot shadow it."""
-    if threads in _MEMBW_CACHE:
-        return _MEMBW_CACHE[threads]
+def membw_elsewhere(threads: int, again: bool = False) -> dict:
+    """membw in a child process, so its arrays do not count in this process's peak memory. Measured
+    once per thread count in a process; with ``again`` measured now, keeping the better read figure of
+    now and before (a limit of the machine: on a shared host one measurement can land in a busy
+    moment, as peak.best does for the arithmetic peaks). The child runs from the folder that holds
+    this llmbench, so a source tree in the working directory cannot shadow it."""
+    old = _MEMBW_CACHE.get(threads)
+    if old is not None and not again:
+        return old
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     r = subprocess.run([sys.executable, "-m", "llmbench", "membw", "--json", "--reps", "3", "--threads", str(threads)],
-                       capture_output=True, text=True, timeout=600, cwd=here)
+                       capture_output=True, text=True, timeout=600, cwd=here, check=False)
     # fall back to measuring here rather than reporting no fraction
-    _MEMBW_CACHE[threads] = json.loads(r.stdout) if r.returncode == 0 else membw.measure(256 << 20, 3, threads)
+    new = json.loads(r.stdout) if r.returncode == 0 else membw.measure(256 << 20, 3, threads)
+    _MEMBW_CACHE[threads] = old if old is not None and old["read"] >= new["read"] else new
     return _MEMBW_CACHE[threads]
 
 
-def reference_bandwidth(llm: LLM) -> dict:
-    """The bandwidth decode is measured against: this machine's STREAM read (CPU, in a child process)
-    or the device's copy bandwidth (CUDA, here: device memory is not this process's RSS)."""
+def reference_bandwidth(llm: LLM, again: bool = False) -> dict:
+    """The bandwidth decode is measured against: this machine's STREAM read (CPU, in a child process;
+    ``again``: measured now too, the better of the two kept) or the device's copy bandwidth (CUDA, here:
+    device memory is not this process's RSS)."""
     if llm.backend != "cuda":
-        return membw_elsewhere(llm.threads)
+        return membw_elsewhere(llm.threads, again)
     from ..backends import cuda
 
     nbytes, reps = 1 << 28, 20
@@ -409,6 +414,9 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         if roof:
             result["compute"] = roof
     if step_s:
+        if llm.backend == "cpu":   # once before the tests, once after: the better of the two
+            progress("measuring memory bandwidth again")
+            bw = result["config"]["membw"] = reference_bandwidth(llm, again=True)
         step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], 1 + cfg.tg // 2)
         result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=reference_gbps(bw))
     if cfg.batch:
