@@ -7,7 +7,9 @@ the last token only, causal attention), so each one's pp is also given as a frac
 arithmetic peak at the same threads (llmbench.perf.peak: FP32 FMAs for float weights, 8-bit dot products
 for quantized ones; measured before the first model and after every model, best kept). The pp ratio
 can reach at most 1 / (llama.cpp's fraction): the "ceiling" column, the ratio at which llmbench would
-run at the peak itself.
+run at the peak itself. Decode likewise: the bytes a step reads (the weights and the KV cache at the
+test's mean depth, as bench_engine.py counts them) times tg tokens/s, as a fraction of the memory read
+bandwidth (llmbench.perf.membw, best before and after each model), and the tg ratio's ceiling.
 
     pip install llama-cpp-python==0.3.36        # builds llama.cpp from source (several minutes)
     python benchmarks/compare_llamacpp.py --models llama-125m:Q4_K_M --threads 2
@@ -59,9 +61,11 @@ from llmbench import LLM
 path, threads, pp, tg, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 llm = LLM(path, threads=threads, ctx=pp + tg + 16, max_batch_tokens=pp, max_seqs=4)
 run_once(llm, pp, 0, 100); run_once(llm, 1, tg, 101)
+from bench_engine import decode_bytes
 from llmbench.perf.bench import prefill_ops
 print(json.dumps({"pp": [pp / run_once(llm, pp, 0, r) for r in range(reps)],
-                  "tg": [tg / run_once(llm, 1, tg, r) for r in range(reps)], "ops": prefill_ops(llm, pp)}))
+                  "tg": [tg / run_once(llm, 1, tg, r) for r in range(reps)], "ops": prefill_ops(llm, pp),
+                  "step_bytes": decode_bytes(llm, 1 + tg / 2)}))
 """
 
 
@@ -75,18 +79,25 @@ def measure(python: str, code: str, args: list[str]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[str, float]) -> dict:
+def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[str, float],
+              read_gbs: float | None = None) -> dict:
     """Medians over every timed run of every round (pp and tg tokens/s) of both engines, their ratios,
     and each engine's pp as a fraction of the arithmetic peaks (ops from the llmbench runs: the same
-    computation in both engines); ceiling = 1 / llama.cpp's fraction, the most the pp ratio can be."""
+    computation in both engines); ceiling = 1 / llama.cpp's fraction, the most the pp ratio can be.
+    With read_gbs, the same for tg against the memory read bandwidth (bytes per decode step from the
+    llmbench runs: the same file and depth in both engines)."""
     def med(runs: list[dict], k: str) -> float:
         return statistics.median(v for r in runs for v in r[k])
 
     o, t = {k: med(ours, k) for k in ("pp", "tg")}, {k: med(theirs, k) for k in ("pp", "tg")}
     frac = {name: prefill_compute(ours[0]["ops"], pp / r["pp"], peaks_gops)["fraction"]
             for name, r in (("llmbench", o), ("llama.cpp", t))}
-    return {"llmbench": o, "llama.cpp": t, "ratio": {k: o[k] / t[k] for k in ("pp", "tg")}, "pp_of_peak": frac,
-            "ceiling": 1.0 / frac["llama.cpp"]}
+    out = {"llmbench": o, "llama.cpp": t, "ratio": {k: o[k] / t[k] for k in ("pp", "tg")}, "pp_of_peak": frac,
+           "ceiling": 1.0 / frac["llama.cpp"]}
+    if read_gbs:
+        bw = {name: ours[0]["step_bytes"] * r["tg"] / 1e9 / read_gbs for name, r in (("llmbench", o), ("llama.cpp", t))}
+        out.update(tg_of_bandwidth=bw, tg_ceiling=1.0 / bw["llama.cpp"])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,16 +116,19 @@ def main(argv: list[str] | None = None) -> int:
     llama_py = os.environ.get("LLAMA_PY", sys.executable)
     here = os.path.dirname(os.path.abspath(__file__))
     from llmbench.llm import resolve_model
-    from llmbench.perf import peak
+    from llmbench.perf import membw, peak
 
     try:
         paths = [str(resolve_model(m)) for m in a.models]
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
-    peaks = peak.best(a.threads)
+    def read_gbs(best: float = 0.0) -> float:   # the machine's limit: the best read seen
+        return max(best, membw.measure(256 << 20, 5, a.threads)["read"])
+
+    peaks, bw = peak.best(a.threads), read_gbs()
     print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
-          f"| pp of peak llmbench / llama.cpp | ceiling |")
-    print("|---|---|---|---|---|---|")
+          f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling |")
+    print("|---|---|---|---|---|---|---|---|")
     raw = []
     for m, path in zip(a.models, paths):
         args = [path, str(a.threads), str(a.pp), str(a.tg), str(a.reps)]
@@ -122,16 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(a.rounds):
             ours.append(measure(sys.executable, LLMBENCH, args + [here]))
             theirs.append(measure(llama_py, LLAMACPP, args))
-        peaks = peak.best(a.threads, seen=peaks)
-        s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()})
-        o, t, fr = s["llmbench"], s["llama.cpp"], s["pp_of_peak"]
+        peaks, bw = peak.best(a.threads, seen=peaks), read_gbs(bw)
+        s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw)
+        o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
               f"{s['ratio']['pp']:.2f} / {s['ratio']['tg']:.2f} | {fr['llmbench']:.0%} / {fr['llama.cpp']:.0%} | "
-              f"{s['ceiling']:.2f} |", flush=True)
+              f"{s['ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%} | {s['tg_ceiling']:.2f} |", flush=True)
         raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
-                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}})
-    print(f"peaks at {a.threads} thread(s), best of the measurements: "
-          + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()))
+                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw})
+    print(f"limits at {a.threads} thread(s), best of the measurements: "
+          + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()) + f", read {bw:.1f} GB/s")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)

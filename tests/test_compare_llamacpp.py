@@ -13,11 +13,18 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 import compare_llamacpp as cmp
 
+from llmbench import LLM
+from llmbench.gguf import GGUFFile
+
 
 def test_llmbench_side_runs(stories_path):
     r = cmp.measure(sys.executable, cmp.LLMBENCH, [str(stories_path), "1", "16", "4", "2", str(BENCH)])
     assert len(r["pp"]) == 2 and len(r["tg"]) == 2 and all(v > 0 for v in r["pp"] + r["tg"])
     assert set(r["ops"]) == {"f32"} and r["ops"]["f32"] > 0   # stories260K's weights are float
+    # a step reads every weight but the embedding (stories260K has its own output matrix) and the KV
+    # cache at the tg test's mean depth, 1 + 4 / 2 tokens
+    read = sum(t.nbytes for name, t in GGUFFile(stories_path).tensors.items() if name != "token_embd.weight")
+    assert r["step_bytes"] == read + 3 * LLM(str(stories_path)).memory()["kv_per_token"]
 
 
 def test_summary_by_hand():
@@ -30,6 +37,12 @@ def test_summary_by_hand():
     assert s["pp_of_peak"]["llmbench"] == pytest.approx(at_peak / (512 / 110))
     assert s["pp_of_peak"]["llama.cpp"] == pytest.approx(at_peak / (512 / 60))
     assert s["ceiling"] == pytest.approx((512 / 60) / at_peak)
+    assert "tg_of_bandwidth" not in s   # no bandwidth given
+    ours[0]["step_bytes"] = 2e9
+    s = cmp.summarize(ours, theirs, 512, {"f32": 100.0, "int8": 400.0}, read_gbs=40.0)
+    assert s["tg_of_bandwidth"]["llmbench"] == pytest.approx(2 * 11 / 40)
+    assert s["tg_of_bandwidth"]["llama.cpp"] == pytest.approx(2 * 10 / 40)
+    assert s["tg_ceiling"] == pytest.approx(40 / 20)
 
 
 def test_bad_arguments(capsys):
