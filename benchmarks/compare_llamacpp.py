@@ -6,7 +6,7 @@ Both engines run the same prompt computation (every layer product for every toke
 the last token only, causal attention), so each one's pp is also given as a fraction of this machine's
 arithmetic peak at the same threads (llmbench.perf.peak: FP32 FMAs for float weights, 8-bit dot products
 for quantized ones; measured before the first model and after every model, best kept). The pp ratio
-can reach at most 1 / (llama.cpp's fraction): the "ceiling" column, the ratio at which llmbench would
+can reach at most 1 / (llama.cpp's fraction): the "pp ceiling" column, the ratio at which llmbench would
 run at the peak itself. Decode likewise: the bytes a step reads (the weights and the KV cache at the
 test's mean depth, as bench_engine.py counts them) times tg tokens/s, as a fraction of the memory read
 bandwidth (llmbench.perf.membw, best before and after each model), and the tg ratio's ceiling.
@@ -83,7 +83,7 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
               read_gbs: float | None = None) -> dict:
     """Medians over every timed run of every round (pp and tg tokens/s) of both engines, their ratios,
     and each engine's pp as a fraction of the arithmetic peaks (ops from the llmbench runs: the same
-    computation in both engines); ceiling = 1 / llama.cpp's fraction, the most the pp ratio can be.
+    computation in both engines); pp_ceiling = 1 / llama.cpp's fraction, the most the pp ratio can be.
     With read_gbs, the same for tg against the memory read bandwidth (bytes per decode step from the
     llmbench runs: the same file and depth in both engines)."""
     def med(runs: list[dict], k: str) -> float:
@@ -93,7 +93,7 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
     frac = {name: prefill_compute(ours[0]["ops"], pp / r["pp"], peaks_gops)["fraction"]
             for name, r in (("llmbench", o), ("llama.cpp", t))}
     out = {"llmbench": o, "llama.cpp": t, "ratio": {k: o[k] / t[k] for k in ("pp", "tg")}, "pp_of_peak": frac,
-           "ceiling": 1.0 / frac["llama.cpp"]}
+           "pp_ceiling": 1.0 / frac["llama.cpp"]}
     if read_gbs:
         bw = {name: ours[0]["step_bytes"] * r["tg"] / 1e9 / read_gbs for name, r in (("llmbench", o), ("llama.cpp", t))}
         out.update(tg_of_bandwidth=bw, tg_ceiling=1.0 / bw["llama.cpp"])
@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         paths = [str(resolve_model(m)) for m in a.models]
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
+
     def read_gbs(best: float = 0.0) -> float:   # the machine's limit: the best read seen
         return max(best, membw.measure(256 << 20, 5, a.threads)["read"])
 
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
               f"{s['ratio']['pp']:.2f} / {s['ratio']['tg']:.2f} | {fr['llmbench']:.0%} / {fr['llama.cpp']:.0%} | "
-              f"{s['ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%} | {s['tg_ceiling']:.2f} |", flush=True)
+              f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%} | {s['tg_ceiling']:.2f} |", flush=True)
         raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
                     "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw})
     print(f"limits at {a.threads} thread(s), best of the measurements: "

@@ -36,7 +36,7 @@ def test_summary_by_hand():
     at_peak = 2e9 / 100e9 + 4e9 / 400e9   # 0.03 s: the prompt at the peaks
     assert s["pp_of_peak"]["llmbench"] == pytest.approx(at_peak / (512 / 110))
     assert s["pp_of_peak"]["llama.cpp"] == pytest.approx(at_peak / (512 / 60))
-    assert s["ceiling"] == pytest.approx((512 / 60) / at_peak)
+    assert s["pp_ceiling"] == pytest.approx((512 / 60) / at_peak)
     assert "tg_of_bandwidth" not in s   # no bandwidth given
     ours[0]["step_bytes"] = 2e9
     s = cmp.summarize(ours, theirs, 512, {"f32": 100.0, "int8": 400.0}, read_gbs=40.0)
