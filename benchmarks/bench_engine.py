@@ -27,7 +27,7 @@ import numpy as np
 
 from llmbench import LLM, SamplingParams
 from llmbench.perf import membw, peak
-from llmbench.perf.bench import prefill_ops
+from llmbench.perf.bench import prefill_ops, tg_step_bytes
 from llmbench.perf.metrics import prefill_compute
 
 
@@ -37,12 +37,6 @@ def run_once(llm: LLM, n_prompt: int, n_gen: int, seed: int) -> float:
     prompt = rng.integers(10, llm.info["vocab"], n_prompt).tolist()
     out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n_gen, ignore_eos=True))[0]
     return (out.finish_ns - out.admit_ns) / 1e9
-
-
-def decode_bytes(llm: LLM, ctx: float) -> float:
-    f = llm.file
-    w = sum(t.nbytes for name, t in f.tensors.items() if name != "token_embd.weight" or llm.info["tied_output"])
-    return w + llm.memory()["kv_per_token"] * ctx
 
 
 def bench(llm: LLM, pp: int, tg: int, reps: int, warmup: int) -> dict:
@@ -56,7 +50,7 @@ def bench(llm: LLM, pp: int, tg: int, reps: int, warmup: int) -> dict:
         res[f"{name}{n}"] = {"avg": statistics.mean(tps), "stddev": statistics.stdev(tps) if reps > 1 else 0.0,
                              "samples": tps}
     tg_tps = res[f"tg{tg}"]["avg"]
-    res["decode_gbs"] = decode_bytes(llm, 1 + tg / 2) * tg_tps / 1e9
+    res["decode_gbs"] = tg_step_bytes(llm, tg) * tg_tps / 1e9
     return res
 
 
@@ -73,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write all results here")
     a = ap.parse_args(argv)
     models = a.model or [f"{p}:{t}" for p in a.presets for t in a.types]
-    bw, peaks, best_peaks = {}, {}, {}
+    bw, peaks, best_bw, best_peaks = {}, {}, {}, {}
 
     def measure_limits(t: int) -> None:
-        """Bandwidth and peaks with t threads, kept as the best seen so far: they are the machine's
-        limits, and on a shared host one measurement can land in a busy moment."""
-        bw[t] = max(bw.get(t, 0.0), membw.measure(256 << 20, 5, t)["read"])
+        """Bandwidth and peaks with t threads, kept as the best seen so far (membw.best, peak.best)."""
+        best_bw[t] = membw.best(t, best_bw.get(t))
         best_peaks[t] = peak.best(t, seen=best_peaks.get(t))
+        bw[t] = best_bw[t]["read"]
         peaks[t] = {k: p["gops"] for k, p in best_peaks[t].items()}
 
     for t in a.threads:

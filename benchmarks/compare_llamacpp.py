@@ -7,9 +7,10 @@ the last token only, causal attention), so each one's pp is also given as a frac
 arithmetic peak at the same threads (llmbench.perf.peak: FP32 FMAs for float weights, 8-bit dot products
 for quantized ones; measured before the first model and after every model, best kept). The pp ratio
 can reach at most 1 / (llama.cpp's fraction): the "pp ceiling" column, the ratio at which llmbench would
-run at the peak itself. Decode likewise: the bytes a step reads (the weights and the KV cache at the
-test's mean depth, as bench_engine.py counts them) times tg tokens/s, as a fraction of the memory read
-bandwidth (llmbench.perf.membw, best before and after each model), and the tg ratio's ceiling.
+run at the peak itself. Decode likewise: the bytes a step reads (the weight matrices and the KV
+cache at the test's mean depth, llmbench.perf.bench.tg_step_bytes as `llmbench bench` counts them)
+times tg tokens/s, as a fraction of the memory read bandwidth (llmbench.perf.membw.best, before and
+after each model), and the tg ratio's ceiling.
 
     pip install llama-cpp-python==0.3.36        # builds llama.cpp from source (several minutes)
     python benchmarks/compare_llamacpp.py --models llama-125m:Q4_K_M --threads 2
@@ -61,11 +62,10 @@ from llmbench import LLM
 path, threads, pp, tg, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 llm = LLM(path, threads=threads, ctx=pp + tg + 16, max_batch_tokens=pp, max_seqs=4)
 run_once(llm, pp, 0, 100); run_once(llm, 1, tg, 101)
-from bench_engine import decode_bytes
-from llmbench.perf.bench import prefill_ops
+from llmbench.perf.bench import prefill_ops, tg_step_bytes
 print(json.dumps({"pp": [pp / run_once(llm, pp, 0, r) for r in range(reps)],
                   "tg": [tg / run_once(llm, 1, tg, r) for r in range(reps)], "ops": prefill_ops(llm, pp),
-                  "step_bytes": decode_bytes(llm, 1 + tg / 2)}))
+                  "step_bytes": tg_step_bytes(llm, tg)}))
 """
 
 
@@ -123,10 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
 
-    def read_gbs(best: float = 0.0) -> float:   # the machine's limit: the best read seen
-        return max(best, membw.measure(256 << 20, 5, a.threads)["read"])
-
-    peaks, bw = peak.best(a.threads), read_gbs()
+    peaks, bw = peak.best(a.threads), membw.best(a.threads)
     print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
           f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling |")
     print("|---|---|---|---|---|---|---|---|")
@@ -137,16 +134,16 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(a.rounds):
             ours.append(measure(sys.executable, LLMBENCH, args + [here]))
             theirs.append(measure(llama_py, LLAMACPP, args))
-        peaks, bw = peak.best(a.threads, seen=peaks), read_gbs(bw)
-        s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw)
+        peaks, bw = peak.best(a.threads, seen=peaks), membw.best(a.threads, bw)
+        s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw["read"])
         o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
               f"{s['ratio']['pp']:.2f} / {s['ratio']['tg']:.2f} | {fr['llmbench']:.0%} / {fr['llama.cpp']:.0%} | "
               f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%} | {s['tg_ceiling']:.2f} |", flush=True)
         raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
-                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw})
+                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw["read"]})
     print(f"limits at {a.threads} thread(s), best of the measurements: "
-          + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()) + f", read {bw:.1f} GB/s")
+          + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()) + f", read {bw['read']:.1f} GB/s")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)

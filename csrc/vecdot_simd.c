@@ -581,8 +581,8 @@ L0_PANEL(q8_0, LLMB_TYPE_Q8_0)
 #define FL_TC 2         // tokens per register tile
 #define FL_K 768        // most values per converted chunk (a multiple of 16): FL_R x FL_K floats stay in L1
 #define FL_LD (FL_K + 16)   // floats from one converted row to the next (rows not 4 KiB apart: L1 sets)
-#define FL_TOK 256      // tokens per pass over the chunks (the accumulators of a pass: FL_R x FL_TOK vectors;
-                        // panel_tokens hands at most 256)
+#define FL_TOK (4 * LLMB_PANEL_TOKENS)   // tokens per pass over the chunks, the most panel_tokens hands
+                                        // (the accumulators of a pass: FL_R x FL_TOK vectors)
 
 // Lane k of the result: hsum_ps(lo + hi half) of v[k] for k < m (16 or 8; 0 past m), in the very
 // order of hsum_ps: a_j = l_j + l_j+8, b_j = a_j + a_j+4, c_j = b_j + b_j+2, c_0 + c_1

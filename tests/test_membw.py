@@ -51,3 +51,12 @@ def test_membw_again_keeps_the_better_read(monkeypatch):
     monkeypatch.setattr(bench, "_MEMBW_CACHE", {1: {"read": 1e-9, "copy": 1.0, "triad": 1.0}})
     now = bench.membw_elsewhere(1, again=True)
     assert 1e-9 < now["read"] < 1e9 and now["threads"] == 1
+
+
+def test_best_keeps_the_better_read():
+    now = membw.best(1, nbytes=8 << 20, reps=1)
+    assert now["read"] > 0 and now["threads"] == 1
+    high, low = {**now, "read": 1e9}, {**now, "read": 1e-9}
+    assert membw.best(1, high, nbytes=8 << 20, reps=1) is high
+    again = membw.best(1, low, nbytes=8 << 20, reps=1)
+    assert again is not low and 1e-9 < again["read"] < 1e9

@@ -142,9 +142,8 @@ _MEMBW_CACHE: dict[int, dict] = {}
 
 def membw_elsewhere(threads: int, again: bool = False) -> dict:
     """membw in a child process, so its arrays do not count in this process's peak memory. Measured
-    once per thread count in a process; with ``again`` measured now, keeping the better read figure of
-    now and before (a limit of the machine: on a shared host one measurement can land in a busy
-    moment, as peak.best does for the arithmetic peaks). The child runs from the folder that holds
+    once per thread count in a process; with ``again`` measured now, keeping the better of now and
+    before (membw.better). The child runs from the folder that holds
     this llmbench, so a source tree in the working directory cannot shadow it."""
     old = _MEMBW_CACHE.get(threads)
     if old is not None and not again:
@@ -154,7 +153,7 @@ def membw_elsewhere(threads: int, again: bool = False) -> dict:
                        capture_output=True, text=True, timeout=600, cwd=here, check=False)
     # fall back to measuring here rather than reporting no fraction
     new = json.loads(r.stdout) if r.returncode == 0 else membw.measure(256 << 20, 3, threads)
-    _MEMBW_CACHE[threads] = old if old is not None and old["read"] >= new["read"] else new
+    _MEMBW_CACHE[threads] = membw.better(old, new)
     return _MEMBW_CACHE[threads]
 
 
@@ -197,6 +196,12 @@ def matrix_bytes(llm: LLM) -> int:
     the output projection; a step reads one row of it otherwise)."""
     return sum(t.nbytes for name, t in llm.file.tensors.items()
                if len(t.shape) == 2 and (name != "token_embd.weight" or llm.info["tied_output"]))
+
+
+def tg_step_bytes(llm: LLM, tg: int) -> int:
+    """Bytes one decode step of a tg test of ``tg`` tokens reads: the weight matrices and the KV cache
+    at the test's mean depth (1 + tg // 2)."""
+    return decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], 1 + tg // 2)
 
 
 def _test_name(kind: str, n: int, depth: int) -> str:
@@ -417,7 +422,7 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         if llm.backend == "cpu":   # once before the tests, once after: the better of the two
             progress("measuring memory bandwidth again")
             bw = result["config"]["membw"] = reference_bandwidth(llm, again=True)
-        step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], 1 + cfg.tg // 2)
+        step_bytes = tg_step_bytes(llm, cfg.tg)
         result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=reference_gbps(bw))
     if cfg.batch:
         lat = latency_run(llm, cfg, prompts, progress, bw, phases)
