@@ -8,6 +8,10 @@ Weights are spread over enough copies of the matrix (--pool-mb, default 256 MB, 
 cache) that each call reads from DRAM, as a real model's layers do; the yardsticks cycle over the same
 copies.
 
+Types the engine repacks at load on this CPU (Q4_K with AVX-512 VNNI: rows interleaved 16 at a time,
+llmbench._core.vec_dot_repack) get a second row, "(interleaved)": the same matrix in the layout the
+engine's forward pass reads.
+
     python benchmarks/bench_vecdot.py                                    # every type, markdown table
     python benchmarks/bench_vecdot.py --types Q4_K Q8_0 --rows 4096 --cols 4096 --json out.json
     LLMBENCH_SIMD=avx2 python benchmarks/bench_vecdot.py --types Q4_K    # force a SIMD level
@@ -44,20 +48,31 @@ def samples(f: Callable[[int], object], ncopies: int, reps: int) -> list[float]:
     return out
 
 
-def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads: list[int]) -> dict:
+def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads: list[int]) -> list[dict]:
+    """the plain rows' figures, and the interleaved layout's where this CPU has one for t"""
     rng = np.random.default_rng(0)
     w = quantize(rng.standard_normal((rows, cols), dtype=np.float32), t).reshape(rows, -1)
+    tid = type_id(t)
+    layouts = [(t, w, 0)]
+    try:
+        wi, group = _core.vec_dot_repack(tid, w)
+        layouts.append((f"{t} (interleaved)", wi, group))
+    except ValueError:   # no interleaved kernel for t at this SIMD level, or rows not whole groups
+        pass
     ncopies = max(2, -(-pool_bytes // w.nbytes))
-    copies = [w.copy() for _ in range(ncopies)]
     dst = np.empty_like(w)
     x = rng.standard_normal((1, cols), dtype=np.float32)
-    tid = type_id(t)
-    r: dict = {"type": t, "rows": rows, "cols": cols, "weight_bytes": w.nbytes, "copies": ncopies}
-    for n in threads:
-        r[f"matvec_{n}"] = samples(lambda k: _core.matvec(tid, copies[k], x, n), ncopies, reps)
-        r[f"memcpy_{n}"] = samples(lambda k: _core.mem_bench(True, copies[k], n, dst), ncopies, reps)
-        r[f"read_{n}"] = samples(lambda k: _core.mem_bench(False, copies[k], n, None), ncopies, reps)
-    return r
+    out = []
+    for name, wl, group in layouts:
+        copies = [wl.copy() for _ in range(ncopies)]
+        r: dict = {"type": name, "rows": rows, "cols": cols, "weight_bytes": w.nbytes, "copies": ncopies}
+        for n in threads:
+            r[f"matvec_{n}"] = samples(lambda k: _core.matvec(tid, copies[k], x, n, interleave=group), ncopies, reps)
+            r[f"memcpy_{n}"] = samples(lambda k: _core.mem_bench(True, copies[k], n, dst), ncopies, reps)
+            r[f"read_{n}"] = samples(lambda k: _core.mem_bench(False, copies[k], n, None), ncopies, reps)
+        out.append(r)
+        del copies
+    return out
 
 
 def table(results: list[dict], threads: list[int]) -> str:
@@ -92,7 +107,7 @@ def main() -> None:
 
     results = []
     for t in args.types:
-        results.append(bench_type(t, args.rows, args.cols, args.pool_mb << 20, args.reps, args.threads))
+        results += bench_type(t, args.rows, args.cols, args.pool_mb << 20, args.reps, args.threads)
         print(f"timed {t}", flush=True)
     simd = _core.simd_info()
     print(f"\n{args.rows}x{args.cols} weights x 1 token, median of {args.reps}; SIMD {simd['active']} "

@@ -17,6 +17,7 @@
 #include "internal.h"
 #include "ops.h"
 #include "quants.h"
+#include "vecdot.h"
 
 struct llmb_backend {
     const llmb_model *model;      // borrowed from the engine
@@ -33,6 +34,11 @@ struct llmb_backend {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *att_scratch;
     double *rope_f;               // (head_dim / 2) RoPE inverse frequencies (llmb_rope_freqs)
     llmb_matmul_ctx mm;
+    // the matrices as the forward pass reads them: the model's views, or the backend's repacked copies
+    llmb_layer *layers;
+    llmb_weight output;
+    void **packed;                // the repacked copies (n_packed of them), freed with the backend
+    int n_packed;
     size_t scratch_bytes;
     llmb_backend_times times;
 };
@@ -51,7 +57,45 @@ static void cpu_destroy(llmb_backend *b) {
     free(b->mm.xq);
     free(b->mm.wtile);
     free(b->kv);
+    for (int i = 0; i < b->n_packed; i++) free(b->packed[i]);
+    free(b->packed);
+    free(b->layers);
     free(b);
+}
+
+// A matrix whose type the active SIMD level runs interleaved (llmb_vec_dot_interleave: Q4_K with AVX-512
+// VNNI) is repacked once into the backend's memory, 16 rows to a group, so that one sequential stream
+// feeds 16 rows in the lanes of every vector: the decode kernel of the plain layout is bounded by its
+// per-row work, not by the memory (benchmarks/bench_vecdot.py measures both layouts). Same bits as
+// the plain rows. float_act mode reads plain rows. The model's views stay plain (the embedding lookup
+// reads them); llmb_backend_memory counts weights once, as the bytes a forward pass reads.
+static int repack(llmb_backend *b, llmb_weight *w) {
+    const int G = llmb_vec_dot_interleave(w->type);
+    if (!G || w->ne1 % G || b->p.float_act) return 1;
+    const size_t bytes = (size_t)w->ne1 * w->row_bytes;
+    void *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!dst) return 0;
+    llmb_vec_dot_repack(w->type, w->ne0, w->data, w->ne1, G, dst);
+    b->packed[b->n_packed++] = dst;
+    w->data = dst;
+    w->il = G;
+    return 1;
+}
+
+static int repack_model(llmb_backend *b, const llmb_model *m) {
+    const int n_layer = m->cfg.n_layer;
+    b->layers = malloc((size_t)(n_layer ? n_layer : 1) * sizeof *b->layers);
+    b->packed = malloc(((size_t)n_layer * 7 + 1) * sizeof *b->packed);
+    if (!b->layers || !b->packed) return 0;
+    memcpy(b->layers, m->layers, (size_t)n_layer * sizeof *b->layers);
+    b->output = m->output;
+    int ok = repack(b, &b->output);
+    for (int l = 0; l < n_layer; l++) {
+        llmb_layer *L = &b->layers[l];
+        llmb_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof *lw; i++) ok = ok && repack(b, lw[i]);
+    }
+    return ok;
 }
 
 static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p, llmb_backend **out) {
@@ -96,6 +140,11 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
         fl += (size_t)nt * LLMB_MATMUL_TILE * (size_t)wide;
     }
     b->rope_f = xcalloc((size_t)c->head_dim / 2, sizeof *b->rope_f, &oom);
+    if (!oom && !repack_model(b, m)) {
+        cpu_destroy(b);
+        return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for the repacked weights (%llu bytes)",
+                         (unsigned long long)m->weight_bytes);
+    }
     b->scratch_bytes = fl * sizeof(float) + (size_t)n * b->mm.row_cap + (size_t)c->head_dim / 2 * sizeof *b->rope_f;
     if (!oom) llmb_rope_freqs(b->rope_f, c->head_dim, c->rope_base);
     if (oom) {
@@ -244,7 +293,7 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         llmb_rope_table(b->cs + (int64_t)i * hd, hd, bt->pos[i], c->rope_scale, b->rope_f, m->rope_freqs);
     }
     for (int l = 0; l < c->n_layer; l++) {
-        const llmb_layer *L = &m->layers[l];
+        const llmb_layer *L = &b->layers[l];
         // ---- attention ----
         PER_TOKEN
         for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim, c->norm_eps);
@@ -278,7 +327,7 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     }
     for (int r = 0; r < n_rows; r++)
         llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim, m->output_norm, dim, c->norm_eps);
-    if (n_rows) llmb_matmul(mm, &m->output, b->xl, dim, n_rows, b->logits, c->vocab);
+    if (n_rows) llmb_matmul(mm, &b->output, b->xl, dim, n_rows, b->logits, c->vocab);
     out->logits = b->logits;
     b->times.forward_ms = (double)(llmb_now_ns() - t0) / 1e6;
     b->times.steps++;

@@ -347,6 +347,53 @@ void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_stride, int nr
     k->tile(n, w, w_stride, nr, x, x_stride, nc, y, ldy);
 }
 
+// ---- row-interleaved weights ----
+
+int llmb_vec_dot_interleave(int wtype) {
+    const llmb_vec_dot_kernels *k = kernels(wtype);
+    return k && k->il ? k->il_r : 0;
+}
+
+// The kernel for weights interleaved in groups of il rows: the active level's, or where it has none (the
+// level was lowered after the weights were repacked) the best level's this CPU has (the same bits at
+// every x86 level); NULL if neither has one
+static llmb_gemm_tile_fn il_kernel(int wtype, int il) {
+    const llmb_vec_dot_kernels *k = kernels(wtype);
+    if (!k) return NULL;
+    if (k->il && k->il_r == il) return k->il;
+    k = &tables[llmb_simd_detected()][wtype];
+    return k->il && k->il_r == il ? k->il : NULL;
+}
+
+// Group g, super-block (block) i of the interleaved layout is the G x words matrix of that block's
+// 32-bit words in the G rows, transposed: word k of row r at word k * G + r.
+static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
+    const llmb_type_traits *tt = llmb_type_traits_get(wtype);
+    assert(tt && tt->type_size % 4 == 0 && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
+    const int64_t nb = n / tt->blck_size, words = tt->type_size / 4;
+    const size_t row_bytes = (size_t)nb * (size_t)tt->type_size;
+#pragma omp parallel for schedule(static) if (nrows * nb >= 4096)
+    for (int64_t g = 0; g < nrows / G; g++)
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t *blk = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes + (size_t)i * G * tt->type_size;
+            for (int r = 0; r < G; r++) {
+                uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * tt->type_size;
+                for (int64_t k = 0; k < words; k++) {
+                    uint8_t *il = blk + ((size_t)k * G + r) * 4, *plain = row + (size_t)k * 4;
+                    memcpy(pack ? il : plain, pack ? plain : il, 4);
+                }
+            }
+        }
+}
+
+void llmb_vec_dot_repack(int wtype, int64_t n, const void *w, int64_t nrows, int G, void *dst) {
+    interleave(wtype, n, w, nrows, G, dst, 1);
+}
+
+void llmb_vec_dot_unpack(int wtype, int64_t n, const void *src, int64_t nrows, int G, void *w) {
+    interleave(wtype, n, src, nrows, G, w, 0);
+}
+
 // Tokens per pass of a thread over its row panels: LLMB_PANEL_TOKENS, doubled (up to 4x) while their
 // activations stay within LLMB_PANEL_X_BYTES (L2): every pass decodes the rows again and reads the
 // weights again from L3 or DRAM. Kernel GOP/s, 1 thread, 512 tokens, two alternated A/B runs (64 vs
@@ -363,7 +410,24 @@ static int panel_tokens(size_t x_stride) {
 // This thread's share (id of nt) of one matrix product: a contiguous range of row panels (from
 // LLMB_PANEL_MIN_TOKENS tokens, where the level has a panel kernel) or of 4-row tiles.
 static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, const void *w, size_t w_stride,
-                         int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt) {
+                         int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt,
+                         int il) {
+    if (il) {   // interleaved groups: this thread's range of them, one sequential stream
+        const llmb_gemm_tile_fn kil = il_kernel(wtype, il);
+        const int64_t ng = nrows / il, g0 = ng * id / nt, g1 = ng * (id + 1) / nt;
+        if (g0 == g1) return;
+        if (ntok <= LLMB_SMALL_TOKENS) {   // decode and batched decode: every group read once for all tokens
+            kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il), xq, x_stride, ntok,
+                  y + g0 * il, ldy);
+            return;
+        }
+        const int tb = panel_tokens(x_stride);   // prefill: token blocks outside, groups inside (as panels)
+        for (int t0 = 0; t0 < ntok; t0 += tb)
+            for (int64_t g = g0; g < g1; g++)
+                kil(n, (const char *)w + g * il * w_stride, w_stride, il, (const char *)xq + t0 * x_stride, x_stride,
+                      ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g * il, ldy);
+        return;
+    }
     if (ntok >= 2 && ntok <= LLMB_SMALL_TOKENS && k->small) {   // batched decode: this thread's rows, streamed once
         const int64_t n_tiles = (nrows + LLMB_TILE_MAX_R - 1) / LLMB_TILE_MAX_R;
         const int64_t r0 = n_tiles * id / nt * LLMB_TILE_MAX_R, r1 = n_tiles * (id + 1) / nt * LLMB_TILE_MAX_R;
@@ -419,7 +483,9 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
 
 void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq, size_t x_stride,
                                int ntok, int nthreads) {
-    for (int i = 0; i < nparts; i++) assert(kernels(parts[i].wtype));
+    for (int i = 0; i < nparts; i++)
+        assert(kernels(parts[i].wtype) &&
+               (!parts[i].il || (il_kernel(parts[i].wtype, parts[i].il) && parts[i].nrows % parts[i].il == 0)));
 #ifdef _OPENMP
     if (nthreads <= 0) nthreads = omp_get_max_threads();
 #endif
@@ -432,14 +498,14 @@ void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int npa
         for (int i = 0; i < nparts; i++) {
             const llmb_matmul_part *p = &parts[i];
             matmul_share(kernels(p->wtype), p->wtype, n, p->w, p->w_stride, p->nrows, xq, x_stride, ntok, p->y, p->ldy,
-                         id, nt);
+                         id, nt, p->il);
         }
     }
 }
 
 void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows, const void *xq,
                          size_t x_stride, int ntok, float *y, int64_t ldy, int nthreads) {
-    const llmb_matmul_part p = {wtype, w, w_stride, nrows, y, ldy};
+    const llmb_matmul_part p = {wtype, w, w_stride, nrows, y, ldy, 0};
     llmb_vec_dot_matmul_parts(n, &p, 1, xq, x_stride, ntok, nthreads);
 }
 

@@ -6,7 +6,8 @@
 // level has one, a panel kernel (nr <= its panel_r rows decoded once, then any number of tokens;
 // llmb_vec_dot_matmul uses it from LLMB_PANEL_MIN_TOKENS tokens) and a small-batch kernel for
 // batched decode (any number of rows streamed once, each decoded block used for 2..LLMB_SMALL_TOKENS
-// tokens; llmb_vec_dot_matmul prefers it to tiles and panels at those token counts).
+// tokens; llmb_vec_dot_matmul prefers it to tiles and panels at those token counts). Weights repacked
+// at load into row-interleaved groups (below) run one kernel for every token count.
 //
 // Batch invariance: at a given SIMD level the value for (row r, token t) is bit-identical whether
 // it comes from llmb_vec_dot_get(...), from llmb_gemm_tile at any nr, nc and tile position, or from a
@@ -103,9 +104,26 @@ typedef struct {
     int64_t nrows;
     float *y;
     int64_t ldy;
+    int il;   // 0: plain rows; else w is interleaved in groups of `il` rows (llmb_vec_dot_repack)
 } llmb_matmul_part;
 LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq,
                                         size_t x_stride, int ntok, int nthreads);
+
+// ---- row-interleaved weights, repacked once at load ----
+// Where the active SIMD level has a kernel for it, a matrix of `wtype` rows can be repacked into groups
+// of llmb_vec_dot_interleave(wtype) rows whose super-blocks are interleaved 32-bit word by word: group g,
+// super-block i holds word k of row r (of that super-block's block) at word k * G + r, so each vector
+// load brings the same word of G rows, one per lane, and one sequential stream feeds all G rows (the
+// plain layout needs G streams or one reduction per row). Same bytes in all: group g starts at
+// g * G * row_bytes. Products over it (llmb_matmul_part.il = G) give the plain layout's bits; should the
+// active level be lowered later to one without the kernel, they run at the best level this CPU has.
+// rows per group for wtype at the active level; 0 where it has no interleaved kernel
+LLMB_API int llmb_vec_dot_interleave(int wtype);
+// dst = the nrows rows of n elements at w (row_bytes apart) interleaved in groups of G rows; nrows must
+// be a multiple of G and dst hold nrows * row_bytes bytes (programmer errors otherwise: assert)
+LLMB_API void llmb_vec_dot_repack(int wtype, int64_t n, const void *w, int64_t nrows, int G, void *dst);
+// the inverse: plain rows back from the interleaved layout (tests)
+LLMB_API void llmb_vec_dot_unpack(int wtype, int64_t n, const void *src, int64_t nrows, int G, void *w);
 
 // 1 if this CPU has `feature` ("avx512vnni", "avxvnni", "avx512bf16", "dotprod", ...), read at run time
 LLMB_API int llmb_cpu_has(const char *feature);
@@ -123,6 +141,8 @@ typedef struct {
     int panel_r;                // rows per panel call (0: LLMB_PANEL_R)
     llmb_gemm_tile_fn small;    // nr rows (any) x nc tokens (2..LLMB_SMALL_TOKENS); NULL: tiles or panels
     llmb_gemm_tile_fn decode;   // nr rows (any) x 1 token (nc, x_stride, ldy unused); NULL: dots or 4x1 tiles
+    llmb_gemm_tile_fn il;       // interleaved weights (groups of il_r rows): nr (a multiple of il_r) x nc (any)
+    int il_r;                   // rows per group of `il` (0: none)
 } llmb_vec_dot_kernels;
 
 // Internal (vecdot_simd.c): overwrite the entries of `table` (indexed by weight type) that have a

@@ -20,13 +20,13 @@ static int check_c(PyArrayObject *a, const char *what, int type_num, int ndim) {
     return 0;
 }
 
-// vec_dot(wtype, w_raw, x, nthreads=1, ref=False) -> float32 (tokens, rows)
+// vec_dot(wtype, w_raw, x, nthreads=1, ref=False, interleave=0) -> float32 (tokens, rows)
 static PyObject *py_vec_dot(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"wtype", "w_raw", "x", "nthreads", "ref", NULL};
+    static char *kwlist[] = {"wtype", "w_raw", "x", "nthreads", "ref", "interleave", NULL};
     PyArrayObject *w, *x;
-    int wtype, nthreads = 1, ref = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO!O!|ip", kwlist, &wtype, &PyArray_Type, &w, &PyArray_Type, &x,
-                                     &nthreads, &ref))
+    int wtype, nthreads = 1, ref = 0, il = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO!O!|ipi", kwlist, &wtype, &PyArray_Type, &w, &PyArray_Type, &x,
+                                     &nthreads, &ref, &il))
         return NULL;
     if (check_c(w, "w_raw", NPY_UINT8, 2) < 0 || check_c(x, "x", NPY_FLOAT32, 2) < 0) return NULL;
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
@@ -44,6 +44,12 @@ static PyObject *py_vec_dot(PyObject *m, PyObject *args, PyObject *kw) {
     }
     if (ntok > INT32_MAX || nthreads < 0) {
         PyErr_SetString(PyExc_ValueError, "too many tokens or negative nthreads");
+        return NULL;
+    }
+    if (il && (ref || il != llmb_vec_dot_interleave(wtype) || rows % il)) {
+        PyErr_Format(PyExc_ValueError, "interleave=%d: %s rows here interleave in groups of %d (0: not at this SIMD "
+                     "level), the rows (%lld) must be a multiple of it, and ref must be False", il, tt->name,
+                     llmb_vec_dot_interleave(wtype), (long long)rows);
         return NULL;
     }
     npy_intp dims[2] = {(npy_intp)ntok, (npy_intp)rows};
@@ -65,11 +71,36 @@ static PyObject *py_vec_dot(PyObject *m, PyObject *args, PyObject *kw) {
         for (int64_t t = 0; t < ntok; t++)
             for (int64_t r = 0; r < rows; r++) dot(n, &yd[t * rows + r], wd + r * row_bytes, (char *)xq + t * xs);
     } else {
-        llmb_vec_dot_matmul(wtype, n, wd, (size_t)row_bytes, rows, xq, xs, (int)ntok, yd, rows, nthreads);
+        const llmb_matmul_part part = {wtype, wd, (size_t)row_bytes, rows, yd, rows, il};
+        llmb_vec_dot_matmul_parts(n, &part, 1, xq, xs, (int)ntok, nthreads);
     }
     Py_END_ALLOW_THREADS
     free(xq);
     return (PyObject *)y;
+}
+
+// vec_dot_repack(wtype, w_raw, unpack=False) -> (uint8 array of w_raw's shape, G): the rows interleaved in
+// groups of G (llmb_vec_dot_repack), or back to plain rows
+static PyObject *py_repack(PyObject *m, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"wtype", "w_raw", "unpack", NULL};
+    PyArrayObject *w;
+    int wtype, unpack = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO!|p", kwlist, &wtype, &PyArray_Type, &w, &unpack)) return NULL;
+    if (check_c(w, "w_raw", NPY_UINT8, 2) < 0) return NULL;
+    const llmb_type_traits *tt = llmb_type_traits_get(wtype);
+    const int G = tt ? llmb_vec_dot_interleave(wtype) : 0;
+    const int64_t rows = PyArray_DIM(w, 0), row_bytes = PyArray_DIM(w, 1);
+    if (!G || row_bytes % tt->type_size || rows % G)
+        return PyErr_Format(PyExc_ValueError, "weight type %d has no interleaved layout at this SIMD level, or the "
+                            "%lld rows of %lld bytes are not whole groups of %d rows of whole blocks", wtype,
+                            (long long)rows, (long long)row_bytes, G);
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(2, PyArray_DIMS(w), NPY_UINT8);
+    if (!out) return NULL;
+    const int64_t n = row_bytes / tt->type_size * tt->blck_size;
+    Py_BEGIN_ALLOW_THREADS
+    (unpack ? llmb_vec_dot_unpack : llmb_vec_dot_repack)(wtype, n, PyArray_DATA(w), rows, G, PyArray_DATA(out));
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(Ni)", out, G);
 }
 
 // vec_dot_quantize_x(wtype, x) -> uint8 (tokens, row_bytes): the activations as the kernels see them
@@ -133,10 +164,14 @@ static PyObject *py_mem_bench(PyObject *m, PyObject *args) {
 
 static PyMethodDef vecdot_methods[] = {
     {"vec_dot", (PyCFunction)(void (*)(void))py_vec_dot, METH_VARARGS | METH_KEYWORDS,
-     "vec_dot(wtype, w_raw_u8[rows, row_bytes], x_f32[tokens, n], nthreads=1, ref=False) -> f32[tokens, rows]:\n"
-     "x quantized to the type's vec_dot_type, then the dispatched kernels (or the scalar references)"},
+     "vec_dot(wtype, w_raw_u8[rows, row_bytes], x_f32[tokens, n], nthreads=1, ref=False, interleave=0)\n"
+     "-> f32[tokens, rows]: x quantized to the type's vec_dot_type, then the dispatched kernels (or the scalar\n"
+     "references); interleave=G: w_raw is in vec_dot_repack's layout"},
     {"matvec", (PyCFunction)(void (*)(void))py_vec_dot, METH_VARARGS | METH_KEYWORDS,
      "matvec(wtype, w_raw_u8, x_f32[tokens, n], nthreads): vec_dot with OpenMP over row tiles"},
+    {"vec_dot_repack", (PyCFunction)(void (*)(void))py_repack, METH_VARARGS | METH_KEYWORDS,
+     "vec_dot_repack(wtype, w_raw_u8[rows, row_bytes], unpack=False) -> (u8[rows, row_bytes], G): the rows\n"
+     "interleaved in groups of G as the engine repacks them at load (ValueError where this level has none)"},
     {"vec_dot_quantize_x", py_quantize_x, METH_VARARGS,
      "vec_dot_quantize_x(wtype, x_f32[tokens, n]) -> u8[tokens, row_bytes]: the quantized activations"},
     {"mem_bench", py_mem_bench, METH_VARARGS,

@@ -133,6 +133,34 @@ def test_batch_invariance_quantized(wtype):
         assert got.logprobs == alone.logprobs and got.top_logprobs == alone.top_logprobs, f"batch of {b}"
 
 
+def test_interleaved_weights_give_the_plain_bits():
+    """Where the SIMD level has an interleaved kernel (Q4_K with AVX-512 VNNI), the CPU backend repacks
+    those matrices at load, 16 rows to a group; at AVX2 it reads the plain rows. The x86 levels give the
+    same bits, so both engines' logits must be identical, at one token (decode), a few (batched decode's
+    count) and many (prefill); an engine made at the top level still runs after the level is lowered."""
+    from llmbench import _core
+
+    top = _core.simd_info()["active"]
+    w = np.zeros((16, 144), np.uint8)
+    try:
+        _core.vec_dot_repack(gguf.GGMLQuantizationType.Q4_K, w)
+    except ValueError:
+        pytest.skip(f"no interleaved Q4_K kernel at {top}")
+    path = llmbench.dummy_model("tiny", "Q4_K_M")
+    repacked = LLM(path, threads=2)
+    rng = np.random.default_rng(9)
+    prompts = [rng.integers(3, repacked.info["vocab"], n).tolist() for n in (1, 5, 70)]
+    want = [repacked.logits(p) for p in prompts]
+    try:
+        _core.simd_set("avx2")
+        plain = LLM(path, threads=2)
+        for p, y in zip(prompts, want):
+            assert np.array_equal(plain.logits(p), y), f"{len(p)} tokens: plain rows at avx2 differ"
+            assert np.array_equal(repacked.logits(p), y), f"{len(p)} tokens: repacked weights after lowering the level"
+    finally:
+        _core.simd_set(top)
+
+
 def test_threads_do_not_change_results(stories_path):
     toks = list(range(1, 40))
     one = LLM(stories_path, threads=1).logits(toks)

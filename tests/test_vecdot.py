@@ -132,3 +132,48 @@ def test_bad_arguments():
         _core.vec_dot(10, w, x)
     with pytest.raises(ValueError, match="float32"):
         _core.vec_dot(type_id("Q4_K"), w, x.astype(np.float64))
+
+
+def interleave_group(t: str) -> int:
+    """rows per group of t's interleaved layout at this SIMD level (0: none)"""
+    w, _, _ = case(t, rows=16, nblocks=1, ntok=1, seed=1)
+    try:
+        return _core.vec_dot_repack(type_id(t), w)[1]
+    except ValueError:
+        return 0
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_interleaved(t: str):
+    # the layout the CPU backend repacks weights into at load: back to the same bytes, and its products
+    # at every token count (decode, batched decode, token tiles, prefill passes) bit-identical to the
+    # plain rows' on 1 and 2 threads; 48 rows are 3 groups of 16 (2 threads take 1 and 2)
+    group = interleave_group(t)
+    if not group:
+        pytest.skip(f"{t} has no interleaved layout at this SIMD level ({_core.simd_info()['active']})")
+    w, x, n = case(t, rows=3 * group, nblocks=3, ntok=262, seed=17)
+    tid = type_id(t)
+    wi, g = _core.vec_dot_repack(tid, w)
+    assert g == group and wi.shape == w.shape and not np.array_equal(wi, w)
+    assert np.array_equal(_core.vec_dot_repack(tid, wi, unpack=True)[0], w)
+    for ntok in (1, 2, 3, 5, 6, 8, 9, 11, 262):
+        xs = np.ascontiguousarray(x[:ntok])
+        plain = _core.vec_dot(tid, w, xs)
+        for nthreads in (1, 2):
+            assert np.array_equal(_core.vec_dot(tid, wi, xs, nthreads=nthreads, interleave=g), plain), (ntok, nthreads)
+
+
+def test_interleaved_bad_arguments():
+    w, x, n = case("Q6_K", rows=16, nblocks=1, ntok=1, seed=1)
+    with pytest.raises(ValueError, match="no interleaved layout"):
+        _core.vec_dot_repack(type_id("Q6_K"), w)
+    group = interleave_group("Q4_K")
+    if not group:
+        pytest.skip("no interleaved Q4_K at this SIMD level")
+    w, x, n = case("Q4_K", rows=group + 1, nblocks=1, ntok=1, seed=1)
+    with pytest.raises(ValueError, match="not whole groups"):
+        _core.vec_dot_repack(type_id("Q4_K"), w)
+    with pytest.raises(ValueError, match="multiple of it"):
+        _core.vec_dot(type_id("Q4_K"), w, x, interleave=group)
+    with pytest.raises(ValueError, match="interleave"):
+        _core.vec_dot(type_id("Q4_K"), w[:group], x, interleave=group + 1)

@@ -10,6 +10,9 @@
 //     of batched decode (2..10: the small-batch kernels to LLMB_SMALL_TOKENS, ragged row groups), also with enough
 //     rows and tokens for several row panels and token blocks, and rows too long for a panel's
 //     stack buffer (its fallback to tiles);
+//   - interleaved weights (llmb_vec_dot_repack, Q4_K with AVX-512 VNNI): the layout round-trips, and their
+//     matmul at every token count of decode and batched decode and past the token blocks, on 1 and 2
+//     threads, bit-identical to the plain rows' single dot;
 //   - llmb_vec_dot_matmul_parts (Q4_K and Q6_K rows of 7 and 9 with one input, as Q, K, V) on 1 and 2
 //     threads bit-identical to one llmb_vec_dot_matmul per part, at 1 and 70 tokens;
 //   - llmb_matmul_n (ops.c) over weights of mixed activation types (Q4_0, Q4_K, Q8_0, Q6_K: the input
@@ -257,6 +260,46 @@ static void check_small_long(int t, int64_t n) {
     free(w), free(xq), free(x);
 }
 
+// Interleaved weights (llmb_vec_dot_repack), where a level has them: unpack(repack(w)) == w; matmul over
+// IR rows (several groups: 2 threads take 2 and 3) at every token count of decode and batched decode,
+// past a token tile, and past the longest pass of token blocks, bit-identical to the plain rows' single
+// dot, also as one part among plain parts of llmb_vec_dot_matmul_parts
+#define IR 80
+static void check_interleaved(int t, int64_t n) {
+    const llmb_simd_level levels[] = {LLMB_SIMD_SCALAR, LLMB_SIMD_NEON, LLMB_SIMD_AVX2, LLMB_SIMD_AVX512};
+    const llmb_type_traits *tt = llmb_type_traits_get(t);
+    const size_t ws = (size_t)(n / tt->blck_size * tt->type_size), xs = llmb_vec_dot_row_bytes(t, n);
+    uint8_t *w = malloc(ws * IR), *wi = malloc(ws * IR), *back = malloc(ws * IR), *xq = malloc(xs * PT);
+    float *x = malloc(sizeof(float) * n * PT), *one = malloc(sizeof(float) * IR * PT), *y = malloc(sizeof(float) * IR * PT);
+    float *y2 = malloc(sizeof(float) * IR * PT);
+    random_weights(t, w, n * IR);
+    random_x(x, n * PT);
+    for (int c = 0; c < PT; c++) llmb_vec_dot_quantize_x(t, x + c * n, xq + c * xs, n);
+    for (size_t k = 0; k < sizeof levels / sizeof levels[0]; k++) {
+        if (llmb_simd_set(levels[k]) != LLMB_OK) continue;
+        const int G = llmb_vec_dot_interleave(t);
+        if (!G) continue;
+        CHECK(IR % G == 0, "%s: groups of %d rows do not divide the test's %d", tname(t), G, IR);
+        llmb_vec_dot_repack(t, n, w, IR, G, wi);
+        llmb_vec_dot_unpack(t, n, wi, IR, G, back);
+        CHECK(memcmp(back, w, ws * IR) == 0 && memcmp(wi, w, ws * IR) != 0, "%s n=%lld: unpack(repack(w)) != w",
+              tname(t), (long long)n);
+        llmb_vec_dot_fn dot = llmb_vec_dot_get(t);
+        for (int c = 0; c < PT; c++)
+            for (int r = 0; r < IR; r++) dot(n, &one[c * IR + r], w + r * ws, xq + c * xs);
+        for (int nt = 1; nt <= 2; nt++)
+            for (int ntok = 1; ntok <= PT; ntok += ntok == 12 ? PT - 13 : 1) {   // 1..12, 261, 262
+                const llmb_matmul_part parts[2] = {{t, wi, ws, IR, y, IR, G}, {t, w, ws, IR, y2, IR, 0}};
+                llmb_vec_dot_matmul_parts(n, parts, 2, xq, xs, ntok, nt);
+                CHECK(memcmp(y, one, sizeof(float) * IR * ntok) == 0 && memcmp(y2, one, sizeof(float) * IR * ntok) == 0,
+                      "%s %s n=%lld: interleaved matmul of %d x %d on %d threads differs from the single dot",
+                      llmb_simd_name(levels[k]), tname(t), (long long)n, IR, ntok, nt);
+            }
+    }
+    llmb_simd_set(llmb_simd_detected());
+    free(w), free(wi), free(back), free(xq), free(x), free(one), free(y), free(y2);
+}
+
 // three products of one input in one region (mixed K types sharing Q8_K activations, ragged rows)
 static void check_parts(void) {
     const int64_t n = 512;
@@ -274,7 +317,7 @@ static void check_parts(void) {
         w[i] = malloc(wsz[i] * rows3[i]);
         random_weights(types3[i], w[i], n * rows3[i]);
         y1[i] = malloc(sizeof(float) * rows3[i] * PT), y2[i] = malloc(sizeof(float) * rows3[i] * PT);
-        parts[i] = (llmb_matmul_part){types3[i], w[i], wsz[i], rows3[i], y2[i], rows3[i]};
+        parts[i] = (llmb_matmul_part){types3[i], w[i], wsz[i], rows3[i], y2[i], rows3[i], 0};
     }
     for (int nt = 1; nt <= 2; nt++)
         for (int ntok = 1; ntok <= PT; ntok += PT - 1) {
@@ -313,7 +356,7 @@ static void check_matmul_n(void) {
             const size_t rb = (size_t)(n / tt->blck_size * tt->type_size);
             wd[i] = malloc(rb * rows[i]);
             random_weights(types_[i], wd[i], n * rows[i]);
-            w[i] = (llmb_weight){wd[i], types_[i], n, rows[i], rb};
+            w[i] = (llmb_weight){wd[i], types_[i], n, rows[i], rb, 0};
             wp[i] = &w[i];
             ld[i] = rows[i] + 2;   // strided outputs
             y1[i] = malloc(sizeof(float) * ld[i] * PT), y2[i] = malloc(sizeof(float) * ld[i] * PT);
@@ -353,6 +396,8 @@ int main(void) {
             check_panels(t, 256 * 65);   // beyond a panel's 64 decoded super-blocks
             check_small_long(t, 256 * 257);
             check_small_long(t, 256 * 513);
+            check_interleaved(t, 256 * 3);
+            check_interleaved(t, 256 * 65);
         } else {
             const int64_t ks[] = {1, 3, 8, 37, 64};
             for (size_t k = 0; k < 5; k++) check_type(ti, 32 * ks[k]);
