@@ -365,25 +365,30 @@ static llmb_gemm_tile_fn il_kernel(int wtype, int il) {
     return k->il && k->il_r == il ? k->il : NULL;
 }
 
-// Group g, super-block (block) i of the interleaved layout is the G x words matrix of that block's
-// 32-bit words in the G rows, transposed: word k of row r at word k * G + r.
+// Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
+// block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
+// of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row.
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
-    assert(tt && tt->type_size % 4 == 0 && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
-    const int64_t nb = n / tt->blck_size, words = tt->type_size / 4;
-    const size_t row_bytes = (size_t)nb * (size_t)tt->type_size;
+    assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
+    const int64_t nb = n / tt->blck_size, words = tt->type_size / 4, tail = tt->type_size % 4;
+    const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G;
 #pragma omp parallel for schedule(static) if (nrows * nb >= 4096)
-    for (int64_t g = 0; g < nrows / G; g++)
-        for (int64_t i = 0; i < nb; i++) {
-            uint8_t *blk = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes + (size_t)i * G * tt->type_size;
+    for (int64_t g = 0; g < nrows / G; g++) {
+        uint8_t *grp = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes;
+        for (int64_t i = 0; i < nb; i++)
             for (int r = 0; r < G; r++) {
                 uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * tt->type_size;
                 for (int64_t k = 0; k < words; k++) {
-                    uint8_t *il = blk + ((size_t)k * G + r) * 4, *plain = row + (size_t)k * 4;
+                    uint8_t *il = grp + (size_t)i * wbytes + ((size_t)k * G + r) * 4, *plain = row + (size_t)k * 4;
                     memcpy(pack ? il : plain, pack ? plain : il, 4);
                 }
+                if (tail) {
+                    uint8_t *il = grp + (size_t)nb * wbytes + ((size_t)i * G + r) * tail, *plain = row + words * 4;
+                    memcpy(pack ? il : plain, pack ? plain : il, tail);
+                }
             }
-        }
+    }
 }
 
 void llmb_vec_dot_repack(int wtype, int64_t n, const void *w, int64_t nrows, int G, void *dst) {

@@ -134,7 +134,7 @@ def test_batch_invariance_quantized(wtype):
 
 
 def test_interleaved_weights_give_the_plain_bits():
-    """Where the SIMD level has an interleaved kernel (Q4_K with AVX-512 VNNI), the CPU backend repacks
+    """Where the SIMD level has an interleaved kernel (Q4_K and Q6_K with AVX-512 VNNI), the CPU backend repacks
     those matrices at load, 16 rows to a group; at AVX2 it reads the plain rows. The x86 levels give the
     same bits, so both engines' logits must be identical, at one token (decode), a few (batched decode's
     count) and many (prefill); an engine made at the top level still runs after the level is lowered."""

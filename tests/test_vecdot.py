@@ -164,9 +164,9 @@ def test_interleaved(t: str):
 
 
 def test_interleaved_bad_arguments():
-    w, x, n = case("Q6_K", rows=16, nblocks=1, ntok=1, seed=1)
+    w, x, n = case("Q8_0", rows=16, nblocks=8, ntok=1, seed=1)
     with pytest.raises(ValueError, match="no interleaved layout"):
-        _core.vec_dot_repack(type_id("Q6_K"), w)
+        _core.vec_dot_repack(type_id("Q8_0"), w)
     group = interleave_group("Q4_K")
     if not group:
         pytest.skip("no interleaved Q4_K at this SIMD level")

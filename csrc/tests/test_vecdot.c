@@ -10,7 +10,7 @@
 //     of batched decode (2..10: the small-batch kernels to LLMB_SMALL_TOKENS, ragged row groups), also with enough
 //     rows and tokens for several row panels and token blocks, and rows too long for a panel's
 //     stack buffer (its fallback to tiles);
-//   - interleaved weights (llmb_vec_dot_repack, Q4_K with AVX-512 VNNI): the layout round-trips, and their
+//   - interleaved weights (llmb_vec_dot_repack, Q4_K and Q6_K with AVX-512 VNNI): the layout round-trips, and their
 //     matmul at every token count of decode and batched decode and past the token blocks, on 1 and 2
 //     threads, bit-identical to the plain rows' single dot;
 //   - llmb_vec_dot_matmul_parts (Q4_K and Q6_K rows of 7 and 9 with one input, as Q, K, V) on 1 and 2
