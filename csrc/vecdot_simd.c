@@ -257,15 +257,6 @@ VNNI512 INLINE void rows_words(const uint8_t *w, size_t ws, int nr, size_t off, 
     transpose16_epi32(v);
 }
 
-// super-block i of the panel's nr rows (row r at w + r * ws, blocks of bs bytes): their first 16 bytes
-// (d, dmin, 12 scale bytes, the same in Q4_K and Q5_K) 16 rows at once
-VNNI512 INLINE void q45r_hdr_words(const __m512i *h, q45r_hdr *o);
-VNNI512 static void q45r_decode_hdr(const uint8_t *w, size_t ws, int nr, size_t bs, int64_t i, q45r_hdr *o) {
-    __m512i h[16];
-    rows_words(w, ws, nr, (size_t)i * bs, 4, h);
-    q45r_hdr_words(h, o);
-}
-
 // the header from its 4 words, lane r: word k of row r in vector k at h
 VNNI512 INLINE void q45r_hdr_words(const __m512i *hv, q45r_hdr *o) {
     const __m512i h[4] = {_mm512_loadu_si512(hv), _mm512_loadu_si512(hv + 1), _mm512_loadu_si512(hv + 2),
@@ -286,6 +277,14 @@ VNNI512 INLINE void q45r_hdr_words(const __m512i *hv, q45r_hdr *o) {
     }
     o->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
     o->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h[0], 16)));
+}
+
+// super-block i of the panel's nr rows (row r at w + r * ws, blocks of bs bytes): their first 16 bytes
+// (d, dmin, 12 scale bytes, the same in Q4_K and Q5_K) 16 rows at once
+VNNI512 static void q45r_decode_hdr(const uint8_t *w, size_t ws, int nr, size_t bs, int64_t i, q45r_hdr *o) {
+    __m512i h[16];
+    rows_words(w, ws, nr, (size_t)i * bs, 4, h);
+    q45r_hdr_words(h, o);
 }
 
 VNNI512 static void q4r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q4r_dec *o) {
@@ -428,10 +427,11 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // transposes, read from one sequential stream, and q45r_sb runs on it: the panels' bits, the dot's bits.
 // From one token to LLMB_SMALL_TOKENS a thread's whole range of groups is one call; each group is read
 // from memory once, by its first token tile, which prefetches IL_PF_AHEAD bytes ahead into L2 (all 36
-// lines of each super-block). Against the plain layout's kernels, 1 thread (benchmarks/bench_vecdot.py,
-// 2048 x 8192 from DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the read bandwidth against 0.46;
-// 2 threads 0.91 against 0.64; one process alternating the two on 2048 x 2048 and 8192 x 2048 weights:
-// 2 tokens 2.1-2.8x, 8 tokens 1.7-2.0x, 512 tokens 1.00-1.06x GOP/s). The prefetch, engine tg of
+// lines of each super-block). Against the plain layout's kernels on an AMD EPYC (Zen 4), 1 thread
+// (benchmarks/bench_vecdot.py, 2048 x 8192 from DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the
+// read bandwidth against 0.46; 2 threads 0.91 against 0.64; one process alternating the two on
+// 2048 x 2048 and 8192 x 2048 weights: 2 tokens 2.1-2.8x, 8 tokens 1.7-2.0x, 512 tokens 1.00-1.06x
+// GOP/s). The prefetch, engine tg of
 // llama-1b Q4_K_M alternated in one process: 9 KiB ahead into L2 1.12x the current super-block into L1,
 // which measured best in the kernel alone; into L1 at 2.3-18 KiB ahead was slower still there.
 #define IL_SB (Q4R * sizeof(llmb_block_q4_K))   // bytes of one super-block of a group
