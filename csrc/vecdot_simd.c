@@ -108,6 +108,12 @@ AVX2 INLINE __m256i nibbles_32(const uint8_t *p) {
 AVX2 INLINE void prefetch_w(const uint8_t *blk, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + PF_AHEAD + o, _MM_HINT_T0);
 }
+// The one-stream decode kernels of the AVX-512 level (interleaved Q4_K / Q6_K, F16 / BF16 / F32 rows)
+// prefetch further ahead, into L2. Engine tg alternated in one process on an AMD EPYC (Zen 4): llama-1b
+// Q4_K_M interleaved 1.12x against the current super-block into L1; llama-125m F16 1.06x (1 thread),
+// 1.05x (2) against PF_AHEAD into L1.
+#define STREAM_PF_AHEAD 9216
+#define STREAM_PF_HINT _MM_HINT_T1
 
 // 8 weights as floats
 AVX2 INLINE __m256 load_w8(const int type, const uint8_t *p) {
@@ -426,17 +432,14 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // words of qs, in q4r_dec's order. So a group's super-block is q4r_decode's result without the 16 x 16
 // transposes, read from one sequential stream, and q45r_sb runs on it: the panels' bits, the dot's bits.
 // From one token to LLMB_SMALL_TOKENS a thread's whole range of groups is one call; each group is read
-// from memory once, by its first token tile, which prefetches IL_PF_AHEAD bytes ahead into L2 (all 36
+// from memory once, by its first token tile, which prefetches STREAM_PF_AHEAD bytes ahead into L2 (all 36
 // lines of each super-block). Against the plain layout's kernels on an AMD EPYC (Zen 4), 1 thread
 // (benchmarks/bench_vecdot.py, 2048 x 8192 from DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the
 // read bandwidth against 0.46; 2 threads 0.91 against 0.64; one process alternating the two on
 // 2048 x 2048 and 8192 x 2048 weights: 2 tokens 2.1-2.8x, 8 tokens 1.7-2.0x, 512 tokens 1.00-1.06x
-// GOP/s). The prefetch, engine tg of
-// llama-1b Q4_K_M alternated in one process: 9 KiB ahead into L2 1.12x the current super-block into L1,
-// which measured best in the kernel alone; into L1 at 2.3-18 KiB ahead was slower still there.
+// GOP/s). The prefetch into L1 of the current super-block measured best in the kernel alone, and into
+// L1 at 2.3-18 KiB ahead slower still, but in the engine STREAM_PF_AHEAD into L2 won (above).
 #define IL_SB (Q4R * sizeof(llmb_block_q4_K))   // bytes of one super-block of a group
-#define IL_PF_AHEAD 9216
-#define IL_HINT _MM_HINT_T1
 
 // NC tokens over one group: its super-blocks' headers from hd (decoded by the caller) or, where hd is
 // NULL, decoded here from the group's first 4 vectors
@@ -447,7 +450,8 @@ INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, 
     for (int64_t i = 0; i < nsb; i++) {
         const __m512i *v = (const __m512i *)(g + i * IL_SB);
         if (pf)
-            for (size_t l = 0; l < IL_SB; l += 64) _mm_prefetch((const char *)v + IL_PF_AHEAD + l, IL_HINT);
+            for (size_t l = 0; l < IL_SB; l += 64)
+                _mm_prefetch((const char *)v + STREAM_PF_AHEAD + l, STREAM_PF_HINT);
         q45r_hdr o;
         if (!hd) q45r_hdr_words(v, &o);
         const llmb_block_q8_K *xb[Q4R_NC];
@@ -574,7 +578,7 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // vector k = word k of row r's block (ql 0..31, qh 32..47, scales 48..51), and the group's 16 d of
 // super-block i are the 16 halves at 3328 nsb + 32 i. q6r_decode_words unpacks them as the panel does
 // (without its transposes), q6r_sb runs the tokens: the panel's bits, the dot's. Each group is read
-// from memory once, prefetched into L2 IL_PF_AHEAD bytes ahead: with more token tiles than one, all
+// from memory once, prefetched into L2 STREAM_PF_AHEAD bytes ahead: with more token tiles than one, all
 // its super-blocks are decoded once into a panel's table first (as K_PANEL does; rows too long for it
 // decode again per tile), else each super-block is decoded and run at once; one token (q6i_sb1) runs
 // each 4 values as they are unpacked, nothing stored. Q6_K's unpacking costs more than Q4_K's, so the
@@ -586,7 +590,8 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf, q6r_dec *o) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
     if (pf)
-        for (size_t l = 0; l < IL6_SB; l += 64) _mm_prefetch((const char *)v + IL_PF_AHEAD + l, IL_HINT);
+        for (size_t l = 0; l < IL6_SB; l += 64)
+            _mm_prefetch((const char *)v + STREAM_PF_AHEAD + l, STREAM_PF_HINT);
     __m512i ql[32], qh[16], sw[4];
     for (int k = 0; k < 32; k++) ql[k] = _mm512_loadu_si512(v + k);
     for (int k = 0; k < 16; k++) qh[k] = _mm512_loadu_si512(v + 32 + k);
@@ -600,7 +605,7 @@ INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf,
 // S and fma
 INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, __m512 acc) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
-    for (size_t l = 0; l < IL6_SB; l += 64) _mm_prefetch((const char *)v + IL_PF_AHEAD + l, IL_HINT);
+    for (size_t l = 0; l < IL6_SB; l += 64) _mm_prefetch((const char *)v + STREAM_PF_AHEAD + l, STREAM_PF_HINT);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
     __m512i ts[16];
     for (int s = 0; s < 16; s++) ts[s] = _mm512_setzero_si512();
@@ -1285,7 +1290,7 @@ INLINE VNNI512 float float_decode_row(const int type, int64_t n, const uint8_t *
     const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i + 16 <= n; i += 16) {
-        if (i % 32 == 0) prefetch_w(w + i * es, 32 * es);
+        if (i % 32 == 0) _mm_prefetch((const char *)w + i * es + STREAM_PF_AHEAD, STREAM_PF_HINT);
         acc = _mm512_fmadd_ps(load_w16(type, w + i * es), _mm512_loadu_ps(x + i), acc);
     }
     const float tail = fl_tail(type, n, w, x, &acc);
