@@ -354,11 +354,10 @@ int llmb_vec_dot_interleave(int wtype) {
     return k && k->il ? k->il_r : 0;
 }
 
-// The kernel for weights interleaved in groups of il rows: the active level's, or where it has none (the
+// The kernel for weights interleaved in groups of il rows: the active level's (k), or where it has none (the
 // level was lowered after the weights were repacked) the best level's this CPU has (the same bits at
 // every x86 level); NULL if neither has one
-static llmb_gemm_tile_fn il_kernel(int wtype, int il) {
-    const llmb_vec_dot_kernels *k = kernels(wtype);
+static llmb_gemm_tile_fn il_kernel(const llmb_vec_dot_kernels *k, int wtype, int il) {
     if (!k) return NULL;
     if (k->il && k->il_r == il) return k->il;
     k = &tables[llmb_simd_detected()][wtype];
@@ -418,7 +417,7 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
                          int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt,
                          int il) {
     if (il) {   // interleaved groups: this thread's range of them, one sequential stream
-        const llmb_gemm_tile_fn kil = il_kernel(wtype, il);
+        const llmb_gemm_tile_fn kil = il_kernel(k, wtype, il);
         const int64_t ng = nrows / il, g0 = ng * id / nt, g1 = ng * (id + 1) / nt;
         if (g0 == g1) return;
         if (ntok <= LLMB_SMALL_TOKENS) {   // decode and batched decode: every group read once for all tokens
@@ -490,7 +489,8 @@ void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int npa
                                int ntok, int nthreads) {
     for (int i = 0; i < nparts; i++)
         assert(kernels(parts[i].wtype) &&
-               (!parts[i].il || (il_kernel(parts[i].wtype, parts[i].il) && parts[i].nrows % parts[i].il == 0)));
+               (!parts[i].il || (il_kernel(kernels(parts[i].wtype), parts[i].wtype, parts[i].il) &&
+                                  parts[i].nrows % parts[i].il == 0)));
 #ifdef _OPENMP
     if (nthreads <= 0) nthreads = omp_get_max_threads();
 #endif

@@ -441,6 +441,14 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // L1 at 2.3-18 KiB ahead slower still, but in the engine STREAM_PF_AHEAD into L2 won (above).
 #define IL_SB (Q4R * sizeof(llmb_block_q4_K))   // bytes of one super-block of a group
 
+// the tile of min(left, NCMAX) tokens: RUN(k) with k a constant in each case (the bodies' loops unroll)
+#define IL_TILE(left, NCMAX, RUN)                                                                                   \
+    switch ((left) < NCMAX ? (left) : NCMAX) {                                                                      \
+        K_PANEL_CASE(1, NCMAX, RUN) K_PANEL_CASE(2, NCMAX, RUN) K_PANEL_CASE(3, NCMAX, RUN)                         \
+        K_PANEL_CASE(4, NCMAX, RUN) K_PANEL_CASE(5, NCMAX, RUN)                                                     \
+    default: RUN(NCMAX); break;                                                                                     \
+    }
+
 // NC tokens over one group: its super-blocks' headers from hd (decoded by the caller) or, where hd is
 // NULL, decoded here from the group's first 4 vectors
 INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, const uint8_t *x, size_t xs, float *y,
@@ -475,13 +483,9 @@ VNNI512 static void q4_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
             if (keep && c0 == 0)
                 for (int64_t i = 0; i < nsb; i++) q45r_hdr_words((const __m512i *)(g + i * IL_SB), &hd[i]);
             const q45r_hdr *h = keep ? hd : NULL;
-            switch (nc - c0 < Q4R_NC ? nc - c0 : Q4R_NC) {
-            case 1: q4i_body(g, h, nsb, xc, xs, yc, ldy, pf, 1); break;
-            case 2: q4i_body(g, h, nsb, xc, xs, yc, ldy, pf, 2); break;
-            case 3: q4i_body(g, h, nsb, xc, xs, yc, ldy, pf, 3); break;
-            case 4: q4i_body(g, h, nsb, xc, xs, yc, ldy, pf, 4); break;
-            default: q4i_body(g, h, nsb, xc, xs, yc, ldy, pf, Q4R_NC); break;
-            }
+#define Q4I_RUN(k) q4i_body(g, h, nsb, xc, xs, yc, ldy, pf, k)
+            IL_TILE(nc - c0, Q4R_NC, Q4I_RUN)
+#undef Q4I_RUN
         }
 }
 
@@ -497,24 +501,38 @@ typedef struct {
     __m512 d;        // lane r: the row's d (0 past the panel's rows)
 } q6r_dec;
 
+// values 32 m + 4t .. of a 128-value half, m = 0..3, from ql words t (a) and 8 + t (b) and qh word t (h),
+// as q6_K_body unpacks them (lane-wise for 16 rows)
+INLINE VNNI512 void q6r_vals4(__m512i a, __m512i b, __m512i h, __m512i q[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    q[0] = _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+    q[1] = _mm512_or_si512(_mm512_and_si512(b, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4));
+    q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
+                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
+    q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), m4),
+                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4));
+}
+
+// lane r: the signed 8-bit scale s of row r, from the scale words sw[4]
+INLINE VNNI512 __m512i q6r_scale(const __m512i *sw, int s) {
+    return _mm512_srai_epi32(_mm512_slli_epi32(sw[s / 4], 24 - 8 * (s % 4)), 24);
+}
+
+// lane r: the int16 pair (scale 2p, scale 2p + 1) of row r
+INLINE VNNI512 __m512i q6r_pair(__m512i s0, __m512i s1) {
+    return _mm512_or_si512(_mm512_and_si512(s0, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s1, 16));
+}
+
 // o's values and scales from the 16 rows' words (lane r: row r): ql[32], qh[16], sw[4] (the scales)
 INLINE VNNI512 void q6r_decode_words(const __m512i *ql, const __m512i *qh, const __m512i *sw, q6r_dec *o) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    for (int hf = 0; hf < 2; hf++)   // the unpacking of q6_K_body: vector 32 hf + 8 m + t holds values 128 hf + 32 m + 4t ..
+    for (int hf = 0; hf < 2; hf++)   // vector 32 hf + 8 m + t holds values 128 hf + 32 m + 4t ..
         for (int t = 0; t < 8; t++) {
-            const __m512i a = ql[16 * hf + t], b = ql[16 * hf + 8 + t], h = qh[8 * hf + t];
-            o->q[32 * hf + t] = _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
-            o->q[32 * hf + 8 + t] = _mm512_or_si512(_mm512_and_si512(b, m4),
-                                                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4));
-            o->q[32 * hf + 16 + t] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
-                                                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4));
-            o->q[32 * hf + 24 + t] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), m4),
-                                                     _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4));
+            __m512i q[4];
+            q6r_vals4(ql[16 * hf + t], ql[16 * hf + 8 + t], qh[8 * hf + t], q);
+            for (int m = 0; m < 4; m++) o->q[32 * hf + 8 * m + t] = q[m];
         }
-    for (int s = 0; s < 16; s++)   // the signed 8-bit scales
-        o->sc[s] = _mm512_srai_epi32(_mm512_slli_epi32(sw[s / 4], 24 - 8 * (s % 4)), 24);
-    for (int p = 0; p < 8; p++)
-        o->sp[p] = _mm512_or_si512(_mm512_and_si512(o->sc[2 * p], _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(o->sc[2 * p + 1], 16));
+    for (int s = 0; s < 16; s++) o->sc[s] = q6r_scale(sw, s);
+    for (int p = 0; p < 8; p++) o->sp[p] = q6r_pair(o->sc[2 * p], o->sc[2 * p + 1]);
 }
 
 VNNI512 static void q6r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q6r_dec *o) {
@@ -603,24 +621,18 @@ INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf,
 // One token over super-block i of a group without storing the decoded values: q6r_sb's integers T_s
 // (exact, in any order) as each 4 values of the 16 rows are unpacked (q6r_decode_words' steps), then its
 // S and fma
-INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, __m512 acc) {
+INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, int pf, __m512 acc) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
-    for (size_t l = 0; l < IL6_SB; l += 64) _mm_prefetch((const char *)v + STREAM_PF_AHEAD + l, STREAM_PF_HINT);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    __m512i ts[16];
+    if (pf)
+        for (size_t l = 0; l < IL6_SB; l += 64) _mm_prefetch((const char *)v + STREAM_PF_AHEAD + l, STREAM_PF_HINT);
+    __m512i ts[16], sw[4];
     for (int s = 0; s < 16; s++) ts[s] = _mm512_setzero_si512();
     for (int hf = 0; hf < 2; hf++)
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
-            const __m512i a = _mm512_loadu_si512(v + 16 * hf + t), b = _mm512_loadu_si512(v + 16 * hf + 8 + t);
-            const __m512i h = _mm512_loadu_si512(v + 32 + 8 * hf + t);
-            const __m512i q[4] = {
-                _mm512_or_si512(_mm512_and_si512(a, m4), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4)),
-                _mm512_or_si512(_mm512_and_si512(b, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 2), m3), 4)),
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), m4),
-                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 4), m3), 4)),
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), m4),
-                                _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 6), m3), 4))};
+            __m512i q[4];
+            q6r_vals4(_mm512_loadu_si512(v + 16 * hf + t), _mm512_loadu_si512(v + 16 * hf + 8 + t),
+                      _mm512_loadu_si512(v + 32 + 8 * hf + t), q);
             for (int m = 0; m < 4; m++) {   // values 4k .. 4k + 3 of every row, k = 32 hf + 8 m + t: sub-block k / 4
                 const int k = 32 * hf + 8 * m + t;
                 int32_t xa;
@@ -628,16 +640,14 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
                 ts[k / 4] = _mm512_dpbusd_epi32(ts[k / 4], q[m], _mm512_set1_epi32(xa));
             }
         }
+    for (int k = 0; k < 4; k++) sw[k] = _mm512_loadu_si512(v + 48 + k);
     __m512i S = _mm512_setzero_si512(), B = _mm512_setzero_si512();
     for (int p = 0; p < 8; p++) {
-        const __m512i sw = _mm512_loadu_si512(v + 48 + p / 2);
-        const __m512i s0 = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (2 * p % 4)), 24);
-        const __m512i s1 = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * ((2 * p + 1) % 4)), 24);
+        const __m512i s0 = q6r_scale(sw, 2 * p), s1 = q6r_scale(sw, 2 * p + 1);
         S = _mm512_add_epi32(S, _mm512_add_epi32(_mm512_mullo_epi32(ts[2 * p], s0), _mm512_mullo_epi32(ts[2 * p + 1], s1)));
         int32_t bp;
         memcpy(&bp, xb->bsums + 2 * p, 4);
-        const __m512i sp = _mm512_or_si512(_mm512_and_si512(s0, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s1, 16));
-        B = _mm512_dpwssd_epi32(B, sp, _mm512_set1_epi32(bp));
+        B = _mm512_dpwssd_epi32(B, q6r_pair(s0, s1), _mm512_set1_epi32(bp));
     }
     S = _mm512_sub_epi32(S, _mm512_slli_epi32(B, 5));
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + nsb * IL6_SB + i * 32)));
@@ -649,8 +659,8 @@ INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, si
                             const int pf, const int NC) {
     __m512 acc[Q6R_NC];
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
-    if (NC == 1 && pf) {
-        for (int64_t i = 0; i < nsb; i++) acc[0] = q6i_sb1(g, nsb, i, (const llmb_block_q8_K *)x + i, acc[0]);
+    if (NC == 1) {
+        for (int64_t i = 0; i < nsb; i++) acc[0] = q6i_sb1(g, nsb, i, (const llmb_block_q8_K *)x + i, pf, acc[0]);
         _mm512_storeu_ps(y, acc[0]);
         return;
     }
@@ -664,15 +674,6 @@ INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, si
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-#define Q6I_CASES(call)                                                                                             \
-    switch (nc - c0 < Q6R_NC ? nc - c0 : Q6R_NC) {                                                                  \
-    case 1: call(1); break;                                                                                         \
-    case 2: call(2); break;                                                                                         \
-    case 3: call(3); break;                                                                                         \
-    case 4: call(4); break;                                                                                         \
-    case 5: call(5); break;                                                                                         \
-    default: call(Q6R_NC); break;                                                                                   \
-    }
 VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                     float *y, int64_t ldy) {
     const uint8_t *w = vw, *x = vx;
@@ -687,7 +688,7 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
                 const uint8_t *xc = x + c0 * xs;
                 float *yc = y + c0 * ldy + r0;
 #define Q6I_KEPT(k) q6r_body(dec, nsb, xc, xs, yc, ldy, 0xFFFF, k)
-                Q6I_CASES(Q6I_KEPT)
+                IL_TILE(nc - c0, Q6R_NC, Q6I_KEPT)
 #undef Q6I_KEPT
             }
             continue;
@@ -696,7 +697,7 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
             const uint8_t *xc = x + c0 * xs;
             float *yc = y + c0 * ldy + r0;
 #define Q6I_RUN(k) q6i_body(g, nsb, xc, xs, yc, ldy, c0 == 0, k)
-            Q6I_CASES(Q6I_RUN)
+            IL_TILE(nc - c0, Q6R_NC, Q6I_RUN)
 #undef Q6I_RUN
         }
     }
