@@ -1,10 +1,14 @@
 // cpu.c — run-time CPU feature detection and the SIMD level that kernel dispatch uses, the
-// monotonic clock, and OpenMP facts. One build runs on any CPU of its architecture: kernels are
+// monotonic clock, OpenMP facts, and memory for large streamed arrays. One build runs on any CPU of its architecture: kernels are
 // compiled for several levels (function target attributes) and picked here at run time.
 // Tested by csrc/tests/test_core.c (levels can be forced down, never up) and tests/test_info.py.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
@@ -114,4 +118,13 @@ uint64_t llmb_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void *llmb_alloc_stream(size_t bytes) {
+    const size_t huge = (size_t)2 << 20, cap = (bytes + huge - 1) / huge * huge;
+    void *p = aligned_alloc(huge, cap ? cap : huge);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p) madvise(p, cap ? cap : huge, MADV_HUGEPAGE);   // advice only: without THP the pages stay small
+#endif
+    return p;
 }

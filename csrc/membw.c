@@ -21,16 +21,21 @@
 #define READ_CLONES
 #endif
 
-// XOR of the bits of p[0 .. 2*len): both halves read at once, 16 values (64 bytes) of each per step.
-// XOR is associative, so the loops vectorize without -ffast-math and are never latency-bound.
+// XOR of the bits of p[0 .. len): two streams at once, p[0 .. d) and p[d .. len), 16 values (64 bytes) of each
+// per step, the longer one's rest after. XOR is associative, so the loops vectorize without -ffast-math and
+// are never latency-bound. The second stream starts 12 KiB short of the middle: two streams a power of two
+// apart (the middle of a 512 MiB array: 256 MiB) meet the same DRAM banks at every step, and on an AMD EPYC
+// (Zen 4) read 15.8-16.1 GB/s at 1 thread against 23.1-25.8 from 4 KiB to 2 MiB off it.
 READ_CLONES static uint32_t read_two_streams(const uint32_t *p, int64_t len) {
+    const int64_t off = 3072, d = len / 2 > 4 * off ? len / 2 / 16 * 16 - off : len / 2, m = len - d < d ? len - d : d;
     uint32_t x[16] = {0};
-    const uint32_t *q = p + len;
+    const uint32_t *q = p + d;
     int64_t i = 0;
-    for (; i + 16 <= len; i += 16)
+    for (; i + 16 <= m; i += 16)
         for (int j = 0; j < 16; j++) x[j] ^= p[i + j] ^ q[i + j];
     uint32_t s = 0;
-    for (; i < len; i++) s ^= p[i] ^ q[i];
+    for (int64_t k = i; k < d; k++) s ^= p[k];
+    for (int64_t k = d + i; k < len; k++) s ^= p[k];
     for (int j = 0; j < 16; j++) s ^= x[j];
     return s;
 }
@@ -39,7 +44,8 @@ llmb_status llmb_membw(size_t bytes, int reps, int nthreads, double gbs[3]) {
     if (bytes < 4096 || reps < 1 || nthreads < 1)
         return llmb_fail(LLMB_E_ARG, "membw: need at least 4096 bytes, 1 repetition and 1 thread");
     int64_t n = (int64_t)(bytes / sizeof(float));
-    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b), *c = malloc((size_t)n * sizeof *c);
+    float *a = llmb_alloc_stream((size_t)n * sizeof *a), *b = llmb_alloc_stream((size_t)n * sizeof *b),
+          *c = llmb_alloc_stream((size_t)n * sizeof *c);
     if (!a || !b || !c) {
         free(a), free(b), free(c);
         return llmb_fail(LLMB_E_NOMEM, "membw: cannot allocate 3 arrays of %zu bytes", bytes);
@@ -59,9 +65,8 @@ llmb_status llmb_membw(size_t bytes, int reps, int nthreads, double gbs[3]) {
 #else
             const int64_t id = 0, nt = 1;
 #endif
-            const int64_t lo = n * id / nt, hi = n * (id + 1) / nt, half = (hi - lo) / 2;   // this thread's slice
-            s ^= read_two_streams(au + lo, half);
-            if (lo + 2 * half < hi) s ^= au[hi - 1];
+            const int64_t lo = n * id / nt, hi = n * (id + 1) / nt;   // this thread's slice
+            s ^= read_two_streams(au + lo, hi - lo);
         }
         uint64_t t1 = llmb_now_ns();
 #pragma omp parallel for schedule(static) num_threads(nthreads)

@@ -385,7 +385,19 @@ static void check_matmul_n(void) {
     free(c.xq), free(xq), free(x);
 }
 
+// llmb_alloc_stream (the repacked weights' memory): 2 MiB aligned, every byte asked for writable (ASan
+// checks the bounds), free() releases it
+static void check_alloc_stream(void) {
+    const size_t sizes[] = {0, 1, 4096, (size_t)3 << 20};
+    for (size_t k = 0; k < 4; k++) {
+        uint8_t *p = llmb_alloc_stream(sizes[k]);
+        CHECK(p && (uintptr_t)p % ((size_t)2 << 20) == 0, "alloc_stream(%zu): %p", sizes[k], (void *)p);
+        if (p) memset(p, 0xA5, sizes[k]), free(p);
+    }
+}
+
 int main(void) {
+    check_alloc_stream();
     for (size_t ti = 0; ti < NTYPES; ti++) {
         const int t = types[ti], bs = llmb_type_traits_get(t)->blck_size;
         CHECK(llmb_vec_dot_get(t) && llmb_vec_dot_ref(t) && llmb_vec_dot_type(t) >= 0, "%s unsupported", tname(t));
