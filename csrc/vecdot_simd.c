@@ -604,6 +604,19 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // from cache 20-22 -> 23-25, from DRAM 14-16 -> 17-18 (2048 x 2048 even); engine tg64 of llama-1b
 // Q4_K_M (42% of its bytes Q6_K, the tied output among them) 1.06x at 1 thread, 0.99x at 2.
 #define IL6_SB (52 * 64)   // bytes of one super-block's words in a group
+// One token prefetches further ahead than STREAM_PF_AHEAD: since q6i_sb1 keeps its 16 sums in registers
+// (both halves unrolled; rolled, they lived on the stack) it runs 1.13x faster from memory in the kernel
+// alone, but in the engine at 9 KiB ahead it lost (llama-1b Q4_K_M tg64, 1 thread, alternated in one
+// process: 0.88x); 32 KiB ahead 1.04x, 64 KiB 1.06x against the rolled kernel at 9 KiB (AMD EPYC, Zen 4).
+#define Q6_PF_AHEAD 65536
+
+// The lines holding p[0 .. bytes) into L2. The interleaved Q6_K kernel's loads of its 16 d per super-block
+// missed the caches (9-12% of its samples in the engine: perf, llama-1b Q4_K_M tg): prefetching the next
+// group's at the start of each gave tg64 1.08x (1 thread, alternated in one process; AMD EPYC, Zen 4).
+INLINE void prefetch_bytes(const uint8_t *p, size_t bytes) {
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)p + bytes; a += 64)
+        _mm_prefetch((const char *)a, STREAM_PF_HINT);
+}
 
 INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf, q6r_dec *o) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
@@ -624,9 +637,10 @@ INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf,
 INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, int pf, __m512 acc) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
     if (pf)
-        for (size_t l = 0; l < IL6_SB; l += 64) _mm_prefetch((const char *)v + STREAM_PF_AHEAD + l, STREAM_PF_HINT);
+        for (size_t l = 0; l < IL6_SB; l += 64) _mm_prefetch((const char *)v + Q6_PF_AHEAD + l, STREAM_PF_HINT);
     __m512i ts[16], sw[4];
     for (int s = 0; s < 16; s++) ts[s] = _mm512_setzero_si512();
+#pragma GCC unroll 2
     for (int hf = 0; hf < 2; hf++)
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
@@ -681,6 +695,8 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     const int keep = nc > Q6R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: the group decoded once
     for (int r0 = 0; r0 < nr; r0 += Q4R) {
         const uint8_t *g = w + (size_t)r0 * ws;
+        if (r0 + Q4R < nr)   // the next group's d: past its words, where no prefetch of the stream reaches
+            prefetch_bytes(g + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32);
         if (keep) {
             q6r_dec dec[PANEL_MAX_SB];
             for (int64_t i = 0; i < nsb; i++) q6i_decode(g, nsb, i, 1, &dec[i]);
