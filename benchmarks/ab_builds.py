@@ -6,6 +6,7 @@ the same machine.
     git worktree add /tmp/base HEAD~1 && (cd /tmp/base && LLMBENCH_CUDA=0 python setup.py -q build_ext --inplace)
     python benchmarks/ab_builds.py /tmp/base/llmbench/_core.*.so llmbench/_core.*.so --model llama-125m:F16 --threads 1
     python benchmarks/ab_builds.py A.so B.so --kernel F16 --shapes 768x768 2048x768 --tokens 512
+    python benchmarks/ab_builds.py A.so B.so --kernel Q6_K --interleaved --shapes 2048x8192 --tokens 1 --copies 40
 
 Each build's extension module is loaded from its file; this checkout's Python code drives both, so the
 two must share the extension's Python API (any two builds of nearby commits do). An engine is created
@@ -76,11 +77,24 @@ def engine_ab(builds, a: argparse.Namespace) -> str:
     return summary(f"{a.model} {a.mode}{n}, {a.threads} thread(s)", rates, "t/s")
 
 
-def product_rate(build, tid: int, w, x, threads: int, ops: float) -> float:
-    """GOP/s of one matrix product on `build`."""
+def product_rate(build, tid: int, ws, x, threads: int, ops: float, group: int) -> float:
+    """GOP/s of one matrix product on `build` per weight copy in `ws`, the copies run one after another."""
     t0 = time.perf_counter_ns()
-    build.vec_dot(tid, w, x, threads)
-    return ops / (time.perf_counter_ns() - t0)
+    for w in ws:
+        build.vec_dot(tid, w, x, threads, interleave=group)
+    return ops * len(ws) / (time.perf_counter_ns() - t0)
+
+
+def weight_copies(build, tid: int, w, a: argparse.Namespace) -> tuple[list, int]:
+    """`a.copies` copies of w for `build`, in its interleaved layout where --interleaved asks (and the rows of
+    each group per layout, 0 for plain rows)"""
+    group = 0
+    if a.interleaved:
+        try:
+            w, group = build.vec_dot_repack(tid, w)
+        except ValueError as e:
+            raise SystemExit(f"ab_builds: --interleaved {a.kernel}: {e}") from None
+    return [w] + [w.copy() for _ in range(a.copies - 1)], group
 
 
 def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
@@ -93,15 +107,19 @@ def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
         w = quantize(rng.standard_normal((rows, cols), dtype=np.float32), a.kernel).reshape(rows, -1)
         x = rng.standard_normal((a.tokens, cols), dtype=np.float32)
         tid = type_id(a.kernel)
-        ya, yb = (b.vec_dot(tid, w, x, a.threads) for b in builds)
+        copies = [weight_copies(b, tid, w, a) for b in builds]
+        ya, yb = (b.vec_dot(tid, c[0][0], x, a.threads, interleave=c[1]) for b, c in zip(builds, copies))
         if not np.array_equal(ya, yb):
             raise SystemExit(f"ab_builds: the two builds' {a.kernel} {shape} products differ "
                              f"(max |A - B| = {np.max(np.abs(ya - yb)):.3g}): not the same kernel numerics")
 
         ops = 2.0 * rows * cols * a.tokens
-        rates = alternate([lambda b=b, t=tid, w=w, x=x, o=ops: product_rate(b, t, w, x, a.threads, o) for b in builds],
-                          a.rounds)
-        lines.append(summary(f"{a.kernel} {shape} x {a.tokens} tokens, {a.threads} thread(s)", rates, "GOP/s"))
+        rates = alternate([lambda b=b, c=c, o=ops: product_rate(b, tid, c[0], x, a.threads, o, c[1])
+                           for b, c in zip(builds, copies)], a.rounds)
+        where = f", {a.copies} copies ({a.copies * w.nbytes >> 20} MiB)" if a.copies > 1 else ""
+        layout = " interleaved" if a.interleaved else ""
+        lines.append(summary(f"{a.kernel}{layout} {shape} x {a.tokens} tokens, {a.threads} thread(s){where}", rates,
+                             "GOP/s"))
     return lines
 
 
@@ -116,10 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", help="weight type: time one matrix product (llmbench._core.vec_dot) instead")
     ap.add_argument("--shapes", nargs="+", default=["768x768", "2048x768", "768x2048"], help="ROWSxCOLS")
     ap.add_argument("--tokens", type=int, default=512, help="tokens of the kernel mode's product")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="kernel mode: the weights in each build's interleaved layout (vec_dot_repack)")
+    ap.add_argument("--copies", type=int, default=1,
+                    help="kernel mode: time a pass over this many copies of the weights (enough to exceed the "
+                         "last-level cache times a product from memory, as decode reads its weights)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args(argv)
-    for name in ("pp", "tg", "tokens", "threads", "rounds"):
+    for name in ("pp", "tg", "tokens", "threads", "rounds", "copies"):
         if getattr(a, name) < 1:
             ap.error(f"--{name} must be at least 1, got {getattr(a, name)}")
     for shape in a.shapes:

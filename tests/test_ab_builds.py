@@ -45,9 +45,33 @@ def test_kernels_compared_bit_for_bit(builds, capsys):
     assert "Q4_K 20x512 x 9 tokens" in out and LINE.search(out), out
 
 
+def test_interleaved_weights_from_copies(builds, capsys):
+    group = _core_group("Q4_K")
+    if not group:
+        pytest.skip("no interleaved Q4_K layout at this SIMD level")
+    rows = 2 * group
+    assert ab_builds.main([*builds, "--kernel", "Q4_K", "--interleaved", "--copies", "4", "--shapes", f"{rows}x512",
+                           "--tokens", "1", "--rounds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert f"Q4_K interleaved {rows}x512 x 1 tokens, 1 thread(s), 4 copies" in out and LINE.search(out), out
+
+
+def _core_group(t: str) -> int:
+    import numpy as np
+
+    from llmbench.quant import type_id
+
+    try:
+        return llmbench._core.vec_dot_repack(type_id(t), np.zeros((16, 144 * 2), np.uint8))[1]
+    except ValueError:
+        return 0
+
+
 def test_bad_input(builds, tmp_path):
     with pytest.raises(SystemExit, match="is not a file"):
         ab_builds.main([builds[0], str(tmp_path / "missing.so")])
-    for args in (["--shapes", "768"], ["--shapes", "0x16"], ["--rounds", "0"]):
+    with pytest.raises(SystemExit, match="--interleaved Q8_0: .*no interleaved layout"):
+        ab_builds.main([*builds, "--kernel", "Q8_0", "--interleaved", "--shapes", "32x64", "--rounds", "1"])
+    for args in (["--shapes", "768"], ["--shapes", "0x16"], ["--rounds", "0"], ["--copies", "0"]):
         with pytest.raises(SystemExit):
             ab_builds.main([*builds, "--kernel", "F16", *args])
