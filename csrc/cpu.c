@@ -1,7 +1,8 @@
 // cpu.c — run-time CPU feature detection and the SIMD level that kernel dispatch uses, the
-// monotonic clock, OpenMP facts, and memory for large streamed arrays. One build runs on any CPU of its architecture: kernels are
-// compiled for several levels (function target attributes) and picked here at run time.
-// Tested by csrc/tests/test_core.c (levels can be forced down, never up) and tests/test_info.py.
+// monotonic clock, OpenMP facts, and memory for large streamed arrays. One build runs on any CPU of
+// its architecture: kernels are compiled for several levels (function target attributes) and picked
+// here at run time. Tested by tests/test_info.py (levels can be forced down, never up) and
+// csrc/tests/test_vecdot.c (llmb_alloc_stream).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
