@@ -109,11 +109,16 @@ AVX2 INLINE void prefetch_w(const uint8_t *blk, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + PF_AHEAD + o, _MM_HINT_T0);
 }
 // The one-stream decode kernels of the AVX-512 level (interleaved Q4_K / Q6_K, F16 / BF16 / F32 rows)
-// prefetch further ahead, into L2. Engine tg alternated in one process on an AMD EPYC (Zen 4): llama-1b
+// prefetch further ahead, into L2 (one token of interleaved Q6_K further still: Q6_PF_AHEAD). Engine tg alternated in one process on an AMD EPYC (Zen 4): llama-1b
 // Q4_K_M interleaved 1.12x against the current super-block into L1; llama-125m F16 1.06x (1 thread),
 // 1.05x (2) against PF_AHEAD into L1.
 #define STREAM_PF_AHEAD 9216
 #define STREAM_PF_HINT _MM_HINT_T1
+// the lines at p, p + 64, ... below p + bytes into L2 (every line of [p, p + bytes) where bytes is a
+// multiple of 64 and p is line-aligned; bytes + 63 covers any range)
+INLINE void prefetch_l2(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, STREAM_PF_HINT);
+}
 
 // 8 weights as floats
 AVX2 INLINE __m256 load_w8(const int type, const uint8_t *p) {
@@ -457,9 +462,7 @@ INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, 
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const __m512i *v = (const __m512i *)(g + i * IL_SB);
-        if (pf)
-            for (size_t l = 0; l < IL_SB; l += 64)
-                _mm_prefetch((const char *)v + STREAM_PF_AHEAD + l, STREAM_PF_HINT);
+        if (pf) prefetch_l2((const uint8_t *)v + STREAM_PF_AHEAD, IL_SB);
         q45r_hdr o;
         if (!hd) q45r_hdr_words(v, &o);
         const llmb_block_q8_K *xb[Q4R_NC];
@@ -610,25 +613,20 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // process: 0.88x); 32 KiB ahead 1.04x, 64 KiB 1.06x against the rolled kernel at 9 KiB (AMD EPYC, Zen 4).
 #define Q6_PF_AHEAD 65536
 
-// The lines holding p[0 .. bytes) into L2. The interleaved Q6_K kernel's loads of its 16 d per super-block
-// missed the caches (9-12% of its samples in the engine: perf, llama-1b Q4_K_M tg): prefetching the next
-// group's at the start of each gave tg64 1.08x (1 thread, alternated in one process; AMD EPYC, Zen 4).
-INLINE void prefetch_bytes(const uint8_t *p, size_t bytes) {
-    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)p + bytes; a += 64)
-        _mm_prefetch((const char *)a, STREAM_PF_HINT);
+// lane r: row r's d of super-block i of the group at g (the halves past the group's words)
+INLINE VNNI512 __m512 q6i_d(const uint8_t *g, int64_t nsb, int64_t i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + nsb * IL6_SB + i * 32)));
 }
 
 INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf, q6r_dec *o) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
-    if (pf)
-        for (size_t l = 0; l < IL6_SB; l += 64)
-            _mm_prefetch((const char *)v + STREAM_PF_AHEAD + l, STREAM_PF_HINT);
+    if (pf) prefetch_l2((const uint8_t *)v + STREAM_PF_AHEAD, IL6_SB);
     __m512i ql[32], qh[16], sw[4];
     for (int k = 0; k < 32; k++) ql[k] = _mm512_loadu_si512(v + k);
     for (int k = 0; k < 16; k++) qh[k] = _mm512_loadu_si512(v + 32 + k);
     for (int k = 0; k < 4; k++) sw[k] = _mm512_loadu_si512(v + 48 + k);
     q6r_decode_words(ql, qh, sw, o);
-    o->d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + nsb * IL6_SB + i * 32)));
+    o->d = q6i_d(g, nsb, i);
 }
 
 // One token over super-block i of a group without storing the decoded values: q6r_sb's integers T_s
@@ -636,8 +634,7 @@ INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf,
 // S and fma
 INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, int pf, __m512 acc) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
-    if (pf)
-        for (size_t l = 0; l < IL6_SB; l += 64) _mm_prefetch((const char *)v + Q6_PF_AHEAD + l, STREAM_PF_HINT);
+    if (pf) prefetch_l2((const uint8_t *)v + Q6_PF_AHEAD, IL6_SB);
     __m512i ts[16], sw[4];
     for (int s = 0; s < 16; s++) ts[s] = _mm512_setzero_si512();
 #pragma GCC unroll 2
@@ -664,8 +661,7 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
         B = _mm512_dpwssd_epi32(B, q6r_pair(s0, s1), _mm512_set1_epi32(bp));
     }
     S = _mm512_sub_epi32(S, _mm512_slli_epi32(B, 5));
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + nsb * IL6_SB + i * 32)));
-    return _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(S), acc);
+    return _mm512_fmadd_ps(_mm512_mul_ps(q6i_d(g, nsb, i), _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(S), acc);
 }
 
 // NC tokens over one group, each super-block decoded as it comes
@@ -695,8 +691,10 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     const int keep = nc > Q6R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: the group decoded once
     for (int r0 = 0; r0 < nr; r0 += Q4R) {
         const uint8_t *g = w + (size_t)r0 * ws;
-        if (r0 + Q4R < nr)   // the next group's d: past its words, where no prefetch of the stream reaches
-            prefetch_bytes(g + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32);
+        // The next group's d: past its words, where no prefetch of the stream reaches. Their loads missed the
+        // caches (9-12% of this kernel's samples in the engine: perf, llama-1b Q4_K_M tg); prefetched here,
+        // tg64 1.08x (1 thread, alternated in one process; AMD EPYC, Zen 4)
+        if (r0 + Q4R < nr) prefetch_l2(g + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);
         if (keep) {
             q6r_dec dec[PANEL_MAX_SB];
             for (int64_t i = 0; i < nsb; i++) q6i_decode(g, nsb, i, 1, &dec[i]);
@@ -1307,7 +1305,7 @@ INLINE VNNI512 float float_decode_row(const int type, int64_t n, const uint8_t *
     const size_t es = type == LLMB_TYPE_F32 ? 4 : 2;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i + 16 <= n; i += 16) {
-        if (i % 32 == 0) _mm_prefetch((const char *)w + i * es + STREAM_PF_AHEAD, STREAM_PF_HINT);
+        if (i % 32 == 0) prefetch_l2(w + i * es + STREAM_PF_AHEAD, 32 * es);   // F32: 2 lines per 32 values
         acc = _mm512_fmadd_ps(load_w16(type, w + i * es), _mm512_loadu_ps(x + i), acc);
     }
     const float tail = fl_tail(type, n, w, x, &acc);
