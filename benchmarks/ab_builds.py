@@ -90,10 +90,9 @@ def weight_copies(build, tid: int, w, a: argparse.Namespace) -> tuple[list, int]
     each group per layout, 0 for plain rows)"""
     group = 0
     if a.interleaved:
-        try:
-            w, group = build.vec_dot_repack(tid, w)
-        except ValueError as e:
-            raise SystemExit(f"ab_builds: --interleaved {a.kernel}: {e}") from None
+        if not build.vec_dot_interleave(tid):
+            raise SystemExit(f"ab_builds: --interleaved {a.kernel}: this SIMD level has no interleaved layout for it")
+        w, group = build.vec_dot_repack(tid, w)
     return [w] + [w.copy() for _ in range(a.copies - 1)], group
 
 

@@ -54,11 +54,9 @@ def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads
     w = quantize(rng.standard_normal((rows, cols), dtype=np.float32), t).reshape(rows, -1)
     tid = type_id(t)
     layouts = [(t, w, 0)]
-    try:
-        wi, group = _core.vec_dot_repack(tid, w)
-        layouts.append((f"{t} (interleaved)", wi, group))
-    except ValueError:   # no interleaved kernel for t at this SIMD level, or rows not whole groups
-        pass
+    group = _core.vec_dot_interleave(tid)
+    if group and rows % group == 0:
+        layouts.append((f"{t} (interleaved)", *_core.vec_dot_repack(tid, w)))
     ncopies = max(2, -(-pool_bytes // w.nbytes))
     dst = np.empty_like(w)
     x = rng.standard_normal((1, cols), dtype=np.float32)

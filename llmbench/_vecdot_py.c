@@ -103,6 +103,13 @@ static PyObject *py_repack(PyObject *m, PyObject *args, PyObject *kw) {
     return Py_BuildValue("(Ni)", out, G);
 }
 
+// vec_dot_interleave(wtype) -> int: rows per group of wtype's interleaved layout at the active level (0: none)
+static PyObject *py_interleave(PyObject *m, PyObject *args) {
+    int wtype;
+    if (!PyArg_ParseTuple(args, "i", &wtype)) return NULL;
+    return PyLong_FromLong(llmb_type_traits_get(wtype) ? llmb_vec_dot_interleave(wtype) : 0);
+}
+
 // vec_dot_quantize_x(wtype, x) -> uint8 (tokens, row_bytes): the activations as the kernels see them
 static PyObject *py_quantize_x(PyObject *m, PyObject *args) {
     PyArrayObject *x;
@@ -172,6 +179,9 @@ static PyMethodDef vecdot_methods[] = {
     {"vec_dot_repack", (PyCFunction)(void (*)(void))py_repack, METH_VARARGS | METH_KEYWORDS,
      "vec_dot_repack(wtype, w_raw_u8[rows, row_bytes], unpack=False) -> (u8[rows, row_bytes], G): the rows\n"
      "interleaved in groups of G as the engine repacks them at load (ValueError where this level has none)"},
+    {"vec_dot_interleave", py_interleave, METH_VARARGS,
+     "vec_dot_interleave(wtype) -> int: rows per group of the interleaved layout at the active SIMD level\n"
+     "(0: the level has none for wtype; the CPU backend then reads plain rows)"},
     {"vec_dot_quantize_x", py_quantize_x, METH_VARARGS,
      "vec_dot_quantize_x(wtype, x_f32[tokens, n]) -> u8[tokens, row_bytes]: the quantized activations"},
     {"mem_bench", py_mem_bench, METH_VARARGS,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import llmbench._core
+from llmbench.quant import type_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import ab_builds
@@ -46,7 +47,7 @@ def test_kernels_compared_bit_for_bit(builds, capsys):
 
 
 def test_interleaved_weights_from_copies(builds, capsys):
-    group = _core_group("Q4_K")
+    group = llmbench._core.vec_dot_interleave(type_id("Q4_K"))
     if not group:
         pytest.skip("no interleaved Q4_K layout at this SIMD level")
     rows = 2 * group
@@ -54,17 +55,6 @@ def test_interleaved_weights_from_copies(builds, capsys):
                            "--tokens", "1", "--rounds", "3"]) == 0
     out = capsys.readouterr().out
     assert f"Q4_K interleaved {rows}x512 x 1 tokens, 1 thread(s), 4 copies" in out and LINE.search(out), out
-
-
-def _core_group(t: str) -> int:
-    import numpy as np
-
-    from llmbench.quant import type_id
-
-    try:
-        return llmbench._core.vec_dot_repack(type_id(t), np.zeros((16, 144 * 2), np.uint8))[1]
-    except ValueError:
-        return 0
 
 
 def test_bad_input(builds, tmp_path):

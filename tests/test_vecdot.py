@@ -134,21 +134,12 @@ def test_bad_arguments():
         _core.vec_dot(type_id("Q4_K"), w, x.astype(np.float64))
 
 
-def interleave_group(t: str) -> int:
-    """rows per group of t's interleaved layout at this SIMD level (0: none)"""
-    w, _, _ = case(t, rows=16, nblocks=1, ntok=1, seed=1)
-    try:
-        return _core.vec_dot_repack(type_id(t), w)[1]
-    except ValueError:
-        return 0
-
-
 @pytest.mark.parametrize("t", TYPES)
 def test_interleaved(t: str):
     # the layout the CPU backend repacks weights into at load: back to the same bytes, and its products
     # at every token count (decode, batched decode, token tiles, prefill passes) bit-identical to the
     # plain rows' on 1 and 2 threads; 48 rows are 3 groups of 16 (2 threads take 1 and 2)
-    group = interleave_group(t)
+    group = _core.vec_dot_interleave(type_id(t))
     if not group:
         pytest.skip(f"{t} has no interleaved layout at this SIMD level ({_core.simd_info()['active']})")
     w, x, n = case(t, rows=3 * group, nblocks=3, ntok=262, seed=17)
@@ -165,9 +156,10 @@ def test_interleaved(t: str):
 
 def test_interleaved_bad_arguments():
     w, x, n = case("Q8_0", rows=16, nblocks=8, ntok=1, seed=1)
+    assert _core.vec_dot_interleave(type_id("Q8_0")) == 0 and _core.vec_dot_interleave(99) == 0
     with pytest.raises(ValueError, match="no interleaved layout"):
         _core.vec_dot_repack(type_id("Q8_0"), w)
-    group = interleave_group("Q4_K")
+    group = _core.vec_dot_interleave(type_id("Q4_K"))
     if not group:
         pytest.skip("no interleaved Q4_K at this SIMD level")
     w, x, n = case("Q4_K", rows=group + 1, nblocks=1, ntok=1, seed=1)
