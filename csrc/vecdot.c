@@ -364,27 +364,67 @@ static llmb_gemm_tile_fn il_kernel(const llmb_vec_dot_kernels *k, int wtype, int
     return k->il && k->il_r == il ? k->il : NULL;
 }
 
+// Interleaved Q6_K stores each 6-bit value whole in a byte, so the kernel needs one AND where ql / qh
+// need up to five operations (llama.cpp's layout splits every value into a nibble and 2 bits), and in
+// the order the kernel reads them (one forward stream; the hardware prefetchers lose track of ql / qh's
+// three interleaved streams). For l < 32 in half h (0, 1) of the block, t = l / 4: word 24 h + 3 t,
+// byte l % 4, holds the value 128 h + l and bits 0-1 of the value 128 h + 96 + l (in bits 6-7); word
+// 24 h + 3 t + 1 the value 128 h + 32 + l and bits 2-3; word 24 h + 3 t + 2 the value 128 h + 64 + l and
+// bits 4-5. The scales and d stay where they are. from and to must not overlap.
+static void q6_K_recode(const uint8_t *from, uint8_t *to, int pack) {
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const int a = 64 * h + l, b = a + 32, c = 128 + 32 * h + l;        // ql / qh
+            const int na = 4 * (24 * h + 3 * (l / 4)) + l % 4, nb = na + 4, nc = na + 8;   // recoded
+            if (pack) {   // from: ql / qh as in llmb_block_q6_K
+                const int v0 = (from[a] & 0xF) | (from[c] & 3) << 4, v1 = (from[b] & 0xF) | (from[c] >> 2 & 3) << 4;
+                const int v2 = (from[a] >> 4) | (from[c] >> 4 & 3) << 4, v3 = (from[b] >> 4) | (from[c] >> 6) << 4;
+                to[na] = (uint8_t)(v0 | (v3 & 3) << 6), to[nb] = (uint8_t)(v1 | (v3 >> 2 & 3) << 6);
+                to[nc] = (uint8_t)(v2 | (v3 >> 4) << 6);
+            } else {
+                const int v0 = from[na] & 0x3F, v1 = from[nb] & 0x3F, v2 = from[nc] & 0x3F;
+                const int v3 = from[na] >> 6 | (from[nb] >> 6) << 2 | (from[nc] >> 6) << 4;
+                to[a] = (uint8_t)((v0 & 0xF) | (v2 & 0xF) << 4), to[b] = (uint8_t)((v1 & 0xF) | (v3 & 0xF) << 4);
+                to[c] = (uint8_t)(v0 >> 4 | (v1 >> 4) << 2 | (v2 >> 4) << 4 | (v3 >> 4) << 6);
+            }
+        }
+}
+
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
-// of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row.
+// of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row. Q6_K's
+// blocks are recoded first (q6_K_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
-    assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
+    assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0 && tt->type_size <= 256);
     const int64_t nb = n / tt->blck_size, words = tt->type_size / 4, tail = tt->type_size % 4;
     const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G;
+    const int q6 = wtype == LLMB_TYPE_Q6_K;
 #pragma omp parallel for schedule(static) if (nrows * nb >= 4096)
     for (int64_t g = 0; g < nrows / G; g++) {
         uint8_t *grp = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes;
         for (int64_t i = 0; i < nb; i++)
             for (int r = 0; r < G; r++) {
                 uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * tt->type_size;
+                uint8_t blk[256], *plain = row;   // the block's plain bytes; Q6_K's recoded in blk
+                if (q6 && pack) {
+                    memcpy(blk, row, tt->type_size);
+                    q6_K_recode(row, blk, 1);
+                    plain = blk;
+                } else if (q6) {
+                    plain = blk;
+                }
                 for (int64_t k = 0; k < words; k++) {
-                    uint8_t *il = grp + (size_t)i * wbytes + ((size_t)k * G + r) * 4, *plain = row + (size_t)k * 4;
-                    memcpy(pack ? il : plain, pack ? plain : il, 4);
+                    uint8_t *il = grp + (size_t)i * wbytes + ((size_t)k * G + r) * 4, *p = plain + (size_t)k * 4;
+                    memcpy(pack ? il : p, pack ? p : il, 4);
                 }
                 if (tail) {
-                    uint8_t *il = grp + (size_t)nb * wbytes + ((size_t)i * G + r) * tail, *plain = row + words * 4;
-                    memcpy(pack ? il : plain, pack ? plain : il, tail);
+                    uint8_t *il = grp + (size_t)nb * wbytes + ((size_t)i * G + r) * tail, *p = plain + words * 4;
+                    memcpy(pack ? il : p, pack ? p : il, tail);
+                }
+                if (q6 && !pack) {
+                    memcpy(row, blk, tt->type_size);
+                    q6_K_recode(blk, row, 0);
                 }
             }
     }

@@ -119,6 +119,20 @@ AVX2 INLINE void prefetch_w(const uint8_t *blk, size_t bytes) {
 INLINE void prefetch_l2(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, STREAM_PF_HINT);
 }
+// One token of interleaved Q4_K / Q6_K prefetches only the first line of each 4 KiB page ahead
+// (prefetch_stream): the hardware prefetchers stop at page boundaries, and this restarts them early,
+// while one prefetch per line (prefetch_l2) caps a stream near 21 GB/s on the Zen 4 host, whatever the
+// kernel (a pure read in C: 30 GB/s without prefetches, 19-24 with one per line at 1-64 KiB ahead).
+// Engine tg64 of llama-1b Q4_K_M (with the Q6_K recoding of vecdot.c, which a page-wise prefetch needs:
+// ql / qh's three interleaved streams fell to 0.55x), alternated in one process, against one prefetch
+// per line: 1 thread 1.31x, 1.05x, 0.99x (the host's phases differ); 2 threads 1.16x, 1.10x. A page
+// of 2 KiB measured 1.05x, 8 KiB 0.95x against 4 KiB. Batched decode (2 to 12 tokens) computes more
+// per line and keeps prefetch_l2: page-wise, 4 tokens ran 0.63-0.73x; F16 rows page-wise 0.89x.
+#define STREAM_PF_PAGE 4096
+INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of [p, p + bytes) at page starts
+    const uintptr_t a = ((uintptr_t)p + STREAM_PF_PAGE - 1) & ~(uintptr_t)(STREAM_PF_PAGE - 1);
+    for (uintptr_t q = a; q < (uintptr_t)p + bytes; q += STREAM_PF_PAGE) _mm_prefetch((const char *)q, STREAM_PF_HINT);
+}
 
 // 8 weights as floats
 AVX2 INLINE __m256 load_w8(const int type, const uint8_t *p) {
@@ -438,7 +452,7 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // transposes, read from one sequential stream, and q45r_sb runs on it: the panels' bits, the dot's bits.
 // From one token to LLMB_SMALL_TOKENS a thread's whole range of groups is one call; each group is read
 // from memory once, by its first token tile, which prefetches STREAM_PF_AHEAD bytes ahead into L2 (all 36
-// lines of each super-block). Against the plain layout's kernels on an AMD EPYC (Zen 4), 1 thread
+// lines of each super-block; one token, q4i_sb1, page-wise: prefetch_stream). Against the plain layout's kernels on an AMD EPYC (Zen 4), 1 thread
 // (benchmarks/bench_vecdot.py, 2048 x 8192 from DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the
 // read bandwidth against 0.46; 2 threads 0.91 against 0.64; one process alternating the two on
 // 2048 x 2048 and 8192 x 2048 weights: 2 tokens 2.1-2.8x, 8 tokens 1.7-2.0x, 512 tokens 1.00-1.06x
@@ -454,12 +468,57 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
     default: RUN(NCMAX); break;                                                                                     \
     }
 
+// One token over one super-block v of a group: q45r_sb's exact S and M in fewer operations and shorter
+// chains. The high nibbles are multiplied in place (p & 0xF0 = 16 x the value; products and sums stay
+// exact in int32) and each sub-block's sum is shifted back once (arithmetic, exact: a multiple of 16),
+// one operation per 8 vectors instead of one per vector; each sub-block sums its 8 vectors in two
+// chains of 4. Engine tg64 of llama-1b Q4_K_M at 1 thread, alternated in one process against q45r_sb
+// (both with prefetch_stream): 1.08x, 1.18x (AMD EPYC, Zen 4).
+INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, __m512 acc) {
+    q45r_hdr o;
+    q45r_hdr_words(v, &o);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i S = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {   // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
+        __m512i tl[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, th[2] = {tl[0], tl[0]};
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            const __m512i p = _mm512_loadu_si512(v + 4 + 8 * j + t);
+            int32_t a, b;
+            memcpy(&a, xb->qs + 64 * j + 4 * t, 4);
+            memcpy(&b, xb->qs + 64 * j + 32 + 4 * t, 4);
+            tl[t & 1] = _mm512_dpbusd_epi32(tl[t & 1], _mm512_and_si512(p, m4), _mm512_set1_epi32(a));
+            th[t & 1] = _mm512_dpbusd_epi32(th[t & 1], _mm512_andnot_si512(m4, p), _mm512_set1_epi32(b));
+        }
+        const __m512i l = _mm512_add_epi32(tl[0], tl[1]), h = _mm512_srai_epi32(_mm512_add_epi32(th[0], th[1]), 4);
+        S = _mm512_add_epi32(S, _mm512_add_epi32(_mm512_mullo_epi32(l, o.sc[2 * j]), _mm512_mullo_epi32(h, o.sc[2 * j + 1])));
+    }
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+    int32_t pr[4];
+    _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+    __m512i M = _mm512_setzero_si512();
+    for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, o.mn[p], _mm512_set1_epi32(pr[p]));
+    const __m512 dx = _mm512_set1_ps(xb->d);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(o.d, dx), _mm512_cvtepi32_ps(S), acc);
+    return _mm512_fnmadd_ps(_mm512_mul_ps(o.dmin, dx), _mm512_cvtepi32_ps(M), acc);
+}
+
 // NC tokens over one group: its super-blocks' headers from hd (decoded by the caller) or, where hd is
 // NULL, decoded here from the group's first 4 vectors
 INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, const uint8_t *x, size_t xs, float *y,
                             int64_t ldy, const int pf, const int NC) {
     __m512 acc[Q4R_NC];
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    if (NC == 1 && !hd) {   // one token: prefetch_stream (one prefetch per line measured 0.63-0.86x)
+        for (int64_t i = 0; i < nsb; i++) {
+            const __m512i *v = (const __m512i *)(g + i * IL_SB);
+            if (pf) prefetch_stream((const uint8_t *)v + STREAM_PF_AHEAD, IL_SB);
+            acc[0] = q4i_sb1(v, (const llmb_block_q8_K *)x + i, acc[0]);
+        }
+        _mm512_storeu_ps(y, acc[0]);
+        return;
+    }
     for (int64_t i = 0; i < nsb; i++) {
         const __m512i *v = (const __m512i *)(g + i * IL_SB);
         if (pf) prefetch_l2((const uint8_t *)v + STREAM_PF_AHEAD, IL_SB);
@@ -596,9 +655,10 @@ INLINE VNNI512 void q6r_body(const q6r_dec *dec, int64_t nsb, const uint8_t *x, 
 K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 
 // Interleaved Q6_K (groups of 16 rows): super-block i of a group is 52 vectors at 3328 i, lane r of
-// vector k = word k of row r's block (ql 0..31, qh 32..47, scales 48..51), and the group's 16 d of
-// super-block i are the 16 halves at 3328 nsb + 32 i. q6r_decode_words unpacks them as the panel does
-// (without its transposes), q6r_sb runs the tokens: the panel's bits, the dot's. Each group is read
+// vector k = word k of row r's recoded block (vecdot.c, q6_K_recode: the values whole, in reading
+// order, vectors 0..47; the scales 48..51), and the group's 16 d of super-block i are the 16 halves at
+// 3328 nsb + 32 i. q6i_vals4 unpacks them (q6i_decode into the panel's table), q6r_sb runs the
+// tokens: the panel's bits, the dot's. Each group is read
 // from memory once, prefetched into L2 STREAM_PF_AHEAD bytes ahead: with more token tiles than one, all
 // its super-blocks are decoded once into a panel's table first (as K_PANEL does; rows too long for it
 // decode again per tile), else each super-block is decoded and run at once; one token (q6i_sb1) runs
@@ -611,6 +671,7 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // (both halves unrolled; rolled, they lived on the stack) it runs 1.13x faster from memory in the kernel
 // alone, but in the engine at 9 KiB ahead it lost (llama-1b Q4_K_M tg64, 1 thread, alternated in one
 // process: 0.88x); 32 KiB ahead 1.04x, 64 KiB 1.06x against the rolled kernel at 9 KiB (AMD EPYC, Zen 4).
+// Now page-wise (prefetch_stream), 32 KiB measured the same as 64 (1.00x).
 #define Q6_PF_AHEAD 65536
 
 // lane r: row r's d of super-block i of the group at g (the halves past the group's words)
@@ -618,23 +679,45 @@ INLINE VNNI512 __m512 q6i_d(const uint8_t *g, int64_t nsb, int64_t i) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + nsb * IL6_SB + i * 32)));
 }
 
+// x & m, the bits of m, or else of y (bitwise select)
+#define SEL_BITS(m, x, y) _mm512_ternarylogic_epi32(x, y, m, 0xE4)
+
+// The 4 values of q6r_vals4 from the recoded vectors (vecdot.c, q6_K_recode) a, b, c (vectors 24 hf + 3t
+// to 24 hf + 3t + 2): q[0..2] the values of the low 6 bits of a, b, c, q[3] 4 times the value whose 2-bit
+// parts are bits 6-7 of a, b, c (low to high), made in bits 2-7 without shifting them back: 8 operations
+// for the 4 vectors where q6r_vals4 needs 21 (9 of them shifts)
+INLINE VNNI512 void q6i_vals4(__m512i a, __m512i b, __m512i c, __m512i q[4]) {
+    const __m512i m6 = _mm512_set1_epi8(0x3F);
+    q[0] = _mm512_and_si512(a, m6), q[1] = _mm512_and_si512(b, m6), q[2] = _mm512_and_si512(c, m6);
+    const __m512i hi2 = SEL_BITS(_mm512_set1_epi8((char)0xC0), c, _mm512_srli_epi16(b, 2));   // bits 4-5: b's 6-7
+    q[3] = _mm512_and_si512(SEL_BITS(_mm512_set1_epi8((char)0xF0), hi2, _mm512_srli_epi16(a, 4)),   // 2-3: a's 6-7
+                            _mm512_set1_epi8((char)0xFC));
+}
+
 INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf, q6r_dec *o) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
     if (pf) prefetch_l2((const uint8_t *)v + STREAM_PF_AHEAD, IL6_SB);
-    __m512i ql[32], qh[16], sw[4];
-    for (int k = 0; k < 32; k++) ql[k] = _mm512_loadu_si512(v + k);
-    for (int k = 0; k < 16; k++) qh[k] = _mm512_loadu_si512(v + 32 + k);
+    for (int hf = 0; hf < 2; hf++)   // vector 32 hf + 8 m + t holds values 128 hf + 32 m + 4t ..
+        for (int t = 0; t < 8; t++) {
+            __m512i q[4];
+            q6i_vals4(_mm512_loadu_si512(v + 24 * hf + 3 * t), _mm512_loadu_si512(v + 24 * hf + 3 * t + 1),
+                      _mm512_loadu_si512(v + 24 * hf + 3 * t + 2), q);
+            q[3] = _mm512_srli_epi16(q[3], 2);   // exact: bits 0-1 of every byte are 0
+            for (int m = 0; m < 4; m++) o->q[32 * hf + 8 * m + t] = q[m];
+        }
+    __m512i sw[4];
     for (int k = 0; k < 4; k++) sw[k] = _mm512_loadu_si512(v + 48 + k);
-    q6r_decode_words(ql, qh, sw, o);
+    for (int s = 0; s < 16; s++) o->sc[s] = q6r_scale(sw, s);
+    for (int p = 0; p < 8; p++) o->sp[p] = q6r_pair(o->sc[2 * p], o->sc[2 * p + 1]);
     o->d = q6i_d(g, nsb, i);
 }
 
 // One token over super-block i of a group without storing the decoded values: q6r_sb's integers T_s
-// (exact, in any order) as each 4 values of the 16 rows are unpacked (q6r_decode_words' steps), then its
+// (exact, in any order) as each 4 values of the 16 rows are unpacked (q6i_vals4), then its
 // S and fma
 INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, int pf, __m512 acc) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
-    if (pf) prefetch_l2((const uint8_t *)v + Q6_PF_AHEAD, IL6_SB);
+    if (pf) prefetch_stream((const uint8_t *)v + Q6_PF_AHEAD, IL6_SB);
     __m512i ts[16], sw[4];
     for (int s = 0; s < 16; s++) ts[s] = _mm512_setzero_si512();
 #pragma GCC unroll 2
@@ -642,8 +725,8 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
             __m512i q[4];
-            q6r_vals4(_mm512_loadu_si512(v + 16 * hf + t), _mm512_loadu_si512(v + 16 * hf + 8 + t),
-                      _mm512_loadu_si512(v + 32 + 8 * hf + t), q);
+            q6i_vals4(_mm512_loadu_si512(v + 24 * hf + 3 * t), _mm512_loadu_si512(v + 24 * hf + 3 * t + 1),
+                      _mm512_loadu_si512(v + 24 * hf + 3 * t + 2), q);
             for (int m = 0; m < 4; m++) {   // values 4k .. 4k + 3 of every row, k = 32 hf + 8 m + t: sub-block k / 4
                 const int k = 32 * hf + 8 * m + t;
                 int32_t xa;
@@ -651,6 +734,8 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
                 ts[k / 4] = _mm512_dpbusd_epi32(ts[k / 4], q[m], _mm512_set1_epi32(xa));
             }
         }
+    for (int s = 6; s < 16; s += 8)   // q[3]'s sub-blocks summed 4 times their values: exact division
+        ts[s] = _mm512_srai_epi32(ts[s], 2), ts[s + 1] = _mm512_srai_epi32(ts[s + 1], 2);
     for (int k = 0; k < 4; k++) sw[k] = _mm512_loadu_si512(v + 48 + k);
     __m512i S = _mm512_setzero_si512(), B = _mm512_setzero_si512();
     for (int p = 0; p < 8; p++) {
