@@ -396,7 +396,7 @@ static void q6_K_recode(const uint8_t *from, uint8_t *to, int pack) {
 // blocks are recoded first (q6_K_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
-    assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0 && tt->type_size <= 256);
+    assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
     const int64_t nb = n / tt->blck_size, words = tt->type_size / 4, tail = tt->type_size % 4;
     const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G;
     const int q6 = wtype == LLMB_TYPE_Q6_K;
@@ -406,13 +406,10 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
         for (int64_t i = 0; i < nb; i++)
             for (int r = 0; r < G; r++) {
                 uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * tt->type_size;
-                uint8_t blk[256], *plain = row;   // the block's plain bytes; Q6_K's recoded in blk
+                uint8_t blk[sizeof(llmb_block_q6_K)], *plain = q6 ? blk : row;   // Q6_K: the recoded block in blk
                 if (q6 && pack) {
-                    memcpy(blk, row, tt->type_size);
+                    memcpy(blk, row, sizeof blk);
                     q6_K_recode(row, blk, 1);
-                    plain = blk;
-                } else if (q6) {
-                    plain = blk;
                 }
                 for (int64_t k = 0; k < words; k++) {
                     uint8_t *il = grp + (size_t)i * wbytes + ((size_t)k * G + r) * 4, *p = plain + (size_t)k * 4;
@@ -423,7 +420,7 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
                     memcpy(pack ? il : p, pack ? p : il, tail);
                 }
                 if (q6 && !pack) {
-                    memcpy(row, blk, tt->type_size);
+                    memcpy(row, blk, sizeof blk);
                     q6_K_recode(blk, row, 0);
                 }
             }
