@@ -679,7 +679,7 @@ INLINE VNNI512 __m512 q6i_d(const uint8_t *g, int64_t nsb, int64_t i) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + nsb * IL6_SB + i * 32)));
 }
 
-// x & m, the bits of m, or else of y (bitwise select)
+// bitwise select: the bits of x where m has ones, of y where it has zeros
 #define SEL_BITS(m, x, y) _mm512_ternarylogic_epi32(x, y, m, 0xE4)
 
 // The 4 values of q6r_vals4 from the recoded vectors (vecdot.c, q6_K_recode) a, b, c (vectors 24 hf + 3t
