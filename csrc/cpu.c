@@ -122,10 +122,10 @@ uint64_t llmb_now_ns(void) {
 }
 
 void *llmb_alloc_stream(size_t bytes) {
-    const size_t huge = (size_t)2 << 20, cap = (bytes + huge - 1) / huge * huge;
-    void *p = aligned_alloc(huge, cap ? cap : huge);
+    const size_t huge = (size_t)2 << 20, cap = bytes ? (bytes + huge - 1) / huge * huge : huge;
+    void *p = aligned_alloc(huge, cap);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (p) madvise(p, cap ? cap : huge, MADV_HUGEPAGE);   // advice only: without THP the pages stay small
+    if (p) madvise(p, cap, MADV_HUGEPAGE);   // advice only: without THP the pages stay small
 #endif
     return p;
 }

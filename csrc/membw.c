@@ -4,8 +4,9 @@
 // Bytes counted as STREAM does (no write-allocate traffic): read N*4, copy 2N*4, triad 3N*4.
 // The read kernel is the limit decode runs against, so it reads as fast as this CPU can: the widest
 // vector loads it has (a clone per level) and two streams per thread (each thread's slice read from
-// both halves at once), over huge pages as the engine's repacked weights are (llmb_alloc_stream). On this project's 2-core host, alternated with the one-SSE2-stream loop it
-// replaced: 1 thread 29.0-31.4 GB/s against 24.0-26.7, 2 threads 44-55 against 35-43. The engine's
+// two points about half its length apart: read_two_streams), over huge pages as the engine's repacked
+// weights are (llmb_alloc_stream). On this project's 2-core host, alternated with the one-SSE2-stream
+// loop it replaced: 1 thread 29.0-31.4 GB/s against 24.0-26.7, 2 threads 44-55 against 35-43. The engine's
 // llama-1b Q8_0 decode reads 29.0 GB/s at 1 thread (benchmarks/bench_engine.py): above the old figure.
 // Tested by tests/test_membw.py (sane, positive figures; arguments checked).
 #include <stdlib.h>

@@ -109,9 +109,9 @@ AVX2 INLINE void prefetch_w(const uint8_t *blk, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + PF_AHEAD + o, _MM_HINT_T0);
 }
 // The one-stream decode kernels of the AVX-512 level (interleaved Q4_K / Q6_K, F16 / BF16 / F32 rows)
-// prefetch further ahead, into L2 (one token of interleaved Q6_K further still: Q6_PF_AHEAD). Engine tg alternated in one process on an AMD EPYC (Zen 4): llama-1b
-// Q4_K_M interleaved 1.12x against the current super-block into L1; llama-125m F16 1.06x (1 thread),
-// 1.05x (2) against PF_AHEAD into L1.
+// prefetch further ahead, into L2 (one token of interleaved Q6_K further still: Q6_PF_AHEAD). Engine tg
+// alternated in one process on an AMD EPYC (Zen 4): llama-1b Q4_K_M interleaved 1.12x against the
+// current super-block into L1; llama-125m F16 1.06x (1 thread), 1.05x (2) against PF_AHEAD into L1.
 #define STREAM_PF_AHEAD 9216
 #define STREAM_PF_HINT _MM_HINT_T1
 // the lines at p, p + 64, ... below p + bytes into L2 (every line of [p, p + bytes) where bytes is a
@@ -124,10 +124,10 @@ INLINE void prefetch_l2(const uint8_t *p, size_t bytes) {
 // while one prefetch per line (prefetch_l2) caps a stream near 21 GB/s on the Zen 4 host, whatever the
 // kernel (a pure read in C: 30 GB/s without prefetches, 19-24 with one per line at 1-64 KiB ahead).
 // Engine tg64 of llama-1b Q4_K_M (with the Q6_K recoding of vecdot.c, which a page-wise prefetch needs:
-// ql / qh's three interleaved streams fell to 0.55x), alternated in one process, against one prefetch
-// per line: 1 thread 1.31x, 1.05x, 0.99x (the host's phases differ); 2 threads 1.16x, 1.10x. A page
-// of 2 KiB measured 1.05x, 8 KiB 0.95x against 4 KiB. Batched decode (2 to 12 tokens) computes more
-// per line and keeps prefetch_l2: page-wise, 4 tokens ran 0.63-0.73x; F16 rows page-wise 0.89x.
+// ql / qh's three interleaved streams fell to 0.55x), alternated in one process, against one prefetch per
+// line: 1 thread 1.31x, 1.05x, 0.99x, 1.12x (the host's phases differ); 2 threads 1.16x, 1.10x. A page of
+// 2 KiB measured 1.05x and 1.01x, 8 KiB 0.95x against 4 KiB. Batched decode (2 to 12 tokens) computes
+// more per line and keeps prefetch_l2: page-wise, 4 tokens ran 0.63-0.73x; F16 rows page-wise 0.89x.
 #define STREAM_PF_PAGE 4096
 INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of [p, p + bytes) at page starts
     const uintptr_t a = ((uintptr_t)p + STREAM_PF_PAGE - 1) & ~(uintptr_t)(STREAM_PF_PAGE - 1);
@@ -337,6 +337,19 @@ VNNI512 static void q5r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q
         }
 }
 
+// acc plus one super-block's two fmas of q45_K_body for one token (xb): d dx S, then minus dmin dx M, M the
+// rows' mins against the token's sub-block sums (int16 pairs 2p, 2p + 1), exact
+INLINE VNNI512 __m512 q45r_fma(const q45r_hdr *o, const llmb_block_q8_K *xb, __m512i S, __m512 acc) {
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
+    int32_t pr[4];
+    _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
+    __m512i M = _mm512_setzero_si512();
+    for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, o->mn[p], _mm512_set1_epi32(pr[p]));
+    const __m512 dx = _mm512_set1_ps(xb->d);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(o->d, dx), _mm512_cvtepi32_ps(S), acc);
+    return _mm512_fnmadd_ps(_mm512_mul_ps(o->dmin, dx), _mm512_cvtepi32_ps(M), acc);
+}
+
 // one super-block (header o, values qv as in q4r_dec / q5r_dec) of 16 rows x NC tokens (xb[c]: token c's
 // super-block) into acc[c]: the exact integers S and M per lane, then the two fmas of q45_K_body
 INLINE VNNI512 void q45r_sb(const int q5, const q45r_hdr *o, const __m512i *qv, const llmb_block_q8_K *const *xb,
@@ -368,17 +381,7 @@ INLINE VNNI512 void q45r_sb(const int q5, const q45r_hdr *o, const __m512i *qv, 
             S[c] = _mm512_add_epi32(S[c], _mm512_add_epi32(_mm512_mullo_epi32(tl[c], o->sc[2 * j]),
                                                            _mm512_mullo_epi32(th[c], o->sc[2 * j + 1])));
     }
-    for (int c = 0; c < NC; c++) {
-        // sub-block sums of the activations as int16 pairs (2p, 2p + 1), against the rows' min pairs
-        const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);
-        int32_t pr[4];
-        _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
-        __m512i M = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, o->mn[p], _mm512_set1_epi32(pr[p]));
-        const __m512 dx = _mm512_set1_ps(xb[c]->d);
-        acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(o->d, dx), _mm512_cvtepi32_ps(S[c]), acc[c]);
-        acc[c] = _mm512_fnmadd_ps(_mm512_mul_ps(o->dmin, dx), _mm512_cvtepi32_ps(M), acc[c]);
-    }
+    for (int c = 0; c < NC; c++) acc[c] = q45r_fma(o, xb[c], S[c], acc[c]);
 }
 
 // the panel's rows x NC tokens: y[c * ldy + r] for the rows in `rows`
@@ -452,12 +455,13 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // transposes, read from one sequential stream, and q45r_sb runs on it: the panels' bits, the dot's bits.
 // From one token to LLMB_SMALL_TOKENS a thread's whole range of groups is one call; each group is read
 // from memory once, by its first token tile, which prefetches STREAM_PF_AHEAD bytes ahead into L2 (all 36
-// lines of each super-block; one token, q4i_sb1, page-wise: prefetch_stream). Against the plain layout's kernels on an AMD EPYC (Zen 4), 1 thread
-// (benchmarks/bench_vecdot.py, 2048 x 8192 from DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the
-// read bandwidth against 0.46; 2 threads 0.91 against 0.64; one process alternating the two on
-// 2048 x 2048 and 8192 x 2048 weights: 2 tokens 2.1-2.8x, 8 tokens 1.7-2.0x, 512 tokens 1.00-1.06x
-// GOP/s). The prefetch into L1 of the current super-block measured best in the kernel alone, and into
-// L1 at 2.3-18 KiB ahead slower still, but in the engine STREAM_PF_AHEAD into L2 won (above).
+// lines of each super-block; one token, q4i_sb1, only each page's first: prefetch_stream). Against the
+// plain layout's kernels on an AMD EPYC (Zen 4), 1 thread (benchmarks/bench_vecdot.py, 2048 x 8192 from
+// DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the read bandwidth against 0.46; 2 threads 0.91 against
+// 0.64; one process alternating the two on 2048 x 2048 and 8192 x 2048 weights: 2 tokens 2.1-2.8x, 8
+// tokens 1.7-2.0x, 512 tokens 1.00-1.06x GOP/s). The prefetch into L1 of the current super-block measured
+// best in the kernel alone, and into L1 at 2.3-18 KiB ahead slower still, but in the engine
+// STREAM_PF_AHEAD into L2 won (above).
 #define IL_SB (Q4R * sizeof(llmb_block_q4_K))   // bytes of one super-block of a group
 
 // the tile of min(left, NCMAX) tokens: RUN(k) with k a constant in each case (the bodies' loops unroll)
@@ -494,14 +498,7 @@ INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, __m51
         const __m512i l = _mm512_add_epi32(tl[0], tl[1]), h = _mm512_srai_epi32(_mm512_add_epi32(th[0], th[1]), 4);
         S = _mm512_add_epi32(S, _mm512_add_epi32(_mm512_mullo_epi32(l, o.sc[2 * j]), _mm512_mullo_epi32(h, o.sc[2 * j + 1])));
     }
-    const __m256i bs = _mm256_loadu_si256((const __m256i *)xb->bsums);
-    int32_t pr[4];
-    _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1)));
-    __m512i M = _mm512_setzero_si512();
-    for (int p = 0; p < 4; p++) M = _mm512_dpwssd_epi32(M, o.mn[p], _mm512_set1_epi32(pr[p]));
-    const __m512 dx = _mm512_set1_ps(xb->d);
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(o.d, dx), _mm512_cvtepi32_ps(S), acc);
-    return _mm512_fnmadd_ps(_mm512_mul_ps(o.dmin, dx), _mm512_cvtepi32_ps(M), acc);
+    return q45r_fma(&o, xb, S, acc);
 }
 
 // NC tokens over one group: its super-blocks' headers from hd (decoded by the caller) or, where hd is
@@ -510,7 +507,7 @@ INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, 
                             int64_t ldy, const int pf, const int NC) {
     __m512 acc[Q4R_NC];
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
-    if (NC == 1 && !hd) {   // one token: prefetch_stream (one prefetch per line measured 0.63-0.86x)
+    if (NC == 1 && !hd) {   // one token: q4i_sb1, prefetched page-wise (prefetch_stream)
         for (int64_t i = 0; i < nsb; i++) {
             const __m512i *v = (const __m512i *)(g + i * IL_SB);
             if (pf) prefetch_stream((const uint8_t *)v + STREAM_PF_AHEAD, IL_SB);
@@ -585,6 +582,12 @@ INLINE VNNI512 __m512i q6r_pair(__m512i s0, __m512i s1) {
     return _mm512_or_si512(_mm512_and_si512(s0, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(s1, 16));
 }
 
+// o's scales from the 16 rows' scale words sw[4]
+INLINE VNNI512 void q6r_scales(const __m512i *sw, q6r_dec *o) {
+    for (int s = 0; s < 16; s++) o->sc[s] = q6r_scale(sw, s);
+    for (int p = 0; p < 8; p++) o->sp[p] = q6r_pair(o->sc[2 * p], o->sc[2 * p + 1]);
+}
+
 // o's values and scales from the 16 rows' words (lane r: row r): ql[32], qh[16], sw[4] (the scales)
 INLINE VNNI512 void q6r_decode_words(const __m512i *ql, const __m512i *qh, const __m512i *sw, q6r_dec *o) {
     for (int hf = 0; hf < 2; hf++)   // vector 32 hf + 8 m + t holds values 128 hf + 32 m + 4t ..
@@ -593,8 +596,7 @@ INLINE VNNI512 void q6r_decode_words(const __m512i *ql, const __m512i *qh, const
             q6r_vals4(ql[16 * hf + t], ql[16 * hf + 8 + t], qh[8 * hf + t], q);
             for (int m = 0; m < 4; m++) o->q[32 * hf + 8 * m + t] = q[m];
         }
-    for (int s = 0; s < 16; s++) o->sc[s] = q6r_scale(sw, s);
-    for (int p = 0; p < 8; p++) o->sp[p] = q6r_pair(o->sc[2 * p], o->sc[2 * p + 1]);
+    q6r_scales(sw, o);
 }
 
 VNNI512 static void q6r_decode(const uint8_t *w, size_t ws, int nr, int64_t i, q6r_dec *o) {
@@ -655,17 +657,17 @@ INLINE VNNI512 void q6r_body(const q6r_dec *dec, int64_t nsb, const uint8_t *x, 
 K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 
 // Interleaved Q6_K (groups of 16 rows): super-block i of a group is 52 vectors at 3328 i, lane r of
-// vector k = word k of row r's recoded block (vecdot.c, q6_K_recode: the values whole, in reading
-// order, vectors 0..47; the scales 48..51), and the group's 16 d of super-block i are the 16 halves at
-// 3328 nsb + 32 i. q6i_vals4 unpacks them (q6i_decode into the panel's table), q6r_sb runs the
-// tokens: the panel's bits, the dot's. Each group is read
-// from memory once, prefetched into L2 STREAM_PF_AHEAD bytes ahead: with more token tiles than one, all
-// its super-blocks are decoded once into a panel's table first (as K_PANEL does; rows too long for it
-// decode again per tile), else each super-block is decoded and run at once; one token (q6i_sb1) runs
-// each 4 values as they are unpacked, nothing stored. Q6_K's unpacking costs more than Q4_K's, so the
-// gain is smaller: 1 token, 1 thread, one process alternating plain and interleaved, GB/s, 2048 x 8192
-// from cache 20-22 -> 23-25, from DRAM 14-16 -> 17-18 (2048 x 2048 even); engine tg64 of llama-1b
-// Q4_K_M (42% of its bytes Q6_K, the tied output among them) 1.06x at 1 thread, 0.99x at 2.
+// vector k = word k of row r's recoded block (vecdot.c, q6_K_recode: the values whole, in reading order,
+// vectors 0..47; the scales 48..51), and the group's 16 d of super-block i are the 16 halves at 3328 nsb
+// + 32 i. q6i_vals4 unpacks them (q6i_decode into the panel's table), q6r_sb runs the tokens: the panel's
+// bits, the dot's. Each group is read from memory once, prefetched into L2 STREAM_PF_AHEAD bytes ahead:
+// with more token tiles than one, all its super-blocks are decoded once into a panel's table first (as
+// K_PANEL does; rows too long for it decode again per tile), else each super-block is decoded and run at
+// once; one token (q6i_sb1) runs each 4 values as they are unpacked, nothing stored. Q6_K's unpacking
+// costs more than Q4_K's, so the gain is smaller: 1 token, 1 thread, one process alternating plain and
+// interleaved, GB/s, 2048 x 8192 from cache 20-22 -> 23-25, from DRAM 14-16 -> 17-18 (2048 x 2048 even);
+// engine tg64 of llama-1b Q4_K_M (42% of its bytes Q6_K, the tied output among them) 1.06x at 1 thread,
+// 0.99x at 2.
 #define IL6_SB (52 * 64)   // bytes of one super-block's words in a group
 // One token prefetches further ahead than STREAM_PF_AHEAD: since q6i_sb1 keeps its 16 sums in registers
 // (both halves unrolled; rolled, they lived on the stack) it runs 1.13x faster from memory in the kernel
@@ -682,11 +684,12 @@ INLINE VNNI512 __m512 q6i_d(const uint8_t *g, int64_t nsb, int64_t i) {
 // bitwise select: the bits of x where m has ones, of y where it has zeros
 #define SEL_BITS(m, x, y) _mm512_ternarylogic_epi32(x, y, m, 0xE4)
 
-// The 4 values of q6r_vals4 from the recoded vectors (vecdot.c, q6_K_recode) a, b, c (vectors 24 hf + 3t
-// to 24 hf + 3t + 2): q[0..2] the values of the low 6 bits of a, b, c, q[3] 4 times the value whose 2-bit
-// parts are bits 6-7 of a, b, c (low to high), made in bits 2-7 without shifting them back: 8 operations
-// for the 4 vectors where q6r_vals4 needs 21 (9 of them shifts)
-INLINE VNNI512 void q6i_vals4(__m512i a, __m512i b, __m512i c, __m512i q[4]) {
+// The 4 values of q6r_vals4 from the recoded vectors (vecdot.c, q6_K_recode) a, b, c at v (vectors 24 hf + 3t
+// to 24 hf + 3t + 2 of a super-block): q[0..2] the values of the low 6 bits of a, b, c, q[3] 4 times the
+// value whose 2-bit parts are bits 6-7 of a, b, c (low to high), made in bits 2-7 without shifting them
+// back: 8 operations for the 4 vectors where q6r_vals4 needs 21 (9 of them shifts)
+INLINE VNNI512 void q6i_vals4(const __m512i *v, __m512i q[4]) {
+    const __m512i a = _mm512_loadu_si512(v), b = _mm512_loadu_si512(v + 1), c = _mm512_loadu_si512(v + 2);
     const __m512i m6 = _mm512_set1_epi8(0x3F);
     q[0] = _mm512_and_si512(a, m6), q[1] = _mm512_and_si512(b, m6), q[2] = _mm512_and_si512(c, m6);
     const __m512i hi2 = SEL_BITS(_mm512_set1_epi8((char)0xC0), c, _mm512_srli_epi16(b, 2));   // bits 4-5: b's 6-7
@@ -700,15 +703,13 @@ INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf,
     for (int hf = 0; hf < 2; hf++)   // vector 32 hf + 8 m + t holds values 128 hf + 32 m + 4t ..
         for (int t = 0; t < 8; t++) {
             __m512i q[4];
-            q6i_vals4(_mm512_loadu_si512(v + 24 * hf + 3 * t), _mm512_loadu_si512(v + 24 * hf + 3 * t + 1),
-                      _mm512_loadu_si512(v + 24 * hf + 3 * t + 2), q);
+            q6i_vals4(v + 24 * hf + 3 * t, q);
             q[3] = _mm512_srli_epi16(q[3], 2);   // exact: bits 0-1 of every byte are 0
             for (int m = 0; m < 4; m++) o->q[32 * hf + 8 * m + t] = q[m];
         }
     __m512i sw[4];
     for (int k = 0; k < 4; k++) sw[k] = _mm512_loadu_si512(v + 48 + k);
-    for (int s = 0; s < 16; s++) o->sc[s] = q6r_scale(sw, s);
-    for (int p = 0; p < 8; p++) o->sp[p] = q6r_pair(o->sc[2 * p], o->sc[2 * p + 1]);
+    q6r_scales(sw, o);
     o->d = q6i_d(g, nsb, i);
 }
 
@@ -725,8 +726,7 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
             __m512i q[4];
-            q6i_vals4(_mm512_loadu_si512(v + 24 * hf + 3 * t), _mm512_loadu_si512(v + 24 * hf + 3 * t + 1),
-                      _mm512_loadu_si512(v + 24 * hf + 3 * t + 2), q);
+            q6i_vals4(v + 24 * hf + 3 * t, q);
             for (int m = 0; m < 4; m++) {   // values 4k .. 4k + 3 of every row, k = 32 hf + 8 m + t: sub-block k / 4
                 const int k = 32 * hf + 8 * m + t;
                 int32_t xa;
