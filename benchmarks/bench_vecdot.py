@@ -8,7 +8,7 @@ Weights are spread over enough copies of the matrix (--pool-mb, default 256 MB, 
 cache) that each call reads from DRAM, as a real model's layers do; the yardsticks cycle over the same
 copies.
 
-Types the engine repacks at load on this CPU (Q4_K and Q6_K with AVX-512 VNNI: rows interleaved 16 at a time,
+Types the engine repacks at load on this CPU (Q4_K, Q6_K and Q8_0 with AVX-512 VNNI: rows interleaved 16 at a time,
 llmbench._core.vec_dot_repack) get a second row, "(interleaved)": the same matrix in the layout the
 engine's forward pass reads.
 

@@ -61,7 +61,7 @@ static void cpu_destroy(llmb_backend *b) {
     free(b);
 }
 
-// A matrix whose type the active SIMD level runs interleaved (llmb_vec_dot_interleave: Q4_K and Q6_K with
+// A matrix whose type the active SIMD level runs interleaved (llmb_vec_dot_interleave: Q4_K, Q6_K, Q8_0 with
 // AVX-512 VNNI) is repacked once into the backend's memory, 16 rows to a group, so that one sequential stream
 // feeds 16 rows in the lanes of every vector: the decode kernel of the plain layout is bounded by its
 // per-row work, not by the memory (benchmarks/bench_vecdot.py measures both layouts). Same bits as

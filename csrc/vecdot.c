@@ -390,26 +390,38 @@ static void q6_K_recode(const uint8_t *from, uint8_t *to, int pack) {
         }
 }
 
+// Interleaved Q8_0 stores a block as its 32 values plus 128 (unsigned, vpdpbusd's first operand: the
+// kernel starts each block's sum from -128 sum x), then d: 8 whole words of values, d the 2-byte tail.
+static void q8_0_recode(const uint8_t *from, uint8_t *to, int pack) {
+    for (int j = 0; j < LLMB_QK; j++) {
+        if (pack) to[j] = from[2 + j] ^ 0x80;
+        else to[2 + j] = from[j] ^ 0x80;
+    }
+    memcpy(pack ? to + LLMB_QK : to, pack ? from : from + LLMB_QK, 2);
+}
+
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
 // of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row. Q6_K's
-// blocks are recoded first (q6_K_recode).
+// and Q8_0's blocks are recoded first (q6_K_recode, q8_0_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
     assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
     const int64_t nb = n / tt->blck_size, words = tt->type_size / 4, tail = tt->type_size % 4;
-    const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G;
-    const int q6 = wtype == LLMB_TYPE_Q6_K;
+    const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G, bs = tt->type_size;
+    void (*const recode)(const uint8_t *, uint8_t *, int) =
+        wtype == LLMB_TYPE_Q6_K ? q6_K_recode : wtype == LLMB_TYPE_Q8_0 ? q8_0_recode : NULL;
 #pragma omp parallel for schedule(static) if (nrows * nb >= 4096)
     for (int64_t g = 0; g < nrows / G; g++) {
         uint8_t *grp = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes;
         for (int64_t i = 0; i < nb; i++)
             for (int r = 0; r < G; r++) {
-                uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * tt->type_size;
-                uint8_t blk[sizeof(llmb_block_q6_K)], *plain = q6 ? blk : row;   // Q6_K: the recoded block in blk
-                if (q6 && pack) {
-                    memcpy(blk, row, sizeof blk);
-                    q6_K_recode(row, blk, 1);
+                uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * bs;
+                uint8_t blk[sizeof(llmb_block_q6_K)], *plain = recode ? blk : row;   // the recoded block in blk
+                assert(!recode || bs <= sizeof blk);
+                if (recode && pack) {   // (bytes recode leaves alone stay as they are: Q6_K's scales, d)
+                    memcpy(blk, row, bs);
+                    recode(row, blk, 1);
                 }
                 for (int64_t k = 0; k < words; k++) {
                     uint8_t *il = grp + (size_t)i * wbytes + ((size_t)k * G + r) * 4, *p = plain + (size_t)k * 4;
@@ -419,9 +431,9 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
                     uint8_t *il = grp + (size_t)nb * wbytes + ((size_t)i * G + r) * tail, *p = plain + words * 4;
                     memcpy(pack ? il : p, pack ? p : il, tail);
                 }
-                if (q6 && !pack) {
-                    memcpy(row, blk, sizeof blk);
-                    q6_K_recode(blk, row, 0);
+                if (recode && !pack) {
+                    memcpy(row, blk, bs);
+                    recode(blk, row, 0);
                 }
             }
     }
@@ -457,16 +469,12 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
         const llmb_gemm_tile_fn kil = il_kernel(k, wtype, il);
         const int64_t ng = nrows / il, g0 = ng * id / nt, g1 = ng * (id + 1) / nt;
         if (g0 == g1) return;
-        if (ntok <= LLMB_SMALL_TOKENS) {   // decode and batched decode: every group read once for all tokens
-            kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il), xq, x_stride, ntok,
-                  y + g0 * il, ldy);
-            return;
-        }
-        const int tb = panel_tokens(x_stride);   // prefill: token blocks outside, groups inside (as panels)
+        // decode and batched decode: every group read once for all tokens; prefill: token blocks outside,
+        // the groups inside (each kernel runs its groups one after the other, its token tiles in each)
+        const int tb = ntok <= LLMB_SMALL_TOKENS ? ntok : panel_tokens(x_stride);
         for (int t0 = 0; t0 < ntok; t0 += tb)
-            for (int64_t g = g0; g < g1; g++)
-                kil(n, (const char *)w + g * il * w_stride, w_stride, il, (const char *)xq + t0 * x_stride, x_stride,
-                      ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g * il, ldy);
+            kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il), (const char *)xq + t0 * x_stride,
+                x_stride, ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g0 * il, ldy);
         return;
     }
     if (ntok >= 2 && ntok <= LLMB_SMALL_TOKENS && k->small) {   // batched decode: this thread's rows, streamed once

@@ -802,7 +802,7 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     }
 }
 
-// Q4_0, Q5_0, Q8_0: pairs of blocks as 64 bytes w + 128 (unsigned), against x with vpdpbusd:
+// Q4_0, Q5_0: pairs of blocks as 64 bytes w + 128 (unsigned), against x with vpdpbusd:
 // sum (w + 128) x - 128 sum x == sum w x per 4 values, exact, the lanes of legacy0_body's two
 // accumulators side by side (lanes 0..7 the even block, 8..15 the odd one); the float steps are
 // theirs too (d = d_w * d_x, one fmadd per block, the halves added before hsum_ps).
@@ -883,7 +883,122 @@ INLINE VNNI512 void legacy0_panel(const int type, int64_t n, const uint8_t *w, s
     }
 L0_PANEL(q4_0, LLMB_TYPE_Q4_0)
 L0_PANEL(q5_0, LLMB_TYPE_Q5_0)
-L0_PANEL(q8_0, LLMB_TYPE_Q8_0)
+
+// Interleaved Q8_0 (vecdot.c: q8_0_recode, then groups of 16 rows): block i of a group is 8 vectors,
+// lane r of vector k the values 4k .. 4k + 3 of row r plus 128, and after the group's last block the
+// blocks' d, 16 halves a block. vpdpbusd of vector k against token x's values 4k .. 4k + 3 (broadcast),
+// starting from -128 sum x (q8i_tok, made once per token and block for all the call's groups), leaves
+// lane r with the exact sum w x of the block; then sum += (float)isum * (d_w * d_x) as q8_0_body does, so
+// 1 conversion and 3 float operations per 8 vpdpbusd (the dot's bits). Tiles of NG groups x NC tokens.
+#define Q8I_G 16
+#define Q8I_BLK (Q8I_G * LLMB_QK)       // bytes of a block of a group
+#define Q8I_NC 6                        // tokens per register tile
+// One token prefetches every line 32 KiB ahead into L2. Engine tg64 of llama-125m Q8_0, alternated in one
+// process against the plain rows' dot (AMD EPYC, Zen 4, 1 thread): page-wise as Q4_K (prefetch_stream)
+// 0.78-0.87x, every line at 2 / 4 / 8 / 16 / 32 KiB 0.89 / 0.94 / 0.95 / 0.97-1.03 / 0.99-1.04x (2 threads
+// 1.01x), into L1 at 16 KiB 0.76x; without the d's loads (wrong sums) no faster.
+#define Q8I_PF_AHEAD 32768
+#ifndef LLMB_Q8I_TOKS   // (token, block) entries of the q8i_tok table on the stack (the C tests: 256, so that
+#define LLMB_Q8I_TOKS (128 * 1024 / 8)   // their rows and tokens run several chunks and ranges)
+#endif
+#define Q8I_TOKS LLMB_Q8I_TOKS
+
+typedef struct {
+    int32_t c;   // -128 x the sum of the block's values
+    float d;
+} q8i_tok;
+
+// xt[c * bn + i] for the nc tokens at x and blocks i0 .. i0 + bn - 1
+INLINE VNNI512 void q8i_toks(const uint8_t *x, size_t xs, int nc, int64_t i0, int64_t bn, q8i_tok *xt) {
+    for (int c = 0; c < nc; c++)
+        for (int64_t i = 0; i < bn; i++) {
+            const llmb_block_q8_0 *b = (const llmb_block_q8_0 *)(x + c * xs) + i0 + i;
+            // sum of (q + 128) by sad against 0, in four 64-bit lanes
+            const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs),
+                                                               _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+            const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            const int32_t sum = (int32_t)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 128 * LLMB_QK;
+            xt[c * bn + i] = (q8i_tok){-128 * sum, half_at((const uint8_t *)&b->d)};
+        }
+}
+
+// NG groups (gs bytes apart) x NC tokens over blocks i0 .. i0 + bn - 1 of nb, from y where !first
+INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0, int64_t bn, const uint8_t *x,
+                             size_t xs, const q8i_tok *xt, float *y, int64_t ldy, const int first, const int pf,
+                             const int NG, const int NC) {
+    __m512 acc[2][Q8I_NC];
+    for (int q = 0; q < NG; q++)
+        for (int c = 0; c < NC; c++) acc[q][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy + Q8I_G * q);
+    for (int64_t i = 0; i < bn; i++) {
+        const uint8_t *v = g + (i0 + i) * Q8I_BLK;
+        if (pf)   // one token: every line, Q8I_PF_AHEAD ahead; more: STREAM_PF_AHEAD
+            for (int q = 0; q < NG; q++) prefetch_l2(v + q * gs + (NC == 1 ? Q8I_PF_AHEAD : STREAM_PF_AHEAD), Q8I_BLK);
+        __m512i s[2][Q8I_NC], u[2][2];   // NC <= 2: the odd vectors' sums apart (two chains of 4 vpdpbusd)
+        for (int c = 0; c < NC; c++) s[0][c] = s[1][c] = _mm512_set1_epi32(xt[c * bn + i].c);
+        for (int c = 0; c < NC && NC <= 2; c++) u[0][c] = u[1][c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i wv[2];
+            for (int q = 0; q < NG; q++) wv[q] = _mm512_loadu_si512(v + q * gs + 64 * k);
+            for (int c = 0; c < NC; c++) {
+                int32_t a;
+                memcpy(&a, ((const llmb_block_q8_0 *)(x + c * xs) + i0 + i)->qs + 4 * k, 4);
+                const __m512i xb = _mm512_set1_epi32(a);
+                for (int q = 0; q < NG; q++) {
+                    if (NC <= 2 && k % 2) u[q][c] = _mm512_dpbusd_epi32(u[q][c], wv[q], xb);
+                    else s[q][c] = _mm512_dpbusd_epi32(s[q][c], wv[q], xb);
+                }
+            }
+        }
+        for (int c = 0; c < NC && NC <= 2; c++)
+            for (int q = 0; q < NG; q++) s[q][c] = _mm512_add_epi32(s[q][c], u[q][c]);
+        for (int q = 0; q < NG; q++) {
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + q * gs + nb * Q8I_BLK) + i0 + i));
+            for (int c = 0; c < NC; c++)
+                acc[q][c] = _mm512_add_ps(acc[q][c], _mm512_mul_ps(_mm512_cvtepi32_ps(s[q][c]),
+                                                                   _mm512_mul_ps(dw, _mm512_set1_ps(xt[c * bn + i].d))));
+        }
+    }
+    for (int q = 0; q < NG; q++)
+        for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy + Q8I_G * q, acc[q][c]);
+}
+
+// Tokens in chunks whose q8i_tok entries fit the table (rows past Q8I_TOKS blocks: ranges of blocks, the
+// sums carried in y), each chunk over all the call's groups, two at a time from LLMB_SMALL_TOKENS + 1
+// tokens (prefill: each vector feeds up to 12 vpdpbusd) and one at a time below (decode: one stream)
+VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
+                                    float *y, int64_t ldy) {
+    const uint8_t *w = vw, *x = vx;
+    const int64_t nb = n / LLMB_QK, br = nb < Q8I_TOKS ? nb : Q8I_TOKS;
+    const size_t gs = Q8I_G * ws;
+    const int tc = (int)(Q8I_TOKS / br), ng = nc > LLMB_SMALL_TOKENS ? 2 : 1;
+    q8i_tok xt[Q8I_TOKS];
+    for (int c0 = 0; c0 < nc; c0 += tc) {
+        const int cn = nc - c0 < tc ? nc - c0 : tc;
+        for (int64_t i0 = 0; i0 < nb; i0 += br) {
+            const int64_t bn = nb - i0 < br ? nb - i0 : br;
+            q8i_toks(x + c0 * xs, xs, cn, i0, bn, xt);
+            for (int r0 = 0; r0 < nr; r0 += ng * Q8I_G) {
+                const uint8_t *g = w + (size_t)r0 * ws;
+                for (int t0 = 0; t0 < cn; t0 += Q8I_NC) {
+                    const uint8_t *xc = x + (c0 + t0) * xs;
+                    const q8i_tok *xtc = xt + t0 * bn;
+                    float *yc = y + (c0 + t0) * ldy + r0;
+                    const int first = i0 == 0, pf = t0 == 0;
+#define Q8I_RUN1(k) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 1, k)
+#define Q8I_RUN2(k) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 2, k)
+                    if (nr - r0 >= 2 * Q8I_G && ng == 2) {
+                        IL_TILE(cn - t0, Q8I_NC, Q8I_RUN2)
+                    } else {
+                        IL_TILE(cn - t0, Q8I_NC, Q8I_RUN1)
+                    }
+#undef Q8I_RUN1
+#undef Q8I_RUN2
+                }
+            }
+        }
+    }
+}
 
 // F32, F16, BF16: FL_R rows converted to float a chunk of at most FL_K values at a time, every
 // token of the call run over the chunk in register tiles of FL_R rows x 2 tokens (16 accumulators:
@@ -1041,8 +1156,8 @@ FL_PANEL(bf16, LLMB_TYPE_BF16)
 // after the other as in the one-token decode). Per output the steps of the single
 // dot: the exact integers of each super-block (S, and M for Q4_K/Q5_K) of all the group's outputs
 // reduced at once with reduce16_epi32, then the body's fmas in lane g*NC + c. Hence the same bits
-// (test_vecdot: every token count against the single dot). The legacy types keep their panels: the
-// same scheme measured 1.3-1.7x slower than the Q8_0 panel from 3 tokens (their float accumulation
+// (test_vecdot: every token count against the single dot). Q4_0 / Q5_0 keep their panels: the
+// same scheme measured 1.3-1.7x slower than the legacy panel from 3 tokens (their float accumulation
 // per block leaves nothing to share between tokens but the weight decoding, which is cheap).
 #define SMALL_OUT 8   // outputs (G x NC) and tokens per pass at most
 
@@ -1594,7 +1709,6 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
             t[LLMB_TYPE_Q6_K].panel_r = Q4R;
             t[LLMB_TYPE_Q4_0].panel = q4_0_panel_vnni512;
             t[LLMB_TYPE_Q5_0].panel = q5_0_panel_vnni512;
-            t[LLMB_TYPE_Q8_0].panel = q8_0_panel_vnni512;
             t[LLMB_TYPE_F32].panel = f32_panel_vnni512;
             t[LLMB_TYPE_F16].panel = f16_panel_vnni512;
             t[LLMB_TYPE_BF16].panel = bf16_panel_vnni512;
@@ -1607,6 +1721,8 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
             t[LLMB_TYPE_Q4_K].il_r = Q4R;
             t[LLMB_TYPE_Q6_K].il = q6_K_il_vnni512;
             t[LLMB_TYPE_Q6_K].il_r = Q4R;
+            t[LLMB_TYPE_Q8_0].il = q8_0_il_vnni512;
+            t[LLMB_TYPE_Q8_0].il_r = Q8I_G;
             t[LLMB_TYPE_Q5_K].decode = q5_K_decode_vnni512;
             t[LLMB_TYPE_Q6_K].decode = q6_K_decode_vnni512;
             t[LLMB_TYPE_F32].decode = f32_decode_vnni512;
@@ -1630,7 +1746,7 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
 
 // Every body: y[c*ldy + r] = dot(row r, token c) for r < NR, c < NC (constants once inlined).
 
-// Q4_0, Q5_0, Q8_0 x Q8_0: signed weights w in -16..15 (or -128..127), x * sign(w) against |w|.
+// Q4_0, Q5_0 x Q8_0: signed weights w in -8..7 or -16..15, x * sign(w) against |w|.
 // Two float accumulators per output, even blocks in the first, odd in the second (the two halves of
 // the 512-bit accumulator of the VNNI panel), added before the horizontal sum.
 INLINE VD_T void VD(legacy0_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
@@ -1661,6 +1777,47 @@ INLINE VD_T void VD(legacy0_body)(const int type, int64_t n, const uint8_t *w, s
         }
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+}
+
+// Q8_0 x Q8_0: the reference's arithmetic to the bit (vecdot.c, dot_q8_0_ref): each block's exact
+// integer sum, then sum += (float)isum * (d_w * d_x) block after block (no fma: -std=c11 does not
+// contract), which the interleaved kernel can do for 16 rows at once (q8_0_il_vnni512) where per-lane
+// float sums would cost a conversion, a multiply and an fma per vpdpbusd. Four blocks at a time: |w|
+// against x * sign(w), the four lane sums reduced together by two rounds of hadd.
+INLINE VD_T void VD(q8_0_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                               float *y, int64_t ldy, const int NR, const int NC) {
+    const int64_t nb = n / LLMB_QK;
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t ib = 0; ib < nb; ib += 4) {
+        const int nk = nb - ib < 4 ? (int)(nb - ib) : 4;
+        for (int r = 0; r < NR; r++) {
+            const llmb_block_q8_0 *wb = (const llmb_block_q8_0 *)(w + r * ws) + ib;
+            prefetch_w((const uint8_t *)wb, 4 * sizeof *wb);
+            __m256i wq[4], wa[4];
+            float wd[4];
+            for (int e = 0; e < 4; e++) {
+                wq[e] = e < nk ? _mm256_loadu_si256((const __m256i *)wb[e].qs) : _mm256_setzero_si256();
+                wa[e] = _mm256_abs_epi8(wq[e]);
+                wd[e] = e < nk ? half_at((const uint8_t *)&wb[e].d) : 0.0f;
+            }
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + ib;
+                __m256i p[4];
+                for (int e = 0; e < 4; e++)
+                    p[e] = e < nk ? DOTACC(_mm256_setzero_si256(), wa[e],
+                                           _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb[e].qs), wq[e]))
+                                  : _mm256_setzero_si256();
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                int32_t is[4];
+                _mm_storeu_si128((__m128i *)is, _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+                for (int e = 0; e < nk; e++) acc[r][c] += (float)is[e] * (wd[e] * half_at((const uint8_t *)&xb[e].d));
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
 }
 
 // Q4_1, Q5_1 x Q8_1: unsigned weights 0..31 against x, plus min * (d_x * sum q_x)
@@ -1864,7 +2021,7 @@ INLINE VD_T void VD(float_body)(const int type, int64_t n, const uint8_t *w, siz
 
 GEN(q4_0, VD(legacy0_body), LLMB_TYPE_Q4_0)
 GEN(q5_0, VD(legacy0_body), LLMB_TYPE_Q5_0)
-GEN(q8_0, VD(legacy0_body), LLMB_TYPE_Q8_0)
+GEN(q8_0, VD(q8_0_body), LLMB_TYPE_Q8_0)
 GEN(q4_1, VD(legacy1_body), LLMB_TYPE_Q4_1)
 GEN(q5_1, VD(legacy1_body), LLMB_TYPE_Q5_1)
 GEN(q4_K, VD(q45_K_body), LLMB_TYPE_Q4_K)

@@ -60,8 +60,8 @@ def test_interleaved_weights_from_copies(builds, capsys):
 def test_bad_input(builds, tmp_path):
     with pytest.raises(SystemExit, match="is not a file"):
         ab_builds.main([builds[0], str(tmp_path / "missing.so")])
-    with pytest.raises(SystemExit, match="--interleaved Q8_0: .*no interleaved layout"):
-        ab_builds.main([*builds, "--kernel", "Q8_0", "--interleaved", "--shapes", "32x64", "--rounds", "1"])
+    with pytest.raises(SystemExit, match="--interleaved Q4_0: .*no interleaved layout"):
+        ab_builds.main([*builds, "--kernel", "Q4_0", "--interleaved", "--shapes", "32x64", "--rounds", "1"])
     for args in (["--shapes", "768"], ["--shapes", "0x16"], ["--rounds", "0"], ["--copies", "0"]):
         with pytest.raises(SystemExit):
             ab_builds.main([*builds, "--kernel", "F16", *args])

@@ -133,17 +133,18 @@ def test_batch_invariance_quantized(wtype):
         assert got.logprobs == alone.logprobs and got.top_logprobs == alone.top_logprobs, f"batch of {b}"
 
 
-def test_interleaved_weights_give_the_plain_bits():
-    """Where the SIMD level has an interleaved kernel (Q4_K and Q6_K with AVX-512 VNNI), the CPU backend repacks
+@pytest.mark.parametrize("mix, wtype", [("Q4_K_M", "Q4_K"), ("Q8_0", "Q8_0")])
+def test_interleaved_weights_give_the_plain_bits(mix, wtype):
+    """Where the SIMD level has an interleaved kernel (Q4_K, Q6_K and Q8_0 with AVX-512 VNNI), the CPU backend repacks
     those matrices at load, 16 rows to a group; at AVX2 it reads the plain rows. The x86 levels give the
     same bits, so both engines' logits must be identical, at one token (decode), a few (batched decode's
     count) and many (prefill); an engine made at the top level still runs after the level is lowered."""
     from llmbench import _core
 
     top = _core.simd_info()["active"]
-    if not _core.vec_dot_interleave(gguf.GGMLQuantizationType.Q4_K):
-        pytest.skip(f"no interleaved Q4_K kernel at {top}")
-    path = llmbench.dummy_model("tiny", "Q4_K_M")
+    if not _core.vec_dot_interleave(gguf.GGMLQuantizationType[wtype]):
+        pytest.skip(f"no interleaved {wtype} kernel at {top}")
+    path = llmbench.dummy_model("tiny", mix)
     repacked = LLM(path, threads=2)
     rng = np.random.default_rng(9)
     prompts = [rng.integers(3, repacked.info["vocab"], n).tolist() for n in (1, 5, 70)]

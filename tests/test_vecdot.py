@@ -155,10 +155,10 @@ def test_interleaved(t: str):
 
 
 def test_interleaved_bad_arguments():
-    w, x, n = case("Q8_0", rows=16, nblocks=8, ntok=1, seed=1)
-    assert _core.vec_dot_interleave(type_id("Q8_0")) == 0 and _core.vec_dot_interleave(99) == 0
+    w, x, n = case("Q4_0", rows=16, nblocks=8, ntok=1, seed=1)
+    assert _core.vec_dot_interleave(type_id("Q4_0")) == 0 and _core.vec_dot_interleave(99) == 0
     with pytest.raises(ValueError, match="no interleaved layout"):
-        _core.vec_dot_repack(type_id("Q8_0"), w)
+        _core.vec_dot_repack(type_id("Q4_0"), w)
     group = _core.vec_dot_interleave(type_id("Q4_K"))
     if not group:
         pytest.skip("no interleaved Q4_K at this SIMD level")
