@@ -14,7 +14,8 @@ word of the prompt (or of the last chat message) picks the behaviour:
   http500     HTTP 500 with a JSON error body
   hang        no response at all until the server stops (or hang_s passes)
   stall       2 text events, then silence until the server stops (or hang_s passes)
-  slow        as ok with ttft 100 ms, for concurrency counting
+  slow        as ok with ttft 400 ms, for concurrency counting (at 100 ms a loaded host once finished a
+              request before the third of three concurrent ones arrived)
 
 Usage reports prompt_tokens = 1000 + number of prompt words (nothing a client could guess) and
 completion_tokens = tokens sent. The server counts requests in flight (max_inflight) and keeps each
@@ -107,7 +108,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if scenario == "role_first":
             self._event(self._choice(chat, "", None, role=True))
-        srv.stop.wait(0.1 if scenario == "slow" else srv.ttft_s)
+        srv.stop.wait(0.4 if scenario == "slow" else srv.ttft_s)
         limit = {"drop": 3, "malformed": 1, "error_event": 1, "stall": 2}.get(scenario, n)
         for i in range(min(n, limit)):
             if i:
