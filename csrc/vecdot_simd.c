@@ -893,11 +893,14 @@ L0_PANEL(q5_0, LLMB_TYPE_Q5_0)
 #define Q8I_G 16
 #define Q8I_BLK (Q8I_G * LLMB_QK)       // bytes of a block of a group
 #define Q8I_NC 6                        // tokens per register tile
-// One token prefetches every line 32 KiB ahead into L2. Engine tg64 of llama-125m Q8_0, alternated in one
-// process against the plain rows' dot (AMD EPYC, Zen 4, 1 thread): page-wise as Q4_K (prefetch_stream)
-// 0.78-0.87x, every line at 2 / 4 / 8 / 16 / 32 KiB 0.89 / 0.94 / 0.95 / 0.97-1.03 / 0.99-1.04x (2 threads
-// 1.01x), into L1 at 16 KiB 0.76x; without the d's loads (wrong sums) no faster.
+// One token runs 4 groups side by side (4 streams) and prefetches the first line of each page 32 KiB
+// ahead (prefetch_stream). Engine tg of llama-1b Q8_0 / llama-125m Q8_0, alternated in one process
+// against the plain rows' dot of 348d14e (AMD EPYC, Zen 4, 1 thread): one group, every line 32 KiB ahead
+// 0.83x / 0.99-1.04x; one group page-wise 32 KiB 0.95x / -; 2 groups page-wise 0.96-0.99x; 4 groups
+// page-wise 32 KiB 1.07x, 1.16x / 1.06x (2 threads 1.05x / 1.08x), 16 KiB 1.13x / 1.04x, every line
+// 32 KiB 1.09x / 1.12x (2 threads 1.11x / 0.99x). One group with no prefetch 0.88x, into L1 0.80-0.83x.
 #define Q8I_PF_AHEAD 32768
+#define Q8I_NG1 4   // groups side by side at one token
 #ifndef LLMB_Q8I_TOKS   // (token, block) entries of the q8i_tok table on the stack (the C tests: 256, so that
 #define LLMB_Q8I_TOKS (128 * 1024 / 8)   // their rows and tokens run several chunks and ranges)
 #endif
@@ -926,19 +929,24 @@ INLINE VNNI512 void q8i_toks(const uint8_t *x, size_t xs, int nc, int64_t i0, in
 INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0, int64_t bn, const uint8_t *x,
                              size_t xs, const q8i_tok *xt, float *y, int64_t ldy, const int first, const int pf,
                              const int NG, const int NC) {
-    __m512 acc[2][Q8I_NC];
+    __m512 acc[4][Q8I_NC];
     for (int q = 0; q < NG; q++)
         for (int c = 0; c < NC; c++) acc[q][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy + Q8I_G * q);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (i0 + i) * Q8I_BLK;
-        if (pf)   // one token: every line, Q8I_PF_AHEAD ahead; more: STREAM_PF_AHEAD
-            for (int q = 0; q < NG; q++) prefetch_l2(v + q * gs + (NC == 1 ? Q8I_PF_AHEAD : STREAM_PF_AHEAD), Q8I_BLK);
-        __m512i s[2][Q8I_NC], u[2][2];   // NC <= 2: the odd vectors' sums apart (two chains of 4 vpdpbusd)
-        for (int c = 0; c < NC; c++) s[0][c] = s[1][c] = _mm512_set1_epi32(xt[c * bn + i].c);
-        for (int c = 0; c < NC && NC <= 2; c++) u[0][c] = u[1][c] = _mm512_setzero_si512();
+        if (pf)   // one token: page-wise, Q8I_PF_AHEAD ahead (prefetch_stream); more: every line
+            for (int q = 0; q < NG; q++) {
+                if (NC == 1) prefetch_stream(v + q * gs + Q8I_PF_AHEAD, Q8I_BLK);
+                else prefetch_l2(v + q * gs + STREAM_PF_AHEAD, Q8I_BLK);
+            }
+        __m512i s[4][Q8I_NC], u[4][2];   // NC <= 2: the odd vectors' sums apart (two chains of 4 vpdpbusd)
+        for (int c = 0; c < NC; c++)
+            for (int q = 0; q < NG; q++) s[q][c] = _mm512_set1_epi32(xt[c * bn + i].c);
+        for (int c = 0; c < NC && NC <= 2; c++)
+            for (int q = 0; q < NG; q++) u[q][c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            __m512i wv[2];
+            __m512i wv[4];
             for (int q = 0; q < NG; q++) wv[q] = _mm512_loadu_si512(v + q * gs + 64 * k);
             for (int c = 0; c < NC; c++) {
                 int32_t a;
@@ -964,36 +972,38 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
 }
 
 // Tokens in chunks whose q8i_tok entries fit the table (rows past Q8I_TOKS blocks: ranges of blocks, the
-// sums carried in y), each chunk over all the call's groups, two at a time from LLMB_SMALL_TOKENS + 1
-// tokens (prefill: each vector feeds up to 12 vpdpbusd) and one at a time below (decode: one stream)
+// sums carried in y), each chunk over all the call's groups: two at a time from LLMB_SMALL_TOKENS + 1
+// tokens (prefill: each token's broadcast feeds 2 vpdpbusd), Q8I_NG1 at one token, one otherwise
 VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                     float *y, int64_t ldy) {
     const uint8_t *w = vw, *x = vx;
     const int64_t nb = n / LLMB_QK, br = nb < Q8I_TOKS ? nb : Q8I_TOKS;
     const size_t gs = Q8I_G * ws;
-    const int tc = (int)(Q8I_TOKS / br), ng = nc > LLMB_SMALL_TOKENS ? 2 : 1;
+    const int tc = (int)(Q8I_TOKS / br), ng = nc > LLMB_SMALL_TOKENS ? 2 : nc == 1 ? Q8I_NG1 : 1;
     q8i_tok xt[Q8I_TOKS];
     for (int c0 = 0; c0 < nc; c0 += tc) {
         const int cn = nc - c0 < tc ? nc - c0 : tc;
         for (int64_t i0 = 0; i0 < nb; i0 += br) {
             const int64_t bn = nb - i0 < br ? nb - i0 : br;
             q8i_toks(x + c0 * xs, xs, cn, i0, bn, xt);
-            for (int r0 = 0; r0 < nr; r0 += ng * Q8I_G) {
+            for (int r0 = 0, k; r0 < nr; r0 += k * Q8I_G) {
+                k = (nr - r0) / Q8I_G >= ng ? ng : 1;   // groups side by side (the last ones alone)
                 const uint8_t *g = w + (size_t)r0 * ws;
                 for (int t0 = 0; t0 < cn; t0 += Q8I_NC) {
                     const uint8_t *xc = x + (c0 + t0) * xs;
                     const q8i_tok *xtc = xt + t0 * bn;
                     float *yc = y + (c0 + t0) * ldy + r0;
                     const int first = i0 == 0, pf = t0 == 0;
-#define Q8I_RUN1(k) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 1, k)
-#define Q8I_RUN2(k) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 2, k)
-                    if (nr - r0 >= 2 * Q8I_G && ng == 2) {
+                    if (k == 4) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 4, 1);
+                    else if (k == 2) {
+#define Q8I_RUN2(t) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 2, t)
                         IL_TILE(cn - t0, Q8I_NC, Q8I_RUN2)
-                    } else {
-                        IL_TILE(cn - t0, Q8I_NC, Q8I_RUN1)
-                    }
-#undef Q8I_RUN1
 #undef Q8I_RUN2
+                    } else {
+#define Q8I_RUN1(t) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 1, t)
+                        IL_TILE(cn - t0, Q8I_NC, Q8I_RUN1)
+#undef Q8I_RUN1
+                    }
                 }
             }
         }
