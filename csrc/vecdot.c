@@ -411,6 +411,7 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
     const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G, bs = tt->type_size;
     void (*const recode)(const uint8_t *, uint8_t *, int) =
         wtype == LLMB_TYPE_Q6_K ? q6_K_recode : wtype == LLMB_TYPE_Q8_0 ? q8_0_recode : NULL;
+    assert(!recode || bs <= sizeof(llmb_block_q6_K));   // the largest recoded block (blk below)
 #pragma omp parallel for schedule(static) if (nrows * nb >= 4096)
     for (int64_t g = 0; g < nrows / G; g++) {
         uint8_t *grp = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes;
@@ -418,7 +419,6 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
             for (int r = 0; r < G; r++) {
                 uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * bs;
                 uint8_t blk[sizeof(llmb_block_q6_K)], *plain = recode ? blk : row;   // the recoded block in blk
-                assert(!recode || bs <= sizeof blk);
                 if (recode && pack) {   // (bytes recode leaves alone stay as they are: Q6_K's scales, d)
                     memcpy(blk, row, bs);
                     recode(row, blk, 1);
@@ -473,8 +473,8 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
         // the groups inside (each kernel runs its groups one after the other, its token tiles in each)
         const int tb = ntok <= LLMB_SMALL_TOKENS ? ntok : panel_tokens(x_stride);
         for (int t0 = 0; t0 < ntok; t0 += tb)
-            kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il), (const char *)xq + t0 * x_stride,
-                x_stride, ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g0 * il, ldy);
+            kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il),
+                (const char *)xq + t0 * x_stride, x_stride, ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g0 * il, ldy);
         return;
     }
     if (ntok >= 2 && ntok <= LLMB_SMALL_TOKENS && k->small) {   // batched decode: this thread's rows, streamed once

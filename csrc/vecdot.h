@@ -116,10 +116,10 @@ LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts
 // load brings the same word of G rows, one per lane, and one sequential stream feeds all G rows (the
 // plain layout needs G streams or one reduction per row); a block's bytes past its last whole word
 // (Q6_K's d) follow all the group's words, block by block, row by row; Q6_K's blocks are recoded first
-// (values whole, in the kernel's reading order: vecdot.c, q6_K_recode), Q8_0's too (values + 128, then d). Same bytes in all: group g
-// starts at g * G * row_bytes. Products over it (llmb_matmul_part.il = G) give the plain layout's bits;
-// should the active level be lowered later to one without the kernel, they run at the best level this
-// CPU has.
+// (values whole, in the kernel's reading order: vecdot.c, q6_K_recode), Q8_0's too (values + 128,
+// then d). Same bytes in all: group g starts at g * G * row_bytes. Products over it (llmb_matmul_part.il
+// = G) give the plain layout's bits; should the active level be lowered later to one without the kernel,
+// they run at the best level this CPU has.
 // rows per group for wtype at the active level; 0 where it has no interleaved kernel
 LLMB_API int llmb_vec_dot_interleave(int wtype);
 // dst = the nrows rows of n elements at w (row_bytes apart) interleaved in groups of G rows; nrows must

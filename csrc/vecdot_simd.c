@@ -154,13 +154,12 @@ AVX2 INLINE float w_scalar(const int type, const uint8_t *p) {
     }
 }
 
-// the 32 signed weights of a Q4_0 (-8..7), Q5_0 (-16..15) or Q8_0 block
+// the 32 signed weights of a Q4_0 (-8..7) or Q5_0 (-16..15) block
 AVX2 INLINE __m256i legacy0_weights(const int type, const uint8_t *blk) {
     if (type == LLMB_TYPE_Q4_0) return _mm256_sub_epi8(nibbles_32(blk + 2), _mm256_set1_epi8(8));
-    if (type == LLMB_TYPE_Q5_0)   // (q | h<<4) - 16 == q | 0xF0 where h is 0
-        return _mm256_or_si256(nibbles_32(blk + 6), _mm256_andnot_si256(bytes_from_bits_32(blk + 2),
-                                                                         _mm256_set1_epi8((char)0xF0)));
-    return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    // Q5_0: (q | h<<4) - 16 == q | 0xF0 where h is 0
+    return _mm256_or_si256(nibbles_32(blk + 6), _mm256_andnot_si256(bytes_from_bits_32(blk + 2),
+                                                                     _mm256_set1_epi8((char)0xF0)));
 }
 
 #define LLMB_VECDOT_BODY
@@ -852,8 +851,7 @@ INLINE VNNI512 void l0_panel_body(const l0_dec *dec, int64_t nb, const uint8_t *
 
 INLINE VNNI512 void legacy0_panel(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                                   size_t xs, int nc, float *y, int64_t ldy) {
-    const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0)
-                    : type == LLMB_TYPE_Q5_0 ? sizeof(llmb_block_q5_0) : sizeof(llmb_block_q8_0);
+    const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0) : sizeof(llmb_block_q5_0);
     const int64_t nb = n / LLMB_QK, np = (nb + 1) / 2, nsb = nb;   // PANEL_TOKENS_LOOP passes nsb: the block count
     l0_dec dec[LLMB_PANEL_R * L0_MAX_PAIRS];
     for (int r = 0; r < nr; r++)
@@ -916,11 +914,10 @@ INLINE VNNI512 void q8i_toks(const uint8_t *x, size_t xs, int nc, int64_t i0, in
     for (int c = 0; c < nc; c++)
         for (int64_t i = 0; i < bn; i++) {
             const llmb_block_q8_0 *b = (const llmb_block_q8_0 *)(x + c * xs) + i0 + i;
-            // sum of (q + 128) by sad against 0, in four 64-bit lanes
+            // sum of (q + 128) by sad against 0: four 64-bit lanes below 2^11, summed as 32-bit lanes
             const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs),
                                                                _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
-            const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            const int32_t sum = (int32_t)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 128 * LLMB_QK;
+            const int32_t sum = hsum_epi32(s) - 128 * LLMB_QK;
             xt[c * bn + i] = (q8i_tok){-128 * sum, half_at((const uint8_t *)&b->d)};
         }
 }
@@ -1761,8 +1758,7 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
 // the 512-bit accumulator of the VNNI panel), added before the horizontal sum.
 INLINE VD_T void VD(legacy0_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                                   float *y, int64_t ldy, const int NR, const int NC) {
-    const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0)
-                    : type == LLMB_TYPE_Q5_0 ? sizeof(llmb_block_q5_0) : sizeof(llmb_block_q8_0);
+    const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0) : sizeof(llmb_block_q5_0);
     const int64_t nb = n / LLMB_QK;
     __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C][2];
     for (int r = 0; r < NR; r++)

@@ -264,9 +264,10 @@ static void check_small_long(int t, int64_t n) {
 }
 
 // Interleaved weights (llmb_vec_dot_repack), where a level has them: unpack(repack(w)) == w; matmul over
-// IR rows (several groups: 2 threads take 2 and 3) at every token count of decode and batched decode,
-// past a token tile, and past the longest pass of token blocks, bit-identical to the plain rows' single
-// dot, also as one part among plain parts of llmb_vec_dot_matmul_parts
+// IR rows (several groups: 2 threads take 2 and 3; Q8_0 at one token on one thread runs 4 side by side,
+// then 1) at every token count of decode and batched decode, past a token tile, and past the longest pass
+// of token blocks, bit-identical to the plain rows' single dot, also as one part among plain parts of
+// llmb_vec_dot_matmul_parts
 #define IR 80
 static void check_interleaved(int t, int64_t n) {
     const llmb_simd_level levels[] = {LLMB_SIMD_SCALAR, LLMB_SIMD_NEON, LLMB_SIMD_AVX2, LLMB_SIMD_AVX512};
