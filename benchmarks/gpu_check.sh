@@ -32,6 +32,7 @@ OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}   # benchmarks/*.py import llmbench from the checkout
 T0=$(date +%s)
 log() { echo "[gpu_check +$(($(date +%s) - T0))s] $*"; }
 BUDGET=${GPU_CHECK_BUDGET:-340}
