@@ -18,9 +18,11 @@
 // matvec (16 tokens per call, each token's dot products in a fixed order) and attn_decode with a
 // fixed context split; prompt tokens, however few, through gemm (FP16 activations, FP32
 // accumulation) and attn_prefill, whose per-query result does not depend on how queries are grouped
-// into tiles. Logits rows always come from matvec. On a GPU, cuBLAS may pick its algorithm by the
-// token count, so a prompt token's bits can depend on the chunk it is in; the emulated device's
-// GEMM is a fixed loop.
+// into tiles. Logits rows always come from matvec. cuBLAS picks its kernel by the problem's shape,
+// so gemm calls it on fixed-width token chunks (GEMM_CHUNK, the last padded) with the same leading
+// dimensions and alignment: a prompt token's bits do not depend on how many tokens share the step.
+// The emulated device's GEMM is a fixed loop, so only a GPU run checks this (test_cuda_engine's
+// batch-invariance and fork tests, test_cuda_kernels' token-count test).
 //
 // CUDA Graphs (params.graphs): a decode-only step of n sequences pads to the next bucket B of 1, 2,
 // 4, ..., 64 (padding rows: token 0 at position 0, stored into a trash block past the pool, one key

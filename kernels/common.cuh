@@ -62,7 +62,7 @@ extern llmb_cublas llmb_cu_blas;
 llmb_status llmb_cu_blas_load(void); // LLMB_E_BACKEND naming what is missing
 
 // ---- the context (runtime.cu) ----
-enum { WS_GEMM_W, WS_GEMM_X, WS_ATTN, WS_SAMPLE, WS_BLAS, WS_COUNT };
+enum { WS_GEMM_W, WS_GEMM_X, WS_GEMM_Y, WS_ATTN, WS_SAMPLE, WS_BLAS, WS_COUNT };
 
 #define LLMB_CUBLAS_WORKSPACE ((size_t)32 << 20) // cuBLAS's own workspace (NVIDIA's advice for Hopper)
 

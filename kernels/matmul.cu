@@ -4,7 +4,7 @@
 //              read once per call whatever the token count;
 //   gemm       prefill and large batches: weights dequantized tile by tile to FP16 (BF16 and F32 kept)
 //              in a reused workspace, activations rounded to the same type once, cublasGemmEx with
-//              FP32 accumulation and output;
+//              FP32 accumulation and output on fixed 128-token chunks (batch invariance);
 //   dequantize rows (or rows picked by ids: the embedding lookup) to F32 or F16.
 // References: NumPy on llmbench.quant's CPU dequantization (tests/test_cuda_kernels.py).
 #include <cuda_bf16.h>
@@ -82,31 +82,42 @@ llmb_status llmb_cu_dequantize(llmb_cuda_ctx *c, int wtype, const void *w, int64
 
 #define GEMM_TILE_BYTES ((size_t)64 << 20) // dequantized weight rows per cuBLAS call
 
+// Tokens per cuBLAS call. cuBLAS picks its kernel (tiles, split-K) by the problem's shape, so a
+// token's bits would depend on how many tokens share the call: every call has exactly GEMM_CHUNK
+// columns (the last padded with zeros), and the same leading dimensions and alignment, so a token's
+// row comes out the same whatever else is in the batch and wherever it sits in it.
+#define GEMM_CHUNK 128
+
 llmb_status llmb_cu_gemm(llmb_cuda_ctx *c, int wtype, const void *w, int64_t rows, int64_t cols, const float *x,
                          int64_t ldx, int ntok, float *y, int64_t ldy) {
     TRY(llmb_cu_enter(c));
     TRY(check_matmul("gemm", wtype, w, rows, cols, x, ldx, ntok, y, ldy));
     if (rows == 0) return LLMB_OK;
     const float alpha = 1.0f, beta = 0.0f;
-    if (wtype == LLMB_TYPE_F32) { // plain SGEMM on the float weights
-        CUBLAS_CHECK(llmb_cu_blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, ntok, (int)cols, &alpha, w, CUDA_R_32F,
-                                  (int)cols, x, CUDA_R_32F, (int)ldx, &beta, y, CUDA_R_32F, (int)ldy,
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        return LLMB_OK;
-    }
-    // activations in the weights' 16-bit type: BF16 for BF16 weights, else FP16
-    const bool bf = wtype == LLMB_TYPE_BF16;
-    const cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_16F;
-    void *x16, *wt;
-    TRY(llmb_cu_ws(c, WS_GEMM_X, (size_t)ntok * (size_t)cols * 2, &x16));
-    const int64_t nx = (int64_t)ntok * cols;
-    auto *rbf = round_rows_kernel<__nv_bfloat16>;
-    auto *rh = round_rows_kernel<__half>;
-    const dim3 g(llmb_cu_blocks(nx, 256)), b(256);
-    if (bf) LLMB_LAUNCH(rbf, g, b, 0, c->stream, x, ldx, cols, (int64_t)ntok, (__nv_bfloat16 *)x16);
-    else LLMB_LAUNCH(rh, g, b, 0, c->stream, x, ldx, cols, (int64_t)ntok, (__half *)x16);
+    // activations staged in a padded workspace: FP32 for F32 weights, BF16 for BF16, else FP16
+    const bool f32 = wtype == LLMB_TYPE_F32, bf = wtype == LLMB_TYPE_BF16;
+    const cudaDataType_t dt = f32 ? CUDA_R_32F : bf ? CUDA_R_16BF : CUDA_R_16F;
+    const size_t es = f32 ? 4 : 2;
+    const int64_t npad = ((int64_t)ntok + GEMM_CHUNK - 1) / GEMM_CHUNK * GEMM_CHUNK;
+    void *xs, *wt = NULL, *ypad = NULL;
+    TRY(llmb_cu_ws(c, WS_GEMM_X, (size_t)npad * (size_t)cols * es, &xs));
+    const dim3 g(llmb_cu_blocks((int64_t)ntok * cols, 256)), b(256);
+    if (f32) LLMB_LAUNCH(round_rows_kernel<float>, g, b, 0, c->stream, x, ldx, cols, (int64_t)ntok, (float *)xs, cols);
+    else if (bf) LLMB_LAUNCH(round_rows_kernel<__nv_bfloat16>, g, b, 0, c->stream, x, ldx, cols, (int64_t)ntok,
+                             (__nv_bfloat16 *)xs, cols);
+    else LLMB_LAUNCH(round_rows_kernel<__half>, g, b, 0, c->stream, x, ldx, cols, (int64_t)ntok, (__half *)xs, cols);
     CU_LAUNCHED("round_rows_kernel");
-    const bool direct = wtype == LLMB_TYPE_F16 || bf; // the weights are already 16-bit rows
+    if (npad > ntok)
+        CU_CHECK(cudaMemsetAsync((uint8_t *)xs + (size_t)ntok * cols * es, 0, (size_t)(npad - ntok) * cols * es,
+                                 c->stream));
+    // Output straight into y in whole chunks when y is 256-byte aligned (as the workspace is, so that
+    // cuBLAS sees one alignment either way); the padded last chunk, or every chunk of an unaligned y,
+    // goes through a workspace of the same leading dimension and is copied back.
+    const bool y_direct = (uintptr_t)y % 256 == 0;
+    const int64_t n_via = y_direct ? (npad > ntok ? GEMM_CHUNK : 0) : npad;
+    const int64_t t_via = npad - n_via; // first token written through the workspace
+    if (n_via) TRY(llmb_cu_ws(c, WS_GEMM_Y, (size_t)n_via * (size_t)ldy * 4, &ypad));
+    const bool direct = wtype == LLMB_TYPE_F16 || bf || f32; // the weights are already rows of dt
     int64_t tile = direct ? rows : (int64_t)(GEMM_TILE_BYTES / ((size_t)cols * 2));
     if (tile < 1) tile = 1;
     if (tile > rows) tile = rows;
@@ -119,9 +130,19 @@ llmb_status llmb_cu_gemm(llmb_cuda_ctx *c, int wtype, const void *w, int64_t row
             TRY(dequantize_on(c->stream, wtype, a, nr, cols, NULL, nr, LLMB_TYPE_F16, wt));
             a = wt;
         }
-        CUBLAS_CHECK(llmb_cu_blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, ntok, (int)cols, &alpha, a, dt, (int)cols,
-                                  x16, dt, (int)cols, &beta, y + r0, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
+        for (int64_t t0 = 0; t0 < npad; t0 += GEMM_CHUNK) {
+            float *yc = (t0 < t_via ? y + t0 * ldy : (float *)ypad + (t0 - t_via) * ldy) + r0;
+            CUBLAS_CHECK(llmb_cu_blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nr, GEMM_CHUNK, (int)cols, &alpha,
+                                              a, dt, (int)cols, (const uint8_t *)xs + (size_t)t0 * cols * es, dt,
+                                              (int)cols, &beta, yc, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+                                              CUBLAS_GEMM_DEFAULT));
+        }
+    }
+    if (n_via && ntok > t_via) {
+        const int64_t nc = ntok - t_via;
+        LLMB_LAUNCH(round_rows_kernel<float>, dim3(llmb_cu_blocks(nc * rows, 256)), b, 0, c->stream,
+                    (const float *)ypad, ldy, rows, nc, y + t_via * ldy, ldy);
+        CU_LAUNCHED("round_rows_kernel");
     }
     return LLMB_OK;
 }

@@ -108,12 +108,13 @@ __global__ void dequant_kernel(const uint8_t *__restrict__ w, int64_t row_bytes,
 
 // ---- prefill: dequantized tiles and cuBLAS ----
 
+// out[t, e] (leading dimension ldo) = x[t, e] (leading dimension ldx) in OUT, for n rows of cols
 template <typename OUT>
 __global__ void round_rows_kernel(const float *__restrict__ x, int64_t ldx, int64_t cols, int64_t n,
-                                  OUT *__restrict__ out) {
+                                  OUT *__restrict__ out, int64_t ldo) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n * cols) return;
-    store_cvt(out + i, x[(i / cols) * ldx + i % cols]);
+    store_cvt(out + (i / cols) * ldo + i % cols, x[(i / cols) * ldx + i % cols]);
 }
 
 #endif

@@ -290,7 +290,8 @@ llmb_status llmb_cu_enter(llmb_cuda_ctx *c) {
 }
 
 llmb_status llmb_cu_ws(llmb_cuda_ctx *c, int slot, size_t nbytes, void **out) {
-    static const char *names[WS_COUNT] = {"the dequantized weight tile workspace", "the 16-bit activation workspace",
+    static const char *names[WS_COUNT] = {"the dequantized weight tile workspace", "the GEMM activation workspace",
+                                          "the GEMM output workspace",
                                           "the attention workspace", "the sampling workspace", "the cuBLAS workspace"};
     if (nbytes > c->ws_bytes[slot]) {
         if (c->capturing)

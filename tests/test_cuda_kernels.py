@@ -137,6 +137,19 @@ def test_gemm(ctx, t, rows, nb, ntok):
     close_products(y, w64, x, rel)
 
 
+
+@pytest.mark.parametrize("t", WTYPES)
+def test_gemm_rows_do_not_depend_on_the_token_count(ctx, t):
+    """cuBLAS picks its kernel by the problem's shape, so gemm runs fixed-width token chunks: a token's
+    row has the same bits alone, in a few, or among 300 at any position (the engine's batch invariance)."""
+    rng = np.random.default_rng(11)
+    cols = 4 * BLOCK.get(t, 64)
+    raw, _ = weights(t, 96, cols, rng)
+    x = activations(300, cols, rng)
+    full = ctx.matmul(type_id(t), raw, x, path="gemm")
+    for lo, hi in [(0, 1), (5, 22), (127, 129), (100, 240), (250, 300)]:
+        np.testing.assert_array_equal(ctx.matmul(type_id(t), raw, x[lo:hi], path="gemm"), full[lo:hi])
+
 def test_matmul_switches_paths_at_the_crossover(ctx):
     rng = np.random.default_rng(5)
     raw, w64 = weights("Q4_K", 40, 512, rng)
