@@ -5,6 +5,7 @@
 // Tested by csrc/tests/test_vecdot.c (every kernel at every level against these references,
 // tiles against single dots bit for bit) and tests/test_vecdot.py (against NumPy).
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 
@@ -46,6 +47,62 @@ static void dot_bf16_ref(int64_t n, float *s, const void *vw, const void *vx) {
     double sum = 0;
     for (int64_t i = 0; i < n; i++) sum += (double)(llmb_bf16_to_fp32(w[i]) * x[i]);
     *s = (float)sum;
+}
+
+// ---- BF16 pairs (LLMB_TYPE_BF16_DP, vecdot.h: the operation sequence of vdpbf16ps) ----
+
+static float bf16_daz(uint16_t h) {   // denormal inputs read as zero
+    return llmb_bf16_to_fp32((h & 0x7f80u) ? h : (uint16_t)(h & 0x8000u));
+}
+
+// d (an exact sum of a float and a product of two BF16 values) rounded once to float, a denormal result
+// flushed to zero of its sign. The double sum is exact where a float midpoint is at stake (24 + 16 bits),
+// so rounding it to float is the single rounding of the instruction.
+static float round_ftz(double d) {
+    const float f = (float)d;
+    return fabsf(f) < FLT_MIN ? copysignf(0.0f, f) : f;
+}
+
+static float hsum16_ref(const float *l) {   // the order of the kernels' hsum16_ps
+    float a[8], b[4], c[2];
+    for (int j = 0; j < 8; j++) a[j] = l[j] + l[j + 8];
+    for (int j = 0; j < 4; j++) b[j] = a[j] + a[j + 4];
+    for (int j = 0; j < 2; j++) c[j] = b[j] + b[j + 2];
+    return c[0] + c[1];
+}
+
+static void dot_bf16dp_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const uint16_t *w = vw, *x = vx;
+    float l[16] = {0};
+    for (int64_t i = 0; i < n; i += 32)
+        for (int k = 0; k < 16; k++) {
+            const int64_t e = i + 2 * k;
+            l[k] = round_ftz((double)l[k] + (double)bf16_daz(w[e + 1]) * bf16_daz(x[e + 1]));   // never denormal
+            l[k] = round_ftz((double)l[k] + (double)bf16_daz(w[e]) * bf16_daz(x[e]));
+        }
+    *s = hsum16_ref(l);
+}
+
+uint16_t llmb_fp32_to_bf16_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (!(u & 0x7f800000u)) u &= 0x80000000u;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows, uint16_t *dst) {
+    if (n % 32 || (wtype != LLMB_TYPE_F32 && wtype != LLMB_TYPE_F16 && wtype != LLMB_TYPE_BF16)) return 0;
+#pragma omp parallel for schedule(static) if (nrows * n >= (1 << 20))
+    for (int64_t r = 0; r < nrows; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;
+        uint16_t *o = dst + r * n;
+        for (int64_t i = 0; i < n; i++) {
+            if (wtype == LLMB_TYPE_BF16) o[i] = ((const uint16_t *)row)[i];
+            else if (wtype == LLMB_TYPE_F16) o[i] = llmb_fp32_to_bf16_rne(F16(((const llmb_half *)row)[i]));
+            else o[i] = llmb_fp32_to_bf16_rne(((const float *)row)[i]);
+        }
+    }
+    return 1;
 }
 
 // ---- legacy formats x Q8_0 / Q8_1 ----
@@ -270,17 +327,18 @@ static void tile_ref(llmb_vec_dot_fn dot, int64_t n, const void *w, size_t ws, i
         tile_ref(dot_##name##_ref, n, w, ws, nr, x, xs, nc, y, ldy);                                                \
     }
 REF_TILE(f32) REF_TILE(f16) REF_TILE(bf16) REF_TILE(q4_0) REF_TILE(q4_1) REF_TILE(q5_0) REF_TILE(q5_1)
-REF_TILE(q8_0) REF_TILE(q4_K) REF_TILE(q5_K) REF_TILE(q6_K) REF_TILE(q8_K)
+REF_TILE(q8_0) REF_TILE(q4_K) REF_TILE(q5_K) REF_TILE(q6_K) REF_TILE(q8_K) REF_TILE(bf16dp)
 
 #define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL, 0, NULL}
-static const llmb_vec_dot_kernels ref_table[LLMB_TYPE_COUNT] = {
+static const llmb_vec_dot_kernels ref_table[LLMB_VEC_DOT_TYPES] = {
     [LLMB_TYPE_F32] = REF(f32),   [LLMB_TYPE_F16] = REF(f16),   [LLMB_TYPE_BF16] = REF(bf16),
     [LLMB_TYPE_Q4_0] = REF(q4_0), [LLMB_TYPE_Q4_1] = REF(q4_1), [LLMB_TYPE_Q5_0] = REF(q5_0),
     [LLMB_TYPE_Q5_1] = REF(q5_1), [LLMB_TYPE_Q8_0] = REF(q8_0), [LLMB_TYPE_Q4_K] = REF(q4_K),
     [LLMB_TYPE_Q5_K] = REF(q5_K), [LLMB_TYPE_Q6_K] = REF(q6_K), [LLMB_TYPE_Q8_K] = REF(q8_K),
+    [LLMB_TYPE_BF16_DP] = REF(bf16dp),
 };
 
-static llmb_vec_dot_kernels tables[LLMB_SIMD_AVX512 + 1][LLMB_TYPE_COUNT];
+static llmb_vec_dot_kernels tables[LLMB_SIMD_AVX512 + 1][LLMB_VEC_DOT_TYPES];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
 static void build_tables(void) {
@@ -292,7 +350,7 @@ static void build_tables(void) {
 }
 
 static const llmb_vec_dot_kernels *kernels(int wtype) {
-    if (wtype < 0 || wtype >= LLMB_TYPE_COUNT || !ref_table[wtype].dot) return NULL;
+    if (wtype < 0 || wtype >= LLMB_VEC_DOT_TYPES || !ref_table[wtype].dot) return NULL;
     pthread_once(&tables_once, build_tables);
     return &tables[llmb_simd_active()][wtype];
 }
@@ -303,6 +361,7 @@ int llmb_vec_dot_type(int wtype) {
     case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q8_0: return LLMB_TYPE_Q8_0;
     case LLMB_TYPE_Q4_1: case LLMB_TYPE_Q5_1: return LLMB_TYPE_Q8_1;
     case LLMB_TYPE_Q4_K: case LLMB_TYPE_Q5_K: case LLMB_TYPE_Q6_K: case LLMB_TYPE_Q8_K: return LLMB_TYPE_Q8_K;
+    case LLMB_TYPE_BF16_DP: return LLMB_TYPE_BF16_DP;
     default: return -1;
     }
 }
@@ -310,6 +369,7 @@ int llmb_vec_dot_type(int wtype) {
 size_t llmb_vec_dot_row_bytes(int wtype, int64_t n) {
     const int vt = llmb_vec_dot_type(wtype);
     if (vt < 0 || n < 0) return 0;
+    if (vt == LLMB_TYPE_BF16_DP) return n % 32 ? 0 : (size_t)n * 2;
     const llmb_type_traits *wt = llmb_type_traits_get(wtype), *xt = llmb_type_traits_get(vt);
     if (n % wt->blck_size || n % xt->blck_size) return 0;
     return (size_t)(n / xt->blck_size) * xt->type_size;
@@ -319,6 +379,9 @@ static void quantize_x(int wtype, const float *x, void *xq, int64_t n, int ref) 
     switch (llmb_vec_dot_type(wtype)) {
     case LLMB_TYPE_F32: memcpy(xq, x, (size_t)n * sizeof(float)); break;
     case LLMB_TYPE_Q8_1: quant_q8_1_ref(x, xq, n); break;
+    case LLMB_TYPE_BF16_DP:   // one rounding, so the reference and the kernels' bytes are the same
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)xq)[i] = llmb_fp32_to_bf16_rne(x[i]);
+        break;
     case LLMB_TYPE_Q8_0: case LLMB_TYPE_Q8_K: {
         const llmb_quant_traits *q = llmb_quant_traits_get(llmb_vec_dot_type(wtype));
         (ref ? q->from_float_ref : q->from_float)(x, xq, n);
@@ -337,7 +400,7 @@ llmb_vec_dot_fn llmb_vec_dot_get(int wtype) {
 }
 
 llmb_vec_dot_fn llmb_vec_dot_ref(int wtype) {
-    return wtype >= 0 && wtype < LLMB_TYPE_COUNT ? ref_table[wtype].dot : NULL;
+    return wtype >= 0 && wtype < LLMB_VEC_DOT_TYPES ? ref_table[wtype].dot : NULL;
 }
 
 void llmb_gemm_tile(int wtype, int64_t n, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride,

@@ -33,6 +33,18 @@ extern "C" {
 #endif
 
 #define LLMB_TYPE_Q8_1 9
+// BF16 rows against activations rounded to BF16, in pairs as the vdpbf16ps instruction multiplies them
+// (AVX-512 BF16: twice the float multiply-adds of vfmadd per instruction). Internal to the engine (never
+// in a file): float matrices are converted to it at load when the user asks for BF16 products
+// (llmb_vec_dot_to_bf16). Its activation format is itself: n BF16 values (n a multiple of 32).
+// Per output: 16 lane sums s_l from +0; for each 32 values i.. of the row, lane l adds the products of
+// its pair odd element first, s_l = r(s_l + w[i+2l+1] x[i+2l+1]), then s_l = r(s_l + w[i+2l] x[i+2l]),
+// each sum of the exact product rounded once to float (round to nearest even), denormal inputs read as
+// zero and denormal results flushed to zero, as vdpbf16ps does (checked bit for bit against it); then the
+// 16 lanes summed as hsum: a_j = s_j + s_j+8, b_j = a_j + a_j+4, c_j = b_j + b_j+2, c_0 + c_1. The scalar
+// reference and the AVX-512 BF16 kernels give the same bits.
+#define LLMB_TYPE_BF16_DP LLMB_TYPE_COUNT
+#define LLMB_VEC_DOT_TYPES (LLMB_TYPE_COUNT + 1)   // weight type ids of the kernel tables
 #define LLMB_TILE_MAX_R 4   // weight rows per llmb_gemm_tile call
 #define LLMB_TILE_MAX_C 4   // tokens per llmb_gemm_tile call
 #define LLMB_PANEL_R 4      // weight rows per panel call unless the kernel sets panel_r (float: 8; Q4_K/Q5_K/Q6_K: 16)
@@ -108,6 +120,12 @@ typedef struct {
 } llmb_matmul_part;
 LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq,
                                         size_t x_stride, int ntok, int nthreads);
+
+// float -> BF16, rounded to nearest even, denormals read as zero (vcvtneps2bf16); x finite
+LLMB_API uint16_t llmb_fp32_to_bf16_rne(float x);
+// dst = nrows rows of n values of a float type (F32, F16, BF16; row_bytes apart) as LLMB_TYPE_BF16_DP rows
+// (BF16 values, rounded from F32 / F16 by llmb_fp32_to_bf16_rne); 0 for another type or n not a multiple of 32
+LLMB_API int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows, uint16_t *dst);
 
 // ---- row-interleaved weights, repacked once at load ----
 // Where the active SIMD level has a kernel for it, a matrix of `wtype` rows can be repacked into groups

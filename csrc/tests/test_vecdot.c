@@ -400,6 +400,91 @@ static void check_alloc_stream(void) {
     }
 }
 
+// BF16 pairs (LLMB_TYPE_BF16_DP): weights converted from F16 / F32 / BF16 rows, activations rounded; the
+// reference within the bound of its float sums of the BF16 values; at every level every kernel (dot,
+// tiles, matmul from 1 to 262 tokens on 1 and 2 threads: decode, panels) gives the reference's bits.
+// wild: random BF16 bit patterns with exponents 0..140 (denormals read as zero, sums flushed to zero),
+// which checks the reference's model of vdpbf16ps against the instruction bit for bit.
+static void check_bf16dp(int64_t n, int rows, int ntok, int wild) {
+    const int t = LLMB_TYPE_BF16_DP;
+    const size_t ws = (size_t)n * 2, xs = llmb_vec_dot_row_bytes(t, n);
+    CHECK(xs == ws, "BF16_DP row bytes %zu, want %zu", xs, ws);
+    float *wf = malloc(sizeof(float) * n * rows), *x = malloc(sizeof(float) * n * ntok);
+    uint16_t *w = malloc(ws * rows), *w2 = malloc(ws * rows), *h = malloc(ws * rows), *xq = malloc(xs * ntok),
+             *xq2 = malloc(xs * ntok);
+    float *one = malloc(sizeof(float) * rows * ntok), *y = malloc(sizeof(float) * rows * ntok);
+    for (int64_t i = 0; i < n * rows; i++) wf[i] = rng_normal() * ldexpf(1.0f, (int)(rng_u64() % 8) - 8);
+    random_x(x, n * ntok);
+    // the conversions: F32 and F16 rows rounded once, BF16 rows copied
+    for (int64_t i = 0; i < n * rows; i++) h[i] = llmb_fp32_to_fp16(wf[i]);
+    CHECK(llmb_vec_dot_to_bf16(LLMB_TYPE_F16, n, h, ws, rows, w), "to_bf16 F16");
+    int bad = 0;
+    for (int64_t i = 0; i < n * rows; i++) bad += w[i] != llmb_fp32_to_bf16_rne(llmb_fp16_to_fp32(h[i]));
+    CHECK(llmb_vec_dot_to_bf16(LLMB_TYPE_F32, n, wf, n * 4, rows, w2), "to_bf16 F32");
+    for (int64_t i = 0; i < n * rows; i++) bad += w2[i] != llmb_fp32_to_bf16(wf[i]);   // RNE either way (normal values)
+    CHECK(llmb_vec_dot_to_bf16(LLMB_TYPE_BF16, n, w2, ws, rows, h), "to_bf16 BF16");
+    bad += memcmp(h, w2, ws * rows) != 0;
+    CHECK(bad == 0, "BF16_DP n=%lld: %d converted weights differ", (long long)n, bad);
+    CHECK(!llmb_vec_dot_to_bf16(LLMB_TYPE_Q8_0, n, w2, ws, rows, h) && !llmb_vec_dot_to_bf16(LLMB_TYPE_F16, 33, w2, ws, 1, h),
+          "to_bf16 takes only float types and n a multiple of 32");
+    for (int c = 0; c < ntok; c++) {
+        llmb_vec_dot_quantize_x(t, x + c * n, xq + c * n, n);
+        llmb_vec_dot_quantize_x_ref(t, x + c * n, xq2 + c * n, n);
+    }
+    CHECK(memcmp(xq, xq2, xs * ntok) == 0, "BF16_DP: activation rounding differs from its reference");
+    if (wild)
+        for (int64_t i = 0; i < n * (rows > ntok ? rows : ntok); i++) {
+            const uint16_t r = (uint16_t)((rng_u64() & 0x807f) | (rng_u64() % 141) << 7);
+            if (i < n * rows) w[i] = r;
+            if (i < n * ntok) xq[i] = (uint16_t)((r & 0x807f) | (rng_u64() % 141) << 7);
+        }
+    llmb_vec_dot_fn ref = llmb_vec_dot_ref(t);
+    for (int c = 0; c < ntok && !wild; c++)
+        for (int r = 0; r < rows; r++) {
+            double exact = 0, m = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const double p = (double)llmb_bf16_to_fp32(w[r * n + i]) * llmb_bf16_to_fp32(xq[c * n + i]);
+                exact += p, m += fabs(p);
+            }
+            ref(n, &one[c * rows + r], w + r * n, xq + c * n);
+            CHECK(fabs(one[c * rows + r] - exact) <= ATOL + RTOL * m, "BF16_DP reference n=%lld: %.9g vs float64 %.9g",
+                  (long long)n, one[c * rows + r], exact);
+        }
+    for (int c = 0; c < ntok; c++)
+        for (int r = 0; r < rows; r++) ref(n, &one[c * rows + r], w + r * n, xq + c * n);
+    const llmb_simd_level levels[] = {LLMB_SIMD_SCALAR, LLMB_SIMD_NEON, LLMB_SIMD_AVX2, LLMB_SIMD_AVX512};
+    for (size_t k = 0; k < sizeof levels / sizeof levels[0]; k++) {
+        if (llmb_simd_set(levels[k]) != LLMB_OK) continue;
+        const char *lvl = llmb_simd_name(levels[k]);
+        llmb_vec_dot_fn dot = llmb_vec_dot_get(t);
+        bad = 0;
+        for (int c = 0; c < ntok; c++)
+            for (int r = 0; r < rows; r++) {
+                float v;
+                dot(n, &v, w + r * n, xq + c * n);
+                bad += memcmp(&v, &one[c * rows + r], 4) != 0;
+            }
+        CHECK(bad == 0, "%s BF16_DP n=%lld%s: %d dots differ from the reference", lvl, (long long)n, wild ? " (wild)" : "", bad);
+        for (int nr = 1; nr <= LLMB_TILE_MAX_R; nr++)
+            for (int nc = 1; nc <= LLMB_TILE_MAX_C; nc++) {
+                float yt[LLMB_TILE_MAX_C * (LLMB_TILE_MAX_R + 1)];
+                llmb_gemm_tile(t, n, w + n, ws, nr, xq + n, xs, nc, yt, LLMB_TILE_MAX_R + 1);
+                for (int c = 0; c < nc; c++)
+                    for (int r = 0; r < nr; r++)
+                        bad += memcmp(&yt[c * (LLMB_TILE_MAX_R + 1) + r], &one[(1 + c) * rows + 1 + r], 4) != 0;
+            }
+        CHECK(bad == 0, "%s BF16_DP n=%lld: %d tile outputs differ from the reference", lvl, (long long)n, bad);
+        for (int nt = 1; nt <= 2; nt++)
+            for (int m = 1; m <= ntok; m += m == 10 ? (ntok - 11 > 1 ? ntok - 11 : 1) : 1) {
+                llmb_vec_dot_matmul(t, n, w, ws, rows, xq, xs, m, y, rows, nt);
+                CHECK(memcmp(y, one, sizeof(float) * rows * m) == 0, "%s BF16_DP n=%lld: matmul of %d x %d on %d threads "
+                      "differs from the reference", lvl, (long long)n, rows, m, nt);
+            }
+    }
+    llmb_simd_set(llmb_simd_detected());
+    free(wf), free(x), free(w), free(w2), free(h), free(xq), free(xq2), free(one), free(y);
+}
+
 int main(void) {
     check_alloc_stream();
     for (size_t ti = 0; ti < NTYPES; ti++) {
@@ -427,13 +512,16 @@ int main(void) {
             }
         }
     }
+    const int64_t bd_n[] = {32, 96, 32 * 37, 1024 + 96, 8192 + 32};   // one to nine panel chunks of 1024 values
+    for (size_t k = 0; k < sizeof bd_n / sizeof bd_n[0]; k++) check_bf16dp(bd_n[k], PR, k < 3 ? PT : 12, 0);
+    check_bf16dp(32 * 5, 11, 7, 1);
     check_parts();
     check_matmul_n();
     CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(10) && !llmb_vec_dot_get(-1) &&
               llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_K, 100) == 0 && llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_1, 64) == 80,
           "unsupported types and sizes");
-    printf("SIMD levels here: best %s; vnni %d\nlargest |simd - ref| / sum|w x| (bound %.0e):\n",
-           llmb_simd_name(llmb_simd_detected()), llmb_cpu_has("avx512vnni"), RTOL);
+    printf("SIMD levels here: best %s; vnni %d; bf16 %d\nlargest |simd - ref| / sum|w x| (bound %.0e):\n",
+           llmb_simd_name(llmb_simd_detected()), llmb_cpu_has("avx512vnni"), llmb_cpu_has("avx512bf16"), RTOL);
     for (size_t ti = 0; ti < NTYPES; ti++) printf("  %-5s %.2e\n", tname(types[ti]), worst[ti]);
     return check_summary();
 }
