@@ -8,6 +8,9 @@ flagged: cache-resident weights, or limits only measured in busier moments than 
 
     python benchmarks/bench_engine.py --presets llama-125m --types F16 Q8_0 Q4_K_M --threads 1 2
     python benchmarks/bench_engine.py --model path/to/model.gguf --pp 512 --tg 128 --reps 5
+    python benchmarks/bench_engine.py --presets llama-125m --types F16 F16@bf16   # LLM(activations="bf16")
+
+A model (or type) ending in @q8, @f32 or @bf16 runs with that LLM(activations=...); the default is q8.
 
 Decode bytes per token = every weight matrix read once (the embedding only for its output use when
 tied) + the KV cache read at the average context of the tg run.
@@ -29,6 +32,17 @@ from llmbench import LLM, SamplingParams
 from llmbench.perf import membw, peak
 from llmbench.perf.bench import prefill_ops, tg_step_bytes
 from llmbench.perf.metrics import prefill_compute
+
+
+ACTIVATIONS = ("q8", "f32", "bf16")
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """"llama-125m:F16@bf16" -> ("llama-125m:F16", "bf16"): a model and the LLM activations it runs with."""
+    model, sep, act = spec.rpartition("@")
+    if not sep or act not in ACTIVATIONS:
+        return spec, "q8"
+    return model, act
 
 
 def run_once(llm: LLM, n_prompt: int, n_gen: int, seed: int) -> float:
@@ -68,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     models = a.model or [f"{p}:{t}" for p in a.presets for t in a.types]
     bw, peaks, best_bw, best_peaks = {}, {}, {}, {}
+    kinds = ("f32", "int8", "bf16") if any(split_spec(m)[1] == "bf16" for m in models) else ("f32", "int8")
 
     def measure_limits(t: int) -> None:
         """Bandwidth and peaks with t threads, kept as the best seen so far (membw.best, peak.best)."""
         best_bw[t] = membw.best(t, best_bw.get(t))
-        best_peaks[t] = peak.best(t, seen=best_peaks.get(t))
+        best_peaks[t] = peak.best(t, kinds, seen=best_peaks.get(t))
         bw[t] = best_bw[t]["read"]
         peaks[t] = {k: p["gops"] for k, p in best_peaks[t].items()}
 
@@ -81,12 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print("memory read bandwidth: " + ", ".join(f"{t} thr {g:.1f} GB/s" for t, g in bw.items()), flush=True)
     print("arithmetic peak: " + ", ".join(f"{t} thr {p['f32']:.0f} GFLOP/s FP32, {p['int8']:.0f} GOP/s int8"
+                                          + (f", {p['bf16']:.0f} GFLOP/s BF16" if "bf16" in p else "")
                                           for t, p in peaks.items()), flush=True)
     print(f"| model | threads | pp{a.pp} t/s | of peak | tg{a.tg} t/s | decode GB/s | of bandwidth |")
     print("|---|---|---|---|---|---|---|")
     for m in models:
         for t in a.threads:
-            llm = LLM(m, threads=t, ctx=max(a.pp, a.tg) + 8, max_batch_tokens=a.pp, max_seqs=4)
+            path, act = split_spec(m)
+            llm = LLM(path, threads=t, ctx=max(a.pp, a.tg) + 8, max_batch_tokens=a.pp, max_seqs=4, activations=act)
             r = bench(llm, a.pp, a.tg, a.reps, a.warmup)
             measure_limits(t)   # again after the row: its fractions use the best limits seen
             pp, tg = r[f"pp{a.pp}"], r[f"tg{a.tg}"]

@@ -15,6 +15,10 @@ after each model), and the tg ratio's ceiling.
     pip install llama-cpp-python==0.3.36        # builds llama.cpp from source (several minutes)
     python benchmarks/compare_llamacpp.py --models llama-125m:Q4_K_M --threads 2
     LLAMA_PY=/path/to/venv/bin/python python benchmarks/compare_llamacpp.py ...   # llama_cpp elsewhere
+    python benchmarks/compare_llamacpp.py --models llama-125m:F16 llama-125m:F16@bf16
+
+A model ending in @bf16 (or @f32) runs llmbench with LLM(activations=...), llama.cpp as always (it has no
+such switch: F16 weights against F16 activations); its pp is measured against the BF16 pair peak.
 
 Each measurement runs in a fresh subprocess (one model load, a warmup, then --reps timed runs of each
 test) so the engines never share caches or thread pools; the medians are over every timed run of every
@@ -60,7 +64,7 @@ sys.path.insert(0, sys.argv[6])
 from bench_engine import run_once
 from llmbench import LLM
 path, threads, pp, tg, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-llm = LLM(path, threads=threads, ctx=pp + tg + 16, max_batch_tokens=pp, max_seqs=4)
+llm = LLM(path, threads=threads, ctx=pp + tg + 16, max_batch_tokens=pp, max_seqs=4, activations=sys.argv[7])
 run_once(llm, pp, 0, 100); run_once(llm, 1, tg, 101)
 from llmbench.perf.bench import prefill_ops, tg_step_bytes
 print(json.dumps({"pp": [pp / run_once(llm, pp, 0, r) for r in range(reps)],
@@ -118,23 +122,28 @@ def main(argv: list[str] | None = None) -> int:
     from llmbench.llm import resolve_model
     from llmbench.perf import membw, peak
 
+    sys.path.insert(0, here)
+    from bench_engine import split_spec
+
+    specs = [split_spec(m) for m in a.models]
     try:
-        paths = [str(resolve_model(m)) for m in a.models]
+        paths = [str(resolve_model(m)) for m, _ in specs]
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
 
-    peaks, bw = peak.best(a.threads), membw.best(a.threads)
+    kinds = ("f32", "int8", "bf16") if any(act == "bf16" for _, act in specs) else ("f32", "int8")
+    peaks, bw = peak.best(a.threads, kinds), membw.best(a.threads)
     print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
           f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling |")
     print("|---|---|---|---|---|---|---|---|")
     raw = []
-    for m, path in zip(a.models, paths):
+    for m, path, (_, act) in zip(a.models, paths, specs):
         args = [path, str(a.threads), str(a.pp), str(a.tg), str(a.reps)]
         ours, theirs = [], []
         for _ in range(a.rounds):
-            ours.append(measure(sys.executable, LLMBENCH, args + [here]))
+            ours.append(measure(sys.executable, LLMBENCH, args + [here, act]))
             theirs.append(measure(llama_py, LLAMACPP, args))
-        peaks, bw = peak.best(a.threads, seen=peaks), membw.best(a.threads, bw)
+        peaks, bw = peak.best(a.threads, kinds, seen=peaks), membw.best(a.threads, bw)
         s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw["read"])
         o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "

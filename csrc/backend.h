@@ -49,6 +49,7 @@ typedef struct {
     int ctx;             // the longest sequence (sizes attention scratch and block tables)
     int graphs;          // CUDA: capture and replay decode steps (0: launch every kernel)
     int max_rows;        // the largest llmb_batch.n_rows (sizes the logits)
+    int bf16;            // CPU: float weights as BF16 against activations rounded to BF16 (LLMB_TYPE_BF16_DP)
 } llmb_backend_params;
 
 // One forward step. Tokens of a sequence are consecutive, at positions pos0, pos0 + 1, ... (build_batch

@@ -38,6 +38,7 @@ struct llmb_backend {
     llmb_layer *layers;
     llmb_weight output;
     uint8_t *packed;              // the repacked copies, one after another (llmb_alloc_stream), or NULL
+    int64_t weights_delta;        // bytes a forward pass reads beyond the file's weights (BF16 copies of F32)
     size_t scratch_bytes;
     llmb_backend_times times;
 };
@@ -65,12 +66,19 @@ static void cpu_destroy(llmb_backend *b) {
 // AVX-512 VNNI) is repacked once into the backend's memory, 16 rows to a group, so that one sequential stream
 // feeds 16 rows in the lanes of every vector: the decode kernel of the plain layout is bounded by its
 // per-row work, not by the memory (benchmarks/bench_vecdot.py measures both layouts). Same bits as
-// the plain rows. float_act mode reads plain rows. The model's views stay plain (the embedding lookup
+// the plain rows. float_act mode reads plain rows. With BF16 pair products (p.bf16) float matrices are
+// copied here as LLMB_TYPE_BF16_DP rows instead. The model's views stay plain (the embedding lookup
 // reads them); llmb_backend_memory counts weights once, as the bytes a forward pass reads.
 // The copies share one allocation with huge pages (llmb_alloc_stream), in the forward pass's order. Huge
 // pages measured 1.02x (llama-1b Q4_K_M tg64, 1 thread, one process alternating the two builds; AMD EPYC,
 // Zen 4) as a 2 MiB-aligned allocation per matrix, which rounds each matrix up to 2 MiB; one arena does not.
+static int to_bf16(const llmb_backend *b, const llmb_weight *w) {
+    return b->p.bf16 && w->ne0 % 32 == 0 &&
+           (w->type == LLMB_TYPE_F32 || w->type == LLMB_TYPE_F16 || w->type == LLMB_TYPE_BF16);
+}
+
 static size_t repacked_bytes(const llmb_backend *b, const llmb_weight *w) {
+    if (to_bf16(b, w)) return ((size_t)w->ne1 * (size_t)w->ne0 * 2 + 63) / 64 * 64;
     const int G = llmb_vec_dot_interleave(w->type);
     if (!G || w->ne1 % G || b->p.float_act) return 0;
     return ((size_t)w->ne1 * w->row_bytes + 63) / 64 * 64;
@@ -79,6 +87,15 @@ static size_t repacked_bytes(const llmb_backend *b, const llmb_weight *w) {
 static void repack(llmb_backend *b, llmb_weight *w, size_t *at) {
     const size_t bytes = repacked_bytes(b, w);
     if (!bytes) return;
+    if (to_bf16(b, w)) {
+        llmb_vec_dot_to_bf16(w->type, w->ne0, w->data, w->row_bytes, w->ne1, (uint16_t *)(b->packed + *at));
+        b->weights_delta += (int64_t)w->ne1 * w->ne0 * 2 - (int64_t)(w->ne1 * w->row_bytes);
+        w->type = LLMB_TYPE_BF16_DP;
+        w->row_bytes = (size_t)w->ne0 * 2;
+        w->data = b->packed + *at;
+        *at += bytes;
+        return;
+    }
     const int G = llmb_vec_dot_interleave(w->type);
     llmb_vec_dot_repack(w->type, w->ne0, w->data, w->ne1, G, b->packed + *at);
     w->data = b->packed + *at;
@@ -109,6 +126,8 @@ static int repack_model(llmb_backend *b, const llmb_model *m) {
 static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p, llmb_backend **out) {
     *out = NULL;
     const llmb_model_config *c = &m->cfg;
+    if (p->bf16 && p->float_act)
+        return llmb_fail(LLMB_E_ARG, "cpu backend: BF16 pair products and float activations exclude each other");
     if (p->max_batch_tokens < 1 || p->max_seqs < 1 || p->ctx < 1 || p->n_threads < 1 || p->max_rows < 0 ||
         p->max_rows > p->max_batch_tokens)
         return llmb_fail(LLMB_E_ARG, "cpu backend: max_batch_tokens, max_seqs, ctx and threads must be positive and "
@@ -345,7 +364,8 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
 // ---- facts ----
 
 static llmb_status cpu_memory(llmb_backend *b, llmb_backend_memory *out) {
-    *out = (llmb_backend_memory){b->model->weight_bytes, b->kv_bytes, b->scratch_bytes, 0, 0, 0};
+    *out = (llmb_backend_memory){(size_t)((int64_t)b->model->weight_bytes + b->weights_delta), b->kv_bytes,
+                                 b->scratch_bytes, 0, 0, 0};
     out->peak = out->weights + out->kv + out->scratch;  // all held from create and kv_alloc on
     return LLMB_OK;
 }

@@ -345,6 +345,9 @@ static llmb_status create_in(llmb_backend *b) {
 
 static llmb_status cuda_create(const llmb_model *m, const llmb_backend_params *p, llmb_backend **out) {
     *out = NULL;
+    if (p->bf16)
+        return llmb_fail(LLMB_E_UNSUPPORTED, "cuda backend: BF16 pair products (activations='bf16') run on the CPU "
+                                             "backend only");
     const llmb_cuda_api *api = llmb_cuda_table();
     if (!api) return LLMB_E_BACKEND; // the reason is recorded
     const llmb_model_config *c = &m->cfg;

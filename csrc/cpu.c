@@ -54,6 +54,7 @@ static void detect(void) {
     if (a512bw) add_feature("avx512bw");
     if (a512vl) add_feature("avx512vl");
     if (vnni) add_feature("avx512vnni");
+    if (__builtin_cpu_supports("avx512bf16")) add_feature("avx512bf16");
     if (avx2 && fma && f16c) lvl = LLMB_SIMD_AVX2;
     if (lvl == LLMB_SIMD_AVX2 && a512f && a512bw && a512vl) lvl = LLMB_SIMD_AVX512;
 #elif defined(__aarch64__)

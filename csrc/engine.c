@@ -247,7 +247,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     e->max_logit_rows = p->max_seqs + 64 < n ? p->max_seqs + 64 : n;
     e->max_blocks = blocks_for(e, p->ctx);
     const llmb_backend_params bp = {p->device, p->n_threads, p->float_act, n, p->max_seqs, p->ctx, p->graphs,
-                                    e->max_logit_rows};
+                                    e->max_logit_rows, p->bf16};
     if ((s = ops->create(e->model, &bp, &e->b)) || (s = ops->kv_alloc(e->b, e->kv_type, p->block_size, p->n_blocks)) ||
         (s = ops->memory(e->b, &e->mem))) {
         llmb_engine_free(e);

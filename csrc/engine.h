@@ -24,6 +24,9 @@ typedef struct {
     int device_sampling;  // CUDA: a step whose every row is plain sampling (no penalties, top-n logprobs,
                           // prompt scores or masked stop tokens) samples on the device and returns only
                           // token ids and their log-probabilities (cpu: ignored)
+    int bf16;             // cpu: F32 / F16 / BF16 matrices rounded to BF16 at load and multiplied against
+                          // activations rounded to BF16 (vdpbf16ps where the CPU has AVX-512 BF16; the same
+                          // bits elsewhere, slowly); quantized matrices unchanged. Not with float_act.
 } llmb_engine_params;
 
 typedef struct {

@@ -74,6 +74,8 @@ LLMB_API llmb_status llmb_membw(size_t bytes, int reps, int nthreads, double gbs
 
 #define LLMB_PEAK_F32 0    // FP32 fused multiply-adds: GFLOP/s (the float prefill kernels)
 #define LLMB_PEAK_INT8 1   // 8-bit multiply-accumulates: GOP/s, 2 per multiply-add (the quantized ones)
+#define LLMB_PEAK_BF16 2   // BF16 pair products (vdpbf16ps): GFLOP/s, 2 per multiply-add (activations="bf16");
+                           // LLMB_E_UNSUPPORTED where the active level has no such instruction
 // Best of reps runs, each thread `rounds` rounds of independent instruction chains at the active SIMD
 // level (csrc/peak.c); *what names the instruction measured (a static string).
 LLMB_API llmb_status llmb_compute_peak(int kind, int64_t rounds, int reps, int nthreads, double *gops, const char **what);

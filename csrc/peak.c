@@ -8,6 +8,9 @@
 //   LLMB_PEAK_INT8  8-bit multiply-accumulate (2 ops each): vpdpbusd (AVX-512 VNNI), vpmaddubsw +
 //                   vpmaddwd + vpaddd (AVX2, AVX-512 without VNNI), sdot or smull + sadalp (NEON),
 //                   int16 multiply-adds in plain C at the scalar level
+//   LLMB_PEAK_BF16  BF16 pair multiply-accumulate (2 flops each): vdpbf16ps zmm at the AVX-512 level of a
+//                   CPU with AVX-512 BF16, the instruction of the engine's LLMB_TYPE_BF16_DP kernels; none
+//                   elsewhere (those levels run the scalar reference)
 // Best of `reps` runs of `rounds` x PK_CHAINS instructions per thread. Tested by tests/test_peak.py.
 #include <string.h>
 #ifdef _OPENMP
@@ -55,6 +58,10 @@ PK_KERNEL(f32_512, PK_512, __m512, F512_INIT, F512_STEP, F512_FOLD)
 #define I512_STEP(a) _mm512_dpbusd_epi32(a, _mm512_set1_epi8((char)(3 + (int)seed)), _mm512_set1_epi8(-5))
 #define I512_FOLD(a) (double)_mm512_reduce_add_epi32(a)
 PK_KERNEL(int8_512, PK_512, __m512i, I512_INIT, I512_STEP, I512_FOLD)
+
+#define PK_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define B512_STEP(a) _mm512_dpbf16_ps(a, (__m512bh)_mm512_set1_epi16(0x3f80), (__m512bh)_mm512_set1_epi16(0x3f00))
+PK_KERNEL(bf16_512, PK_BF16, __m512, F512_INIT, B512_STEP, F512_FOLD)
 
 PK_256 static inline double fold_ps256(__m256 v) {
     float o[8];
@@ -113,6 +120,13 @@ typedef double (*pk_fn)(int64_t rounds, float seed);
 // the kernel for (kind, active level) and the operations one of its rounds performs
 static pk_fn pick(int kind, double *ops_per_round, const char **what) {
     const llmb_simd_level lvl = llmb_simd_active();
+    if (kind == LLMB_PEAK_BF16) {
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (lvl == LLMB_SIMD_AVX512 && llmb_cpu_has("avx512bf16"))
+            return *ops_per_round = PK_CHAINS * 64.0, *what = "vdpbf16ps zmm", bf16_512;
+#endif
+        return NULL;
+    }
 #if defined(__x86_64__) && defined(__GNUC__)
     if (lvl == LLMB_SIMD_AVX512 && kind == LLMB_PEAK_F32)
         return *ops_per_round = PK_CHAINS * 32.0, *what = "vfmadd231ps zmm", f32_512;
@@ -137,12 +151,17 @@ static pk_fn pick(int kind, double *ops_per_round, const char **what) {
 }
 
 llmb_status llmb_compute_peak(int kind, int64_t rounds, int reps, int nthreads, double *gops, const char **what) {
-    if ((kind != LLMB_PEAK_F32 && kind != LLMB_PEAK_INT8) || rounds < 1 || reps < 1 || nthreads < 1)
-        return llmb_fail(LLMB_E_ARG, "compute_peak: kind must be LLMB_PEAK_F32 or LLMB_PEAK_INT8, with at least 1 round, "
-                                     "1 repetition and 1 thread");
+    if ((kind != LLMB_PEAK_F32 && kind != LLMB_PEAK_INT8 && kind != LLMB_PEAK_BF16) || rounds < 1 || reps < 1 ||
+        nthreads < 1)
+        return llmb_fail(LLMB_E_ARG, "compute_peak: kind must be LLMB_PEAK_F32, LLMB_PEAK_INT8 or LLMB_PEAK_BF16, with "
+                                     "at least 1 round, 1 repetition and 1 thread");
     double per_round;
     const char *name;
     const pk_fn f = pick(kind, &per_round, &name);
+    if (!f)
+        return llmb_fail(LLMB_E_UNSUPPORTED, "compute_peak: no BF16 pair instruction (vdpbf16ps) at the %s level of "
+                                             "this CPU: BF16 pair products run the scalar reference there",
+                         llmb_simd_name(llmb_simd_active()));
     double best = 0;
     volatile double sink = 0;
     for (int r = 0; r < reps; r++) {

@@ -541,7 +541,8 @@ static PyMethodDef methods[] = {
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},
     {"membw", membw, METH_VARARGS, "membw(bytes_per_array, reps, threads) -> {read, copy, triad} GB/s"},
     {"compute_peak", compute_peak, METH_VARARGS,
-     "compute_peak(kind, rounds, reps, threads) -> {gops, instruction}: kind 0 FP32 FMA (GFLOP/s), 1 int8 (GOP/s)"},
+     "compute_peak(kind, rounds, reps, threads) -> {gops, instruction}: kind 0 FP32 FMA (GFLOP/s), 1 int8 (GOP/s), "
+     "2 BF16 pairs (GFLOP/s)"},
     {"fill_normal", fill_normal, METH_VARARGS, "fill_normal(out_f32, seed, std, mean=0, start=0)"},
     {"cuda_load", cuda_load, METH_VARARGS, "Load the CUDA backend library (path or $LLMBENCH_CUDA_LIB)."},
     {"cuda_versions", cuda_versions, METH_NOARGS, "(runtime, driver) CUDA versions, 0 = none."},

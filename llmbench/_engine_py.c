@@ -22,13 +22,13 @@ static void Engine_dealloc(EngineObject *self) {
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"reader", "kv_type", "block_size", "n_blocks", "ctx", "max_batch_tokens", "max_seqs",
-                            "threads", "float_act", "backend", "device", "graphs", "device_sampling", NULL};
+                            "threads", "float_act", "backend", "device", "graphs", "device_sampling", "bf16", NULL};
     PyObject *reader;
-    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1, 0, "cpu", 0, 1, 0};
+    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1, 0, "cpu", 0, 1, 0, 0};
     long long nb = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|psipp", names, &reader, &p.kv_type, &p.block_size, &nb,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|psippp", names, &reader, &p.kv_type, &p.block_size, &nb,
                                      &p.ctx, &p.max_batch_tokens, &p.max_seqs, &p.n_threads, &p.float_act, &p.backend,
-                                     &p.device, &p.graphs, &p.device_sampling))
+                                     &p.device, &p.graphs, &p.device_sampling, &p.bf16))
         return -1;
     p.n_blocks = nb;
     llmb_gguf *g = llmb_py_reader_gguf(reader);

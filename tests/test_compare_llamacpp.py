@@ -18,7 +18,7 @@ from llmbench.gguf import GGUFFile
 
 
 def test_llmbench_side_runs(stories_path):
-    r = cmp.measure(sys.executable, cmp.LLMBENCH, [str(stories_path), "1", "16", "4", "2", str(BENCH)])
+    r = cmp.measure(sys.executable, cmp.LLMBENCH, [str(stories_path), "1", "16", "4", "2", str(BENCH), "q8"])
     assert len(r["pp"]) == 2 and len(r["tg"]) == 2 and all(v > 0 for v in r["pp"] + r["tg"])
     assert set(r["ops"]) == {"f32"} and r["ops"]["f32"] > 0   # stories260K's weights are float
     # a step reads every weight matrix but the embedding (stories260K has its own output matrix) and
@@ -26,6 +26,24 @@ def test_llmbench_side_runs(stories_path):
     read = sum(t.nbytes for name, t in GGUFFile(stories_path).tensors.items()
                if len(t.shape) == 2 and name != "token_embd.weight")
     assert r["step_bytes"] == read + 3 * LLM(str(stories_path)).memory()["kv_per_token"]
+
+
+def test_llmbench_side_with_bf16_pairs(stories_path):
+    """MODEL@bf16 runs LLM(activations="bf16"): the float matrices whose rows are a multiple of 32 values
+    (all of stories260K's but ffn_down, 172 wide) count as BF16 pair products and read 2 bytes a value."""
+    from bench_engine import split_spec
+
+    assert split_spec("llama-125m:F16@bf16") == ("llama-125m:F16", "bf16")
+    assert split_spec("a/b@c.gguf") == ("a/b@c.gguf", "q8") and split_spec("x.gguf") == ("x.gguf", "q8")
+    r = cmp.measure(sys.executable, cmp.LLMBENCH, [str(stories_path), "1", "16", "4", "1", str(BENCH), "bf16"])
+    q8 = cmp.measure(sys.executable, cmp.LLMBENCH, [str(stories_path), "1", "16", "4", "1", str(BENCH), "q8"])
+    tensors = GGUFFile(stories_path).tensors
+    down = sum(2.0 * t.n_elements * 16 for n, t in tensors.items() if n.endswith("ffn_down.weight"))
+    assert set(r["ops"]) == {"f32", "bf16"} and r["ops"]["f32"] == pytest.approx(q8["ops"]["f32"] - r["ops"]["bf16"])
+    assert r["ops"]["f32"] > down   # ffn_down and attention stay on FP32
+    halved = sum(t.nbytes // 2 for n, t in tensors.items()
+                 if len(t.shape) == 2 and n != "token_embd.weight" and t.shape[-1] % 32 == 0)
+    assert r["step_bytes"] == q8["step_bytes"] - halved
 
 
 def test_summary_by_hand():

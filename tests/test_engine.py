@@ -76,6 +76,60 @@ def test_dummy_logits_match_reference(wtype, kv):
     assert np.abs(got - want).max() <= FLOAT_WEIGHTS_MAX_REL[kv] * np.abs(want).max()
 
 
+# activations="bf16": float matrices and activations rounded to BF16 (8-bit mantissa). Measured on the
+# tiny presets (F32, F16; llama, llama3, qwen2), max |logit - reference| / max |reference| with F32 KV:
+# 4.0e-3 to 6.5e-3 from the float64 reference, 0.7e-3 to 2.1e-3 from the reference that rounds the same
+# operands to BF16 (what remains: float32 sums, and activations that round to the other neighbour).
+BF16_MAX_REL = {"plain": 1.5e-2, "bf16": 5e-3}
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-qwen2"])
+@pytest.mark.parametrize("wtype", ["F32", "F16"])
+def test_bf16_products_match_reference(preset, wtype):
+    path = llmbench.dummy_model(preset, wtype)
+    toks = np.random.default_rng(1).integers(0, 1000, 37)
+    want, want16 = Reference(path).logits(toks), Reference(path, bf16=True).logits(toks)
+    llm = LLM(path, threads=2, kv_dtype="f32", activations="bf16")
+    got = llm.logits(toks)
+    scale = np.abs(want).max()
+    err, err16 = np.abs(got - want).max() / scale, np.abs(got - want16).max() / scale
+    assert err <= BF16_MAX_REL["plain"] and err16 <= BF16_MAX_REL["bf16"]
+    assert err16 < 0.6 * err   # it follows the BF16 model, not float products
+    assert (got.argmax(1) == want16.argmax(1)).all()
+    # weights counted as what the forward pass reads: F32 matrices halve, F16 ones keep their size
+    r = gguf.GGUFReader(path)
+    mats = [t for t in r.tensors if len(t.shape) == 2 and t.name != "token_embd.weight"]
+    if not any(t.name == "output.weight" for t in r.tensors):   # tied: the output reads a BF16 copy
+        mats += [t for t in r.tensors if t.name == "token_embd.weight"]
+    delta = sum(2 * int(t.n_elements) - int(t.n_bytes) for t in mats)
+    assert llm.engine.memory()["weights"] == LLM(path, threads=2).engine.memory()["weights"] + delta
+
+
+def test_bf16_products_are_batch_invariant():
+    """One token runs the decode kernel, 2 tiles, 3 and more the panels: the same bits in all."""
+    llm = LLM(llmbench.dummy_model("tiny", "F16"), threads=2, activations="bf16")
+    rng = np.random.default_rng(6)
+    vocab = llm.info["vocab"]
+    target = rng.integers(3, vocab, 12).tolist()
+    others = [rng.integers(3, vocab, int(n)).tolist() for n in rng.integers(1, 40, 63)]
+    params = SamplingParams(temperature=0.9, top_k=40, seed=3, max_tokens=8, logprobs=2, ignore_eos=True)
+    alone = llm.generate([target], params)[0]
+    for b in (2, 3, 8, 64):
+        got = llm.generate([*others[:b - 1], target], params)[-1]
+        assert got.token_ids == alone.token_ids, f"batch of {b}"
+        assert got.logprobs == alone.logprobs and got.top_logprobs == alone.top_logprobs, f"batch of {b}"
+
+
+def test_bf16_products_leave_quantized_matrices_alone():
+    path = llmbench.dummy_model("tiny", "Q4_K_M")   # every matrix quantized: the "q8" products
+    toks = np.random.default_rng(2).integers(0, 1000, 9)
+    assert np.array_equal(LLM(path, threads=2, activations="bf16").logits(toks), LLM(path, threads=2).logits(toks))
+    with pytest.raises(ValueError, match="CPU backend only"):
+        LLM(path, activations="bf16", backend="cuda")
+    with pytest.raises(ValueError, match="'q8', 'f32' or 'bf16'"):
+        LLM(path, activations="int4")
+
+
 @pytest.mark.parametrize("preset", ["tiny-llama3", "tiny-qwen2"])
 @pytest.mark.parametrize("wtype", ["F32", "Q4_K_M"])
 def test_layouts_match_reference(preset, wtype):

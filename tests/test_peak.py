@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+import llmbench
 from llmbench import _core
 from llmbench.perf import peak
 
@@ -40,13 +41,31 @@ def test_peak_each_level(level: str):
     assert (f["threads"], i["threads"], f["kind"], i["kind"]) == (1, 2, "f32", "int8")
 
 
+@pytest.mark.parametrize("level", levels())
+def test_bf16_peak_only_where_the_instruction_is(level: str):
+    """vdpbf16ps at the AVX-512 level of a CPU with AVX-512 BF16 (the BF16 pair kernels' instruction);
+    elsewhere those kernels run the scalar reference and there is no peak to measure."""
+    before = _core.simd_info()["active"]
+    has = level == "avx512" and "avx512bf16" in _core.simd_info()["cpu_features"].split()
+    try:
+        _core.simd_set(level)
+        if has:
+            r = peak.measure("bf16", threads=1, rounds=20_000, reps=2)
+            assert r["instruction"] == "vdpbf16ps zmm" and math.isfinite(r["gops"]) and r["gops"] > 0
+        else:
+            with pytest.raises(llmbench.UnsupportedError, match="no BF16 pair instruction"):
+                peak.measure("bf16", threads=1, rounds=20_000, reps=2)
+    finally:
+        _core.simd_set(before)
+
+
 def test_kind_for_weight_types():
     assert [peak.kind_for(t) for t in ("F32", "f16", "BF16")] == ["f32"] * 3
     assert [peak.kind_for(t) for t in ("Q4_K", "Q8_0", "Q6_K", "IQ4_XS")] == ["int8"] * 4
 
 
 def test_peak_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="one of f32, int8"):
+    with pytest.raises(ValueError, match="one of f32, int8, bf16"):
         peak.measure("f64")
     with pytest.raises(ValueError, match="rounds >= 1"):
         peak.measure("f32", rounds=0)

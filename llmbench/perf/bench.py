@@ -191,10 +191,17 @@ def _timed(llm: LLM, prompts: list[list[int]], n_gen: int, prefix: Prefix | None
     return llm.generate(prompts, params, prefix=prefix)
 
 
+def _bf16_pairs(llm: LLM, t) -> bool:
+    """Whether the engine runs matrix t as BF16 pairs: activations="bf16", a float type, rows of a
+    multiple of 32 values (csrc/backend_cpu.c converts exactly those at load)."""
+    return llm.activations == "bf16" and peak.kind_for(t.type) == "f32" and t.shape[-1] % 32 == 0
+
+
 def matrix_bytes(llm: LLM) -> int:
     """Bytes of the weight matrices one decode step reads (the embedding table only when it is also
-    the output projection; a step reads one row of it otherwise)."""
-    return sum(t.nbytes for name, t in llm.file.tensors.items()
+    the output projection; a step reads one row of it otherwise). With activations="bf16" the CPU
+    engine reads its BF16 copies of float matrices (rows a multiple of 32): 2 bytes a value."""
+    return sum(2 * t.n_elements if _bf16_pairs(llm, t) else t.nbytes for name, t in llm.file.tensors.items()
                if len(t.shape) == 2 and (name != "token_embd.weight" or llm.info["tied_output"]))
 
 
@@ -355,13 +362,15 @@ def peak_rss_bytes() -> int:
 def prefill_ops(llm: LLM, n_prompt: int) -> dict[str, float]:
     """Operations of one prompt of n_prompt tokens by the peak they run against (llmbench.perf.peak):
     every layer matrix product, 2 per weight per token, on its weight type's instruction (8-bit dot
-    products for quantized types, FP32 FMAs for float ones); the output row of the last token alone;
+    products for quantized types, FP32 FMAs for float ones, BF16 pair products for float ones with
+    activations="bf16"); the output row of the last token alone;
     causal attention, 4 * heads * head_dim * (position + 1) flops per token and layer, on FP32 FMAs."""
-    info, ops = llm.info, {"f32": 0.0, "int8": 0.0}
+    info, ops = llm.info, {"f32": 0.0, "int8": 0.0, "bf16": 0.0}
     out_name = "token_embd.weight" if info["tied_output"] else "output.weight"
     for name, t in llm.file.tensors.items():
         if len(t.shape) == 2 and (name.startswith("blk.") or name == out_name):
-            ops[peak.kind_for(t.type)] += 2.0 * t.shape[0] * t.shape[1] * (n_prompt if name.startswith("blk.") else 1)
+            kind = "bf16" if _bf16_pairs(llm, t) else peak.kind_for(t.type)
+            ops[kind] += 2.0 * t.shape[0] * t.shape[1] * (n_prompt if name.startswith("blk.") else 1)
     ops["f32"] += info["n_layer"] * 4.0 * info["n_head"] * info["head_dim"] * n_prompt * (n_prompt + 1) / 2
     return {k: v for k, v in ops.items() if v}
 

@@ -1,6 +1,10 @@
 """A float64 NumPy forward pass of Llama-family models (llama, mistral, qwen2), written from the
 model definition and independent of llmbench's engine: weights are read and dequantized with the
-`gguf` package. Slow and simple on purpose; the engine is tested against it."""
+`gguf` package. Slow and simple on purpose; the engine is tested against it.
+
+bf16=True models the engine's activations="bf16": every product with a float matrix (F32, F16, BF16
+in the file) multiplies the matrix and the activations rounded to BF16 (round to nearest even from
+float32), summed in float64."""
 
 from __future__ import annotations
 
@@ -8,8 +12,18 @@ import gguf
 import numpy as np
 
 
+def round_bf16(a: np.ndarray) -> np.ndarray:
+    """float32(a) rounded to the nearest BF16 (ties to even), as float64."""
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return u.view(np.float32).astype(np.float64)
+
+
+FLOAT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
+
+
 class Reference:
-    def __init__(self, path):
+    def __init__(self, path, bf16: bool = False):
         r = gguf.GGUFReader(path)
         f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("GGUF.")}
         arch = f["general.architecture"]
@@ -21,12 +35,23 @@ class Reference:
         self.eps = float(f.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5))
         self.base = float(f.get(f"{arch}.rope.freq_base", 10000.0))
         self.neox = arch == "qwen2"
-        self.w = {}
+        self.w, self.rounded = {}, set()
         for t in r.tensors:
             a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
             self.w[t.name] = a.reshape([int(x) for x in reversed(t.shape)])
+            if bf16 and t.tensor_type in FLOAT_TYPES and len(t.shape) == 2:
+                self.rounded.add(t.name)
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]
+            if "token_embd.weight" in self.rounded:
+                self.rounded.add("output.weight")
+        self.bf = {k: round_bf16(self.w[k]) for k in self.rounded if k != "token_embd.weight"}
+
+    def mm(self, x, name):
+        """x @ W.T for the matrix `name` (both rounded to BF16 where bf16 applies to it)."""
+        if name in self.bf:
+            return round_bf16(x) @ self.bf[name].T
+        return x @ self.w[name].T
 
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
@@ -56,9 +81,9 @@ class Reference:
         for l in range(self.n_layer):
             p = f"blk.{l}."
             h = self.rmsnorm(x, w[p + "attn_norm.weight"])
-            q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0)
-            k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0)
-            v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0)
+            q = self.mm(h, p + "attn_q.weight") + w.get(p + "attn_q.bias", 0)
+            k = self.mm(h, p + "attn_k.weight") + w.get(p + "attn_k.bias", 0)
+            v = self.mm(h, p + "attn_v.weight") + w.get(p + "attn_v.bias", 0)
             q = self.rope(q.reshape(n, self.n_head, self.hd), pos)
             k = self.rope(k.reshape(n, self.n_kv, self.hd), pos)
             v = v.reshape(n, self.n_kv, self.hd)
@@ -67,8 +92,8 @@ class Reference:
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             att = np.einsum("hij,jhd->ihd", s, v).reshape(n, -1)
-            x = x + att @ w[p + "attn_output.weight"].T
+            x = x + self.mm(att, p + "attn_output.weight")
             h = self.rmsnorm(x, w[p + "ffn_norm.weight"])
-            g = h @ w[p + "ffn_gate.weight"].T
-            x = x + (g / (1 + np.exp(-g)) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
-        return self.rmsnorm(x, w["output_norm.weight"]) @ w["output.weight"].T
+            g = self.mm(h, p + "ffn_gate.weight")
+            x = x + self.mm(g / (1 + np.exp(-g)) * self.mm(h, p + "ffn_up.weight"), p + "ffn_down.weight")
+        return self.mm(self.rmsnorm(x, w["output_norm.weight"]), "output.weight")
