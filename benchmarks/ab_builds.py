@@ -41,10 +41,14 @@ def load_build(path: str):
 
 
 def make_llm(build, model: str, threads: int) -> LLM:
+    """model may end in @q8, @f32 or @bf16: the LLM activations (bench_engine.split_spec)."""
+    from bench_engine import split_spec
+
     saved = llmbench.llm._core, llmbench.gguf._core
     llmbench.llm._core = llmbench.gguf._core = build
     try:
-        return LLM(model, threads=threads)
+        path, act = split_spec(model)
+        return LLM(path, threads=threads, activations=act)
     finally:
         llmbench.llm._core, llmbench.gguf._core = saved
 

@@ -1241,13 +1241,13 @@ BFD static void bf16dp_tile_bf(int64_t n, const void *vw, size_t ws, int nr, con
 }
 #undef BD_CASE
 
-// one token, any number of rows: row after row, one sequential stream prefetched STREAM_PF_AHEAD into L2
-// as float_decode_row does, 16 rows' sums summed by one hsum16_ps. Rows side by side (8 chains: 8
-// streams) ran llama-125m F16@bf16 tg128 at 61 t/s against F16's 117 (1 thread).
+// one token, any number of rows: row after row, one sequential stream left to the hardware prefetchers,
+// 16 rows' sums summed by one hsum16_ps. llama-125m F16@bf16 tg (1 thread, one process alternating
+// builds): rows side by side (8 chains, 8 streams) 61 t/s where F16 ran 117; two rows side by side 0.92x
+// of one; one line prefetched STREAM_PF_AHEAD ahead per 32 values (as float_decode_row does) 0.75x.
 BFD INLINE __m512 bd_decode_row(int64_t n, const uint8_t *w, const uint8_t *x) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 32) {
-        prefetch_l2(w + 2 * i + STREAM_PF_AHEAD, 64);
         acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_loadu_si512(w + 2 * i), (__m512bh)_mm512_loadu_si512(x + 2 * i));
     }
     return acc;
