@@ -4,6 +4,7 @@ consistent with each other (no timing claims)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -37,6 +38,31 @@ def test_bench_command_writes_a_valid_result(tmp_path):
     assert abs(c["seconds"] - sum(32 / v for v in res["llama_bench"][0]["samples_ts"]) / 2) < 1e-12
     assert c["min_seconds"] == sum(c["ops"][k] / (c["peaks_gops"][k] * 1e9) for k in c["ops"])
     assert abs(c["fraction"] - c["min_seconds"] / c["seconds"]) < 1e-12
+
+
+def test_bench_with_bf16_pairs(tmp_path):
+    """--activations bf16: recorded in the environment; tiny's float matrices (2 x 786432 layer weights for
+    32 tokens, the 1024 x 256 output row) counted on the BF16 pair peak where the CPU has one."""
+    from llmbench import _core
+
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "llmbench", "bench", "--model", "tiny:F16", "--activations", "bf16", "--threads", "1",
+           "--pp", "32", "--tg", "4", "--batch", "0", "--reps", "1", "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    validate(res)
+    assert res["environment"]["activations"] == "bf16" and re.search(r"activations\s+bf16", r.stdout)
+    if "avx512bf16" in _core.simd_info()["cpu_features"].split() and _core.simd_info()["active"] == "avx512":
+        c = res["compute"]
+        assert c["instructions"]["bf16"] == "vdpbf16ps zmm"
+        assert c["ops"] == {"bf16": 2 * (2 * 786432 * 32 + 1024 * 256), "f32": 2 * 4 * 4 * 64 * 32 * 33 / 2}
+    else:
+        assert res.get("compute") is None
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url",
+                        "http://127.0.0.1:9/v1", "--model", "m", "--activations", "bf16"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "not to an external server" in r.stderr
 
 
 def test_bench_rejects_bad_arguments():

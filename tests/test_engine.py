@@ -105,21 +105,6 @@ def test_bf16_products_match_reference(preset, wtype):
     assert llm.engine.memory()["weights"] == LLM(path, threads=2).engine.memory()["weights"] + delta
 
 
-def test_bf16_products_are_batch_invariant():
-    """One token runs the decode kernel, 2 tiles, 3 and more the panels: the same bits in all."""
-    llm = LLM(llmbench.dummy_model("tiny", "F16"), threads=2, activations="bf16")
-    rng = np.random.default_rng(6)
-    vocab = llm.info["vocab"]
-    target = rng.integers(3, vocab, 12).tolist()
-    others = [rng.integers(3, vocab, int(n)).tolist() for n in rng.integers(1, 40, 63)]
-    params = SamplingParams(temperature=0.9, top_k=40, seed=3, max_tokens=8, logprobs=2, ignore_eos=True)
-    alone = llm.generate([target], params)[0]
-    for b in (2, 3, 8, 64):
-        got = llm.generate([*others[:b - 1], target], params)[-1]
-        assert got.token_ids == alone.token_ids, f"batch of {b}"
-        assert got.logprobs == alone.logprobs and got.top_logprobs == alone.top_logprobs, f"batch of {b}"
-
-
 def test_bf16_products_leave_quantized_matrices_alone():
     path = llmbench.dummy_model("tiny", "Q4_K_M")   # every matrix quantized: the "q8" products
     toks = np.random.default_rng(2).integers(0, 1000, 9)
@@ -170,11 +155,12 @@ def test_batch_invariance(stories):
     assert np.array_equal(stories.logits(target), small.logits(target))
 
 
-@pytest.mark.parametrize("wtype", ["Q4_K_M", "Q8_0"])
-def test_batch_invariance_quantized(wtype):
+@pytest.mark.parametrize("wtype, act", [("Q4_K_M", "q8"), ("Q8_0", "q8"), ("F16", "bf16")])
+def test_batch_invariance_by_kernel(wtype, act):
     """Quantized weights: batched decode of 2..8 sequences runs the small-batch kernels, 64 the panels,
-    one the single dots; a sequence's tokens and log-probabilities are the same in all of them."""
-    llm = LLM(llmbench.dummy_model("tiny", wtype), threads=2)
+    one the single dots; BF16 pairs: one token the decode kernel, 2 tiles, 3 and more the panels. A
+    sequence's tokens and log-probabilities are the same in all of them."""
+    llm = LLM(llmbench.dummy_model("tiny", wtype), threads=2, activations=act)
     rng = np.random.default_rng(5)
     vocab = llm.info["vocab"]
     target = rng.integers(3, vocab, 12).tolist()

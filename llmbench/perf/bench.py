@@ -41,6 +41,7 @@ class BenchConfig:
     model: str = "llama-125m:Q4_K_M"   # GGUF path or dummy preset[:type]
     threads: int | None = None
     kv_dtype: str = "f16"
+    activations: str = "q8"            # LLM(activations=...): "q8", "f32" or "bf16" (local engine)
     pp: int = 512                      # llama-bench pp test (0: skip)
     tg: int = 128                      # llama-bench tg test (0: skip)
     depth: tuple[int, ...] = (0,)      # llama-bench -d: context already in the KV cache before pp/tg
@@ -72,6 +73,10 @@ class BenchConfig:
             raise ValueError("--input-len and --output-len must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise ValueError("--threads must be >= 1")
+        if self.activations not in ("q8", "f32", "bf16"):
+            raise ValueError(f"--activations {self.activations!r}: choose q8, f32 or bf16")
+        if self.activations != "q8" and self.backend == "openai":
+            raise ValueError("--activations applies to llmbench's own engine, not to an external server")
         if self.cuda_graphs is not None and self.backend != "cuda":
             raise ValueError("--cuda-graphs applies to --backend cuda only")
         if not (self.pp or self.tg or self.batch):
@@ -331,7 +336,7 @@ def timing_overhead(llm: LLM, step_s: float, batch: int) -> dict:
 
 def load(cfg: BenchConfig, ctx: int, max_seqs: int) -> LLM:
     gpu = {"backend": "cuda", "cuda_graphs": cfg.cuda_graphs is not False} if cfg.backend == "cuda" else {}
-    return LLM(cfg.model, threads=cfg.threads, ctx=ctx, kv_dtype=cfg.kv_dtype,
+    return LLM(cfg.model, threads=cfg.threads, ctx=ctx, kv_dtype=cfg.kv_dtype, activations=cfg.activations,
                max_batch_tokens=max(512, min(cfg.pp, 2048)), max_seqs=max(max_seqs, 4), **gpu)
 
 
@@ -377,13 +382,16 @@ def prefill_ops(llm: LLM, n_prompt: int) -> dict[str, float]:
 
 def prefill_roofline(llm: LLM, tests: list[dict], seen: dict[str, dict] | None = None) -> dict | None:
     """The depth-0 pp test against this machine's arithmetic peaks, measured now with the engine's
-    threads, each the better of now and ``seen`` (peak.best before the tests); None for CUDA or
-    without such a test."""
+    threads, each the better of now and ``seen`` (peak.best before the tests); None for CUDA, without
+    such a test, or without an instruction to measure (BF16 pairs on a CPU without AVX-512 BF16)."""
     pp = next((t for t in tests if t["n_prompt"] and not t["n_gen"] and not t["n_depth"]), None)
     if pp is None or llm.backend != "cpu":
         return None
     ops = prefill_ops(llm, pp["n_prompt"])
-    peaks = peak.best(llm.threads, tuple(ops), seen)
+    try:
+        peaks = peak.best(llm.threads, tuple(ops), seen)
+    except UnsupportedError:   # BF16 pairs where the level has no vdpbf16ps: the scalar reference, no peak
+        return None
     res = prefill_compute(ops, [pp["n_prompt"] / ts for ts in pp["samples_ts"]], {k: p["gops"] for k, p in peaks.items()})
     return {"n_prompt": pp["n_prompt"], **res, "instructions": {k: p["instruction"] for k, p in peaks.items()}}
 
