@@ -86,6 +86,7 @@ static void dot_bf16dp_ref(int64_t n, float *s, const void *vw, const void *vx) 
 uint16_t llmb_fp32_to_bf16_rne(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64u);   // NaN stays NaN (made quiet)
     if (!(u & 0x7f800000u)) u &= 0x80000000u;
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }

@@ -121,7 +121,7 @@ typedef struct {
 LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq,
                                         size_t x_stride, int ntok, int nthreads);
 
-// float -> BF16, rounded to nearest even, denormals read as zero (vcvtneps2bf16); x finite
+// float -> BF16, rounded to nearest even, denormals read as zero (vcvtneps2bf16); NaN made quiet
 LLMB_API uint16_t llmb_fp32_to_bf16_rne(float x);
 // dst = nrows rows of n values of a float type (F32, F16, BF16; row_bytes apart) as LLMB_TYPE_BF16_DP rows
 // (BF16 values, rounded from F32 / F16 by llmb_fp32_to_bf16_rne); 0 for another type or n not a multiple of 32

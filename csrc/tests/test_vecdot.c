@@ -425,6 +425,15 @@ static void check_bf16dp(int64_t n, int rows, int ntok, int wild) {
     CHECK(llmb_vec_dot_to_bf16(LLMB_TYPE_BF16, n, w2, ws, rows, h), "to_bf16 BF16");
     bad += memcmp(h, w2, ws * rows) != 0;
     CHECK(bad == 0, "BF16_DP n=%lld: %d converted weights differ", (long long)n, bad);
+    CHECK((llmb_fp32_to_bf16_rne((float)NAN) & 0x7fffu) > 0x7f80u && llmb_fp32_to_bf16_rne(INFINITY) == 0x7f80u &&
+              llmb_fp32_to_bf16_rne(0x1p-130f) == 0 && llmb_fp32_to_bf16_rne(-0x1p-130f) == 0x8000u,
+          "BF16 rounding of NaN, infinity and denormals");
+    {
+        uint32_t u = 0x7fffffffu;   // the NaN whose rounding would carry into the sign
+        float f;
+        memcpy(&f, &u, 4);
+        CHECK((llmb_fp32_to_bf16_rne(f) & 0xffc0u) == 0x7fc0u, "BF16 rounding keeps the largest NaN a NaN");
+    }
     CHECK(!llmb_vec_dot_to_bf16(LLMB_TYPE_Q8_0, n, w2, ws, rows, h) && !llmb_vec_dot_to_bf16(LLMB_TYPE_F16, 33, w2, ws, 1, h),
           "to_bf16 takes only float types and n a multiple of 32");
     for (int c = 0; c < ntok; c++) {
