@@ -30,11 +30,9 @@ import numpy as np
 
 from llmbench import LLM, SamplingParams
 from llmbench.perf import membw, peak
-from llmbench.perf.bench import prefill_ops, tg_step_bytes
+from llmbench.llm import ACTIVATIONS
+from llmbench.perf.bench import peak_kinds, prefill_ops, tg_step_bytes
 from llmbench.perf.metrics import prefill_compute
-
-
-ACTIVATIONS = ("q8", "f32", "bf16")
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -43,6 +41,11 @@ def split_spec(spec: str) -> tuple[str, str]:
     if not sep or act not in ACTIVATIONS:
         return spec, "q8"
     return model, act
+
+
+def peaks_text(p: dict[str, float]) -> str:
+    return (f"{p['f32']:.0f} GFLOP/s FP32, {p['int8']:.0f} GOP/s int8"
+            + (f", {p['bf16']:.0f} GFLOP/s BF16" if "bf16" in p else ""))
 
 
 def run_once(llm: LLM, n_prompt: int, n_gen: int, seed: int) -> float:
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     models = a.model or [f"{p}:{t}" for p in a.presets for t in a.types]
     bw, peaks, best_bw, best_peaks = {}, {}, {}, {}
-    kinds = ("f32", "int8", "bf16") if any(split_spec(m)[1] == "bf16" for m in models) else ("f32", "int8")
+    kinds = peak_kinds([split_spec(m)[1] for m in models])
 
     def measure_limits(t: int) -> None:
         """Bandwidth and peaks with t threads, kept as the best seen so far (membw.best, peak.best)."""
@@ -95,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         measure_limits(t)
     rows = []
     print("memory read bandwidth: " + ", ".join(f"{t} thr {g:.1f} GB/s" for t, g in bw.items()), flush=True)
-    print("arithmetic peak: " + ", ".join(f"{t} thr {p['f32']:.0f} GFLOP/s FP32, {p['int8']:.0f} GOP/s int8"
-                                          + (f", {p['bf16']:.0f} GFLOP/s BF16" if "bf16" in p else "")
-                                          for t, p in peaks.items()), flush=True)
+    print("arithmetic peak: " + ", ".join(f"{t} thr {peaks_text(p)}" for t, p in peaks.items()), flush=True)
     print(f"| model | threads | pp{a.pp} t/s | of peak | tg{a.tg} t/s | decode GB/s | of bandwidth |")
     print("|---|---|---|---|---|---|---|")
     for m in models:
@@ -119,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"model": m, "threads": t, "membw_read_gbs": bw[t], "peak_gops": peaks[t], **r,
                          "time": time.time()})
             del llm
-    print("limits at the end: " + ", ".join(f"{t} thr {bw[t]:.1f} GB/s, {peaks[t]['f32']:.0f} GFLOP/s FP32, "
-                                            f"{peaks[t]['int8']:.0f} GOP/s int8" for t in a.threads))
+    print("limits at the end: " + ", ".join(f"{t} thr {bw[t]:.1f} GB/s, {peaks_text(peaks[t])}" for t in a.threads))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

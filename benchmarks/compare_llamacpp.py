@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
     from llmbench.llm import resolve_model
     from llmbench.perf import membw, peak
+    from llmbench.perf.bench import peak_kinds
 
     sys.path.insert(0, here)
     from bench_engine import split_spec
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         ap.error(str(e))
 
-    kinds = ("f32", "int8", "bf16") if any(act == "bf16" for _, act in specs) else ("f32", "int8")
+    kinds = peak_kinds([act for _, act in specs])
     peaks, bw = peak.best(a.threads, kinds), membw.best(a.threads)
     print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
           f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling |")

@@ -83,12 +83,18 @@ static void dot_bf16dp_ref(int64_t n, float *s, const void *vw, const void *vx) 
     *s = hsum16_ref(l);
 }
 
-uint16_t llmb_fp32_to_bf16_rne(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64u);   // NaN stays NaN (made quiet)
-    if (!(u & 0x7f800000u)) u &= 0x80000000u;
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+// x rounded to BF16 (llmb_fp32_to_bf16's bits: nearest even, NaN made quiet) in a form the compiler
+// vectorizes: the activations of every BF16 pair product, once per token and input
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void round_bf16_row(const float *x, uint16_t *o, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 64u;
+        o[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+    }
 }
 
 int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows, uint16_t *dst) {
@@ -99,8 +105,8 @@ int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t row_bytes, 
         uint16_t *o = dst + r * n;
         for (int64_t i = 0; i < n; i++) {
             if (wtype == LLMB_TYPE_BF16) o[i] = ((const uint16_t *)row)[i];
-            else if (wtype == LLMB_TYPE_F16) o[i] = llmb_fp32_to_bf16_rne(F16(((const llmb_half *)row)[i]));
-            else o[i] = llmb_fp32_to_bf16_rne(((const float *)row)[i]);
+            else if (wtype == LLMB_TYPE_F16) o[i] = llmb_fp32_to_bf16(F16(((const llmb_half *)row)[i]));
+            else o[i] = llmb_fp32_to_bf16(((const float *)row)[i]);
         }
     }
     return 1;
@@ -380,8 +386,11 @@ static void quantize_x(int wtype, const float *x, void *xq, int64_t n, int ref) 
     switch (llmb_vec_dot_type(wtype)) {
     case LLMB_TYPE_F32: memcpy(xq, x, (size_t)n * sizeof(float)); break;
     case LLMB_TYPE_Q8_1: quant_q8_1_ref(x, xq, n); break;
-    case LLMB_TYPE_BF16_DP:   // one rounding, so the reference and the kernels' bytes are the same
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)xq)[i] = llmb_fp32_to_bf16_rne(x[i]);
+    case LLMB_TYPE_BF16_DP:   // llmb_fp32_to_bf16, and the same bits vectorized
+        if (ref)
+            for (int64_t i = 0; i < n; i++) ((uint16_t *)xq)[i] = llmb_fp32_to_bf16(x[i]);
+        else
+            round_bf16_row(x, xq, n);
         break;
     case LLMB_TYPE_Q8_0: case LLMB_TYPE_Q8_K: {
         const llmb_quant_traits *q = llmb_quant_traits_get(llmb_vec_dot_type(wtype));

@@ -36,7 +36,8 @@ extern "C" {
 // BF16 rows against activations rounded to BF16, in pairs as the vdpbf16ps instruction multiplies them
 // (AVX-512 BF16: twice the float multiply-adds of vfmadd per instruction). Internal to the engine (never
 // in a file): float matrices are converted to it at load when the user asks for BF16 products
-// (llmb_vec_dot_to_bf16). Its activation format is itself: n BF16 values (n a multiple of 32).
+// (llmb_vec_dot_to_bf16). Its activation format is itself: n BF16 values (n a multiple of 32), rounded
+// from float to nearest even by llmb_fp32_to_bf16 (quants.h), as the weights are.
 // Per output: 16 lane sums s_l from +0; for each 32 values i.. of the row, lane l adds the products of
 // its pair odd element first, s_l = r(s_l + w[i+2l+1] x[i+2l+1]), then s_l = r(s_l + w[i+2l] x[i+2l]),
 // each sum of the exact product rounded once to float (round to nearest even), denormal inputs read as
@@ -121,10 +122,8 @@ typedef struct {
 LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq,
                                         size_t x_stride, int ntok, int nthreads);
 
-// float -> BF16, rounded to nearest even, denormals read as zero (vcvtneps2bf16); NaN made quiet
-LLMB_API uint16_t llmb_fp32_to_bf16_rne(float x);
 // dst = nrows rows of n values of a float type (F32, F16, BF16; row_bytes apart) as LLMB_TYPE_BF16_DP rows
-// (BF16 values, rounded from F32 / F16 by llmb_fp32_to_bf16_rne); 0 for another type or n not a multiple of 32
+// (BF16 values, rounded from F32 / F16 by llmb_fp32_to_bf16); 0 for another type or n not a multiple of 32
 LLMB_API int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows, uint16_t *dst);
 
 // ---- row-interleaved weights, repacked once at load ----

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import LLMBenchError
+from .llm import ACTIVATIONS
 
 if TYPE_CHECKING:
     from .quantize import ModelResult
@@ -407,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--model", default="llama-125m:Q4_K_M", help="GGUF file or dummy preset[:type]; a list sweeps")
     b.add_argument("--threads", default=None, help="engine threads (default: all CPUs); a list sweeps")
     b.add_argument("--kv-dtype", default="f16", help="f16, f32 or q8_0; a list sweeps")
-    b.add_argument("--activations", default="q8", choices=("q8", "f32", "bf16"),
+    b.add_argument("--activations", default="q8", choices=ACTIVATIONS,
                    help="q8 (as llama.cpp), f32 (float products), or bf16: float matrices as BF16 pairs "
                         "(about 2x prefill on CPUs with AVX-512 BF16, 8-bit mantissa)")
     b.add_argument("--pp", type=int, default=512, help="prompt tokens of the pp test (0 skips it)")

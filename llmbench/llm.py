@@ -24,6 +24,7 @@ from .info import memory_bytes
 from .tokenizer import Tokenizer
 
 KV_DTYPES = {"f32": 0, "f16": 1, "q8_0": 8}
+ACTIVATIONS = ("q8", "f32", "bf16")   # LLM(activations=...)
 EV_ARRIVAL, EV_ADMIT, EV_TOKEN, EV_FINISH = 0, 1, 2, 3
 FINISH_REASONS = {1: "length", 2: "stop", 3: "abort"}
 
@@ -153,7 +154,7 @@ class LLM:
             raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
         if device < 0:
             raise ValueError(f"device must be >= 0, got {device}")
-        if activations not in ("q8", "f32", "bf16"):
+        if activations not in ACTIVATIONS:
             raise ValueError(f"activations must be 'q8', 'f32' or 'bf16', got {activations!r}")
         if activations == "bf16" and backend != "cpu":
             raise ValueError("activations='bf16' (BF16 pair products) runs on the CPU backend only")

@@ -27,7 +27,7 @@ import numpy as np
 from .. import LLM, BackendUnavailableError, SamplingParams, UnsupportedError, __version__, _core
 from ..gguf import GGUFFile
 from ..info import cpu_model
-from ..llm import Prefix, resolve_model
+from ..llm import ACTIVATIONS, Prefix, resolve_model
 from ..tokenizer import Tokenizer
 from . import membw, peak
 from .dataset import load_prompts, sample
@@ -73,8 +73,8 @@ class BenchConfig:
             raise ValueError("--input-len and --output-len must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise ValueError("--threads must be >= 1")
-        if self.activations not in ("q8", "f32", "bf16"):
-            raise ValueError(f"--activations {self.activations!r}: choose q8, f32 or bf16")
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"--activations {self.activations!r}: choose {', '.join(ACTIVATIONS)}")
         if self.activations != "q8" and self.backend == "openai":
             raise ValueError("--activations applies to llmbench's own engine, not to an external server")
         if self.cuda_graphs is not None and self.backend != "cuda":
@@ -378,6 +378,12 @@ def prefill_ops(llm: LLM, n_prompt: int) -> dict[str, float]:
             ops[kind] += 2.0 * t.shape[0] * t.shape[1] * (n_prompt if name.startswith("blk.") else 1)
     ops["f32"] += info["n_layer"] * 4.0 * info["n_head"] * info["head_dim"] * n_prompt * (n_prompt + 1) / 2
     return {k: v for k, v in ops.items() if v}
+
+
+def peak_kinds(activations) -> tuple[str, ...]:
+    """The peaks (llmbench.perf.peak kinds) that runs with these LLM activations may need: BF16 pairs
+    only where one of them is "bf16" (the probe raises UnsupportedError on CPUs without them)."""
+    return ("f32", "int8", "bf16") if "bf16" in activations else ("f32", "int8")
 
 
 def prefill_roofline(llm: LLM, tests: list[dict], seen: dict[str, dict] | None = None) -> dict | None:
