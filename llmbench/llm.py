@@ -10,6 +10,7 @@ core when each event happens, not when Python sees it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -25,6 +26,9 @@ from .tokenizer import Tokenizer
 
 KV_DTYPES = {"f32": 0, "f16": 1, "q8_0": 8}
 ACTIVATIONS = ("q8", "f32", "bf16")   # LLM(activations=...)
+# score_tokens holds a prefix that distinct contexts share from this many tokens on: a shorter one saves
+# less prefill than the extra engine pass it costs.
+SHARED_PREFIX_MIN = 32
 EV_ARRIVAL, EV_ADMIT, EV_TOKEN, EV_FINISH = 0, 1, 2, 3
 FINISH_REASONS = {1: "length", 2: "stop", 3: "abort"}
 
@@ -195,6 +199,7 @@ class LLM:
         if n_blocks < 1:
             raise ValueError(f"kv_budget {budget} bytes holds no KV block ({per_tok * block_size:.0f} bytes each)")
         self.kv_blocks = n_blocks
+        self.max_seqs = max_seqs
         self.engine = _core.Engine(self.file._reader, kv_type=KV_DTYPES[kv_dtype], block_size=block_size,
                                    n_blocks=n_blocks, ctx=self.ctx, max_batch_tokens=max_batch_tokens,
                                    max_seqs=max_seqs, threads=self.threads, float_act=activations == "f32",
@@ -341,9 +346,12 @@ class LLM:
     def loglikelihood(self, pairs: Sequence[tuple[str, str]], add_bos: bool | None = None) -> list[tuple[float, bool]]:
         """(sum of log-probabilities of the continuation, whether it is the greedy continuation) for
         each (context, continuation) pair, as lm-evaluation-harness defines it: trailing spaces of the
-        context move to the continuation; the continuation's tokens are those of
-        encode(context + continuation) past encode(context). Contexts shared by several pairs are
-        computed once and their KV cache forked (prefix sharing)."""
+        context move to the continuation; the model reads encode(context) followed by the tokens of
+        encode(context + continuation) past that many (so a merge across the boundary is scored as
+        the harness scores it); an empty context is the BOS token (EOS where there is none). A
+        prefix shared by several contexts, such as a few-shot header, is computed once (score_tokens).
+        Sequences longer than ``ctx`` keep their last ``ctx`` tokens (the harness keeps one more, which
+        it never feeds: its window is ``max_length + 1`` tokens)."""
         tok = self._tok()
         reqs = []
         for context, continuation in pairs:
@@ -354,9 +362,8 @@ class LLM:
                 start = tok.bos_id if tok.bos_id is not None else tok.eos_id
                 ctx_ids, cont_ids = [start], tok.encode(continuation, add_bos=False)
             else:
-                whole = tok.encode(context + continuation, add_bos)
                 ctx_ids = tok.encode(context, add_bos)
-                ctx_ids, cont_ids = whole[: len(ctx_ids)], whole[len(ctx_ids):]
+                cont_ids = tok.encode(context + continuation, add_bos)[len(ctx_ids):]
             if not cont_ids:
                 raise ValueError(f"continuation {continuation!r} encodes to no tokens")
             ids = (ctx_ids + cont_ids)[-(self.ctx):]  # truncate on the left, as the harness does
@@ -364,32 +371,79 @@ class LLM:
         return self.score_tokens(reqs)
 
     def score_tokens(self, reqs: Sequence[tuple[Sequence[int], int]]) -> list[tuple[float, bool]]:
-        """For (token ids, n_context) requests: (sum logprob of ids[n_context:], all greedy)."""
-        # Share each context prefix used by more than one request.
-        counts: dict[tuple[int, ...], int] = {}
-        for ids, n_ctx in reqs:
-            key = tuple(ids[:n_ctx])
-            counts[key] = counts.get(key, 0) + 1
-        parents: dict[tuple[int, ...], int] = {}
+        """For (token ids, n_context) requests: (sum logprob of ids[n_context:], all greedy).
+
+        The contexts form a tree of shared prefixes: wherever two contexts next to each other in sorted
+        order share one (the same context scored with several continuations, or at least
+        ``SHARED_PREFIX_MIN`` tokens, such as a few-shot header), that prefix is computed once and held,
+        forked from the longest held prefix of itself, and each request forks the longest held
+        prefix of its context (copy on write). Requests run in sorted order, ``max_seqs`` at a time,
+        holding the prefixes that chunk needs; a prefix is released once the requests below it are
+        done, so the KV cache never holds more than one chunk's branch of the tree."""
+        reqs = [(list(ids), int(n)) for ids, n in reqs]
+        for ids, n in reqs:
+            if not 1 <= n < len(ids):
+                raise ValueError(f"a request needs 1 <= n_context < {len(ids)} (its length), got {n}")
+        order = sorted(range(len(reqs)), key=lambda i: reqs[i][0][: reqs[i][1]])
+        ctxs = [tuple(reqs[i][0][: reqs[i][1]]) for i in order]
+        branches = set()
+        for a, b in itertools.pairwise(ctxs):
+            k, m = 0, min(len(a), len(b))
+            while k < m and a[k] == b[k]:
+                k += 1
+            if k >= SHARED_PREFIX_MIN or len(a) == len(b) == k > 1:
+                branches.add(a[:k])
+        # One walk over branches and contexts in sorted order (a prefix sorts before what extends it, a
+        # branch before the context equal to it): a stack of the prefixes of the current entry gives
+        # each branch its parent branch and each context the deepest branch it extends.
+        parent: dict[tuple[int, ...], tuple[int, ...] | None] = {}
+        attach: list[tuple[int, ...] | None] = [None] * len(ctxs)
+        stack: list[tuple[int, ...]] = []
+        for key, kind, j in sorted([(p, 0, -1) for p in branches] + [(c, 1, j) for j, c in enumerate(ctxs)]):
+            while stack and key[: len(stack[-1])] != stack[-1]:
+                stack.pop()
+            if kind == 0:
+                parent[key] = stack[-1] if stack else None
+                stack.append(key)
+            else:
+                attach[j] = stack[-1] if stack else None
+        held: dict[tuple[int, ...], int] = {}
+        live: list[int] = []
+        out: list[tuple[float, bool]] = [(0.0, False)] * len(reqs)
+        step = max(1, self.max_seqs)
         try:
-            for key, c in counts.items():
-                if c > 1 and len(key) > 1:
-                    parents[key] = self.engine.add(list(key), max_tokens=0, hold=True)
-            self._run_to_idle()
-            seqs = []
-            for ids, n_ctx in reqs:
-                fork = parents.get(tuple(ids[:n_ctx]), -1)
-                seqs.append(self.engine.add(list(ids), max_tokens=0, prompt_logprobs_from=n_ctx - 1, fork_from=fork))
-            self._run_to_idle()
-            out = []
-            for (ids, n_ctx), s in zip(reqs, seqs):
-                lp, greedy = self.engine.prompt_logprobs(s, len(ids) - n_ctx)
-                out.append((float(np.sum(lp, dtype=np.float64)), bool(greedy.all())))
-                self.engine.release(s)
+            for lo in range(0, len(order), step):
+                hi = min(lo + step, len(order))
+                for p in [p for p in held if ctxs[lo][: len(p)] != p]:   # below it, sorted order is past
+                    self.engine.release(held.pop(p))
+                need = set()
+                for p in attach[lo:hi]:
+                    while p is not None and p not in need:
+                        need.add(p)
+                        p = parent[p]
+                need -= held.keys()
+                while need:   # by depth: each branch forks its parent, held by then
+                    level = [p for p in need if parent[p] is None or parent[p] in held]
+                    for p in level:
+                        held[p] = self.engine.add(list(p), max_tokens=0, hold=True,
+                                                  fork_from=held[parent[p]] if parent[p] else -1)
+                    self._run_to_idle()
+                    need.difference_update(level)
+                for j in range(lo, hi):
+                    ids, n_ctx = reqs[order[j]]
+                    live.append(self.engine.add(ids, max_tokens=0, prompt_logprobs_from=n_ctx - 1,
+                                                fork_from=held[attach[j]] if attach[j] else -1))
+                self._run_to_idle()
+                for j, s in zip(range(lo, hi), live):
+                    ids, n_ctx = reqs[order[j]]
+                    lp, greedy = self.engine.prompt_logprobs(s, len(ids) - n_ctx)
+                    out[order[j]] = (float(np.sum(lp, dtype=np.float64)), bool(greedy.all()))
+                while live:
+                    self.engine.release(live.pop())
             return out
         finally:
-            for p in parents.values():
-                self.engine.release(p)
+            for s in live + list(held.values()):
+                self.engine.release(s)
 
 
 class Prefix:

@@ -219,19 +219,82 @@ def test_prefix_fork_equals_full_computation(stories):
     assert stories.memory()["free_blocks"] == free  # every block returned
 
 
+def ref_score(ref: Reference, ids: list[int], n_ctx: int) -> tuple[float, bool]:
+    """(sum log-probability of ids[n_ctx:], all greedy) from the float64 reference."""
+    logits = ref.logits(ids)
+    mx = logits.max(1, keepdims=True)
+    logp = logits - mx - np.log(np.exp(logits - mx).sum(1, keepdims=True))
+    return (sum(logp[i - 1, ids[i]] for i in range(n_ctx, len(ids))),
+            all(logits[i - 1].argmax() == ids[i] for i in range(n_ctx, len(ids))))
+
+
 def test_loglikelihood_matches_reference(stories_path, stories):
     ref = Reference(stories_path)
     ctx, cont = "Lily went to the park", " and played"
     lp, greedy = stories.loglikelihood([(ctx, cont)])[0]
-    whole = stories.tokenize(ctx + cont)
-    n_ctx = len(stories.tokenize(ctx))
-    logits = ref.logits(whole)
-    logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
-    want = sum(logp[i - 1, whole[i]] for i in range(n_ctx, len(whole)))
-    assert lp == pytest.approx(want, abs=1e-4)
-    assert greedy == all(logits[i - 1].argmax() == whole[i] for i in range(n_ctx, len(whole)))
+    whole, n_ctx = stories.tokenize(ctx + cont), len(stories.tokenize(ctx))
+    want_lp, want_greedy = ref_score(ref, whole, n_ctx)
+    assert lp == pytest.approx(want_lp, abs=1e-4) and greedy == want_greedy
     # trailing space of the context moves to the continuation, as lm-evaluation-harness does
     assert stories.loglikelihood([(ctx + " ", "and played")]) == stories.loglikelihood([(ctx, cont)])
+
+
+def test_loglikelihood_encodes_as_the_harness(stories_path, stories):
+    """lm-evaluation-harness feeds encode(context), then encode(context + continuation) past that many
+    tokens: where the two encodings differ at the boundary, the scored sequence is neither."""
+    ref = Reference(stories_path)
+    ctx, cont = "Lily went to the pa", "rk"
+    ctx_ids, whole = stories.tokenize(ctx), stories.tokenize(ctx + cont)
+    assert whole[: len(ctx_ids)] != ctx_ids          # "pa" + "rk" encode across the boundary
+    ids = ctx_ids + whole[len(ctx_ids):]
+    lp, greedy = stories.loglikelihood([(ctx, cont)])[0]
+    want_lp, want_greedy = ref_score(ref, ids, len(ctx_ids))
+    assert lp == pytest.approx(want_lp, abs=1e-4) and greedy == want_greedy
+    # an empty context is the BOS token alone
+    lp, _ = stories.loglikelihood([("", "Once upon a time")])[0]
+    ids = [stories.tokenizer.bos_id] + stories.tokenize("Once upon a time", add_bos=False)
+    assert lp == pytest.approx(ref_score(ref, ids, 1)[0], abs=1e-4)
+    # longer than ctx: the last ctx tokens, the continuation scored after what is left of the context
+    short = LLM(stories_path, threads=1, ctx=12, kv_dtype="f32", tokenizer_options={"remove_extra_whitespaces": True})
+    ctx, cont = "Once upon a time, there was a little girl named", " Lily"
+    ctx_ids = short.tokenize(ctx)
+    ids = (ctx_ids + short.tokenize(ctx + cont)[len(ctx_ids):])[-12:]
+    n_cont = len(short.tokenize(ctx + cont)) - len(ctx_ids)
+    assert len(ctx_ids) + n_cont > 12
+    lp, _ = short.loglikelihood([(ctx, cont)])[0]
+    assert lp == pytest.approx(ref_score(ref, ids, 12 - n_cont)[0], abs=1e-4)
+
+
+@pytest.mark.parametrize("max_seqs", [64, 3])
+def test_few_shot_prefix_is_computed_once(stories_path, max_seqs):
+    """Questions behind one few-shot header, several answers each: the header is computed once and
+    forked, each question once, and every score equals the request scored alone. max_seqs=3 runs
+    the requests in chunks that cut through the questions."""
+    llm = LLM(stories_path, threads=2, kv_dtype="f32", max_seqs=max_seqs,
+              tokenizer_options={"remove_extra_whitespaces": True})
+    header = ("Once upon a time, there was a little girl named Lily. She liked to play in the park with "
+              "her dog. One day, she saw a big red ball under a tree.\n")
+    questions = ["Lily was", "The dog wanted to", "Then the ball", "She went home and"]
+    answers = [" happy", " sad", " a cat", " the park"]
+    pairs = [(header + q, a) for q in questions for a in answers]
+    assert len(llm.tokenize(header)) >= 32   # SHARED_PREFIX_MIN: long enough to be shared
+    llm.engine.reset_stats()
+    free = llm.memory()["free_blocks"]
+    shared = llm.loglikelihood(pairs)
+    computed = llm.engine.stats()["prefill_tokens"]
+    assert llm.memory()["free_blocks"] == free      # every block returned
+    alone = [llm.loglikelihood([p])[0] for p in pairs]
+    assert shared == alone
+    n_header = len(llm.tokenize(header))
+    ctxs = [llm.tokenize(header + q) for q in questions]
+    conts = [len(llm.tokenize(header + q + a)) - len(c) for q, c in zip(questions, ctxs) for a in answers]
+    # header once; each question's own tokens and its last token once more; each answer and the token before it
+    bound = n_header + sum(len(c) - n_header + 1 for c in ctxs) + sum(n + 1 for n in conts)
+    assert computed <= bound < len(pairs) * n_header
+    ref = Reference(stories_path)
+    ids = llm.tokenize(header + questions[1] + answers[2])
+    n_ctx = len(ctxs[1])
+    assert shared[6][0] == pytest.approx(ref_score(ref, ids, n_ctx)[0], abs=1e-4)
 
 
 def test_held_prefix_is_shared_and_changes_nothing(stories):
