@@ -46,7 +46,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None             # None: a fresh random seed per request
     max_tokens: int = 16
-    min_tokens: int = 0
+    min_tokens: int = 0                 # no stop token, EOS or stop string ends a request before this many
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False            # fixed-length runs for benchmarks
@@ -534,7 +534,8 @@ class _Run:
         delta = new[len(tk.decode(self.tokens[self.prefix:self.read])):]
         self.prefix, self.read = self.read, len(self.tokens)
         text = self.text + delta
-        for s in self.sp.stop:
+        # as vLLM: no stop string ends a request before min_tokens, nor is one looked for in text before then
+        for s in self.sp.stop if len(self.tokens) >= self.sp.min_tokens else ():
             at = text.find(s, max(0, len(self.text) - len(s) + 1))
             if at >= 0:
                 text = text[: at + len(s)] if self.sp.include_stop_str_in_output else text[:at]

@@ -96,22 +96,28 @@ def gemma3_gguf() -> Path:
 
 
 def with_tensor_replaced(src: str | Path, dst: str | Path, name: str, data, raw_dtype) -> Path:
-    """Write a copy of the GGUF file ``src`` to ``dst`` (every metadata key, every other tensor as
-    is) with tensor ``name`` replaced by the raw ``data`` of ggml type ``raw_dtype``: models with one
-    weight in a type some engine cannot run."""
+    """A copy of the GGUF file ``src`` at ``dst`` with tensor ``name`` replaced by the raw ``data`` of
+    ggml type ``raw_dtype``: models with one weight in a type some engine cannot run."""
+    return rewritten(src, dst, tensors={name: (data, raw_dtype)})
+
+
+def rewritten(src: str | Path, dst: str | Path, metadata: dict | None = None, tensors: dict | None = None) -> Path:
+    """Write a copy of the GGUF file ``src`` to ``dst``: every metadata key and tensor as is, except
+    the ``metadata`` values given (existing keys, their types kept) and the ``tensors`` given as
+    name -> (raw data, ggml type)."""
     import gguf
     import numpy as np
 
+    metadata, tensors = metadata or {}, tensors or {}
     r = gguf.GGUFReader(str(src))
     w = gguf.GGUFWriter(str(dst), arch=str(r.fields["general.architecture"].contents()))
     for k, f in r.fields.items():
         if k.startswith("GGUF.") or k == "general.architecture":
             continue
-        w.add_key_value(k, f.contents(), f.types[0], f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+        w.add_key_value(k, metadata.get(k, f.contents()), f.types[0],
+                        f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
     for t in r.tensors:
-        if t.name == name:
-            w.add_tensor(t.name, data, raw_dtype=raw_dtype)
-        else:
-            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+        data, raw = tensors.get(t.name, (np.asarray(t.data), t.tensor_type))
+        w.add_tensor(t.name, data, raw_dtype=raw)
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
     return Path(dst)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from llmbench import LLM, SamplingParams
+from models import rewritten
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +103,10 @@ def test_stop_strings(llm):
     assert out.finish_reason == "stop" and out.stop_reason == "Lily"
     inc = llm.generate("", SamplingParams(temperature=0, max_tokens=64, stop=["Lily"], include_stop_str_in_output=True))[0]
     assert inc.text.endswith("named Lily")
+    # min_tokens: the first "Lily" falls before it, so the request runs on to the next one
+    story = llm.generate("", SamplingParams(temperature=0, max_tokens=96))[0].text
+    held = llm.generate("", SamplingParams(temperature=0, max_tokens=96, stop=["Lily"], min_tokens=16))[0]
+    assert held.text == story[: story.index("Lily", len(out.text) + 1)] and held.finish_reason == "stop"
 
 
 def test_stop_tokens_min_tokens_and_ignore_eos(llm):
@@ -110,8 +115,23 @@ def test_stop_tokens_min_tokens_and_ignore_eos(llm):
     assert stopped.token_ids == greedy[:1] and stopped.finish_reason == "stop" and stopped.stop_reason == greedy[0]
     held = llm.generate("", SamplingParams(temperature=0, max_tokens=8, min_tokens=3, stop_token_ids=[greedy[0]]))[0]
     assert len(held.token_ids) >= 3 and greedy[0] not in held.token_ids[:3]
-    fixed = llm.generate("Lily", SamplingParams(temperature=0, max_tokens=300, ignore_eos=True))[0]
-    assert len(fixed.token_ids) == 300 and fixed.finish_reason == "length"
+
+
+def test_end_of_sequence_ends_unless_ignored(llm, stories_path, tmp_path):
+    """stories260K never samples its EOS (llama2.c ends a story at BOS), so a copy names a token the
+    greedy story reaches after ten tokens as EOS: generation ends there, except with ignore_eos, and
+    min_tokens holds it back."""
+    greedy = llm.generate("Lily", SamplingParams(temperature=0, max_tokens=40))[0].token_ids
+    first = greedy.index(greedy[10])
+    eos = LLM(rewritten(stories_path, tmp_path / "eos.gguf", {"tokenizer.ggml.eos_token_id": greedy[10]}),
+              threads=1, kv_dtype="f32")
+    assert eos.tokenizer.eos_id == greedy[10]
+    ended = eos.generate("Lily", SamplingParams(temperature=0, max_tokens=40))[0]
+    assert ended.token_ids == greedy[: first + 1] and (ended.finish_reason, ended.stop_reason) == ("stop", greedy[10])
+    fixed = eos.generate("Lily", SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))[0]
+    assert fixed.token_ids == greedy and fixed.finish_reason == "length"
+    held = eos.generate("Lily", SamplingParams(temperature=0, max_tokens=40, min_tokens=first + 3))[0]
+    assert len(held.token_ids) >= first + 3 and greedy[10] not in held.token_ids[: first + 3]
 
 
 def test_on_token_streams_the_text(llm):
