@@ -1,5 +1,6 @@
 // _engine_py.c — Python binding of the inference engine (csrc/engine.h): llmbench._core.Engine.
-// The GIL is released around every step; events come back as NumPy arrays. The Engine keeps its
+// The GIL is released around every step; events come back as NumPy arrays. While one thread is inside
+// the engine without the GIL (`busy`), a call from another thread raises instead of racing it. The Engine keeps its
 // Reader (the mapped GGUF file) alive. Used by llmbench/llm.py; tested through tests/test_engine.py.
 #include "_pycore.h"
 #include "../csrc/engine.h"
@@ -8,7 +9,15 @@ typedef struct {
     PyObject_HEAD
     llmb_engine *e;
     PyObject *reader;
+    int busy;   // a thread runs engine code with the GIL released
 } EngineObject;
+
+static int engine_busy(EngineObject *self) {
+    if (!self->busy) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "engine: another thread is running it; an Engine serves one thread at a "
+                                        "time (llmbench.LLM makes concurrent calls wait their turn)");
+    return 1;
+}
 
 static void Engine_dealloc(EngineObject *self) {
     if (self->e) {
@@ -33,14 +42,17 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     p.n_blocks = nb;
     llmb_gguf *g = llmb_py_reader_gguf(reader);
     if (!g) return -1;
+    if (engine_busy(self)) return -1;
     if (self->e) {
         PyErr_SetString(PyExc_RuntimeError, "Engine is already initialized");
         return -1;
     }
     llmb_status s;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     s = llmb_engine_create(g, &p, &self->e);
     Py_END_ALLOW_THREADS
+    self->busy = 0;
     if (s) {
         llmb_py_raise(s, NULL);
         return -1;
@@ -51,6 +63,7 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
 }
 
 #define ENGINE(self)                                                        \
+    if (engine_busy(self)) return NULL;                                     \
     if (!(self)->e) {                                                       \
         PyErr_SetString(PyExc_ValueError, "engine is not initialized");     \
         return NULL;                                                        \
@@ -131,9 +144,11 @@ static PyObject *Engine_step(EngineObject *self, PyObject *noargs) {
     ENGINE(self);
     int busy = 0;
     llmb_status s;
+    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     s = llmb_engine_step(self->e, &busy);
     Py_END_ALLOW_THREADS
+    self->busy = 0;
     if (s) return llmb_py_raise(s, NULL);
     return PyBool_FromLong(busy);
 }

@@ -10,9 +10,11 @@ core when each event happens, not when Python sees it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +129,24 @@ def resolve_model(model: str | os.PathLike[str]) -> Path:
                             f"(presets: {', '.join(dummy.PRESETS)})")
 
 
+def _exclusive(method: Callable) -> Callable:
+    """For LLM methods that drive the engine: they run one at a time, a call from another thread
+    waiting for the running one; a call from inside one (an on_token callback) raises, as it would
+    take the running call's events."""
+    @functools.wraps(method)
+    def run(self: LLM, *args, **kwargs):
+        if self._owner == threading.get_ident():
+            raise RuntimeError(f"LLM.{method.__name__} was called inside another call on the same LLM (from an "
+                               "on_token callback?); call it after that one returns")
+        with self._lock:
+            self._owner = threading.get_ident()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                self._owner = None
+    return run
+
+
 class LLM:
     """A model loaded into llmbench's engine.
 
@@ -147,6 +167,9 @@ class LLM:
     backend, "cuda" raises BackendUnavailableError saying why. ``device_sampling`` (cuda): a step whose every
     request samples plainly (no penalties, no top-n logprobs, no prompt scores) samples on the device,
     so only token ids and their log-probabilities cross the bus.
+
+    The GIL is released while the engine computes, so other Python threads run meanwhile; calls on
+    one LLM from several threads take turns.
     """
 
     def __init__(self, model: str | os.PathLike[str], threads: int | None = None, ctx: int | None = None,
@@ -154,6 +177,7 @@ class LLM:
                  max_batch_tokens: int = 512, max_seqs: int = 64, block_size: int = 16,
                  activations: str = "q8", tokenizer_options: dict | None = None, device: int = 0,
                  cuda_graphs: bool = True, device_sampling: bool = True):
+        self._lock, self._owner = threading.Lock(), None   # see _exclusive
         if backend not in ("cpu", "cuda"):
             raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
         if device < 0:
@@ -222,6 +246,7 @@ class LLM:
         return (f"<LLM {self.path.name} {i['arch']} {i['n_layer']}L dim {i['dim']} vocab {i['vocab']} "
                 f"{where} ctx={self.ctx} kv={self.kv_dtype} activations={self.activations}>")
 
+    @_exclusive
     def memory(self) -> dict[str, int]:
         """Bytes the engine's backend holds: weights (mapped on the CPU), KV cache, scratch, peak; on a
         GPU also device_free and device_total (0 on the CPU); kv_per_token, free_blocks."""
@@ -254,6 +279,10 @@ class LLM:
 
     # ---- generation ----
 
+    @_exclusive
+    def _release(self, seq: int) -> None:
+        self.engine.release(seq)
+
     def _run_to_idle(self) -> None:
         """Step the engine until no request is left to run, discarding the events (for requests whose
         results are read back another way: held prefixes, prompt logits and logprobs)."""
@@ -261,6 +290,7 @@ class LLM:
             pass
         self.engine.poll()
 
+    @_exclusive
     def hold_prefix(self, prompt: str | Sequence[int]) -> Prefix:
         """Compute a prompt prefix once and keep its KV cache: ``generate(..., prefix=p)`` then
         forks it (copy on write) for each request instead of recomputing it. Release it with
@@ -274,6 +304,7 @@ class LLM:
             raise
         return Prefix(self, ids, seq)
 
+    @_exclusive
     def generate(self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
                  on_token: Callable[[int, int, str], None] | None = None,
@@ -333,6 +364,7 @@ class LLM:
 
     # ---- scoring ----
 
+    @_exclusive
     def logits(self, token_ids: Sequence[int]) -> np.ndarray:
         """Float32 logits [n, vocab] of every position of ``token_ids`` (one forward pass)."""
         ids = [int(t) for t in token_ids]
@@ -370,6 +402,7 @@ class LLM:
             reqs.append((ids, len(ids) - len(cont_ids)))
         return self.score_tokens(reqs)
 
+    @_exclusive
     def score_tokens(self, reqs: Sequence[tuple[Sequence[int], int]]) -> list[tuple[float, bool]]:
         """For (token ids, n_context) requests: (sum logprob of ids[n_context:], all greedy).
 
@@ -457,7 +490,7 @@ class Prefix:
 
     def release(self) -> None:
         if self.seq is not None:
-            self.llm.engine.release(self.seq)
+            self.llm._release(self.seq)
             self.seq = None
 
     def __enter__(self) -> Prefix:

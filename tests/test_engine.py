@@ -4,6 +4,8 @@ stories260K greedy story, batch invariance, chunked prefill, prefix forks, and c
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import gguf
 import numpy as np
@@ -403,3 +405,60 @@ def test_cuda_backend_unavailable_names_the_reason(stories_path):
         with pytest.raises(llmbench.BackendUnavailableError):
             llmbench._core.Engine(GGUFFile(stories_path)._reader, kv_type=0, block_size=16, n_blocks=8,
                                   ctx=64, max_batch_tokens=16, max_seqs=2, threads=1, backend="cuda")
+
+
+def test_steps_release_the_gil():
+    """While one thread runs engine steps, other Python threads go on: the longest pause the main
+    thread sees is a fraction of the longest step (a step holding the GIL pauses it for all of it)."""
+    llm = LLM("tiny:F32", threads=1, ctx=2048, max_batch_tokens=2048, activations="f32")
+    ids = np.random.default_rng(0).integers(0, llm.info["vocab"], 2000).tolist()
+    steps: list[float] = []
+
+    def work():
+        for _ in range(3):
+            seq = llm.engine.add(ids, max_tokens=0)
+            busy = True
+            while busy:
+                t = time.perf_counter()
+                busy = llm.engine.step()
+                steps.append(time.perf_counter() - t)
+            llm.engine.poll()
+            llm.engine.release(seq)
+
+    worker = threading.Thread(target=work)
+    longest, last = 0.0, time.perf_counter()
+    worker.start()
+    while worker.is_alive():
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    worker.join()
+    assert max(steps) > 0.02, "the step is too short to tell"
+    assert longest < max(steps) / 4
+    # and a raw Engine refuses a second thread instead of racing it
+    seq = llm.engine.add(ids, max_tokens=0)
+    errors = []
+    worker = threading.Thread(target=lambda: llm.engine.step())
+    worker.start()
+    while worker.is_alive():
+        try:
+            llm.engine.stats()
+        except RuntimeError as e:
+            errors.append(str(e))
+    worker.join()
+    llm.engine.release(seq)
+    assert errors and "another thread is running it" in errors[0]
+
+
+def test_calls_from_threads_take_turns(stories):
+    params = SamplingParams(temperature=0.8, seed=5, max_tokens=40)
+    want = [stories.generate(p, params)[0].token_ids for p in ("Lily", "Once upon a time", "The dog")]
+    got: dict[int, list[int]] = {}
+    threads = [threading.Thread(target=lambda i=i, p=p: got.__setitem__(i, stories.generate(p, params)[0].token_ids))
+               for i, p in enumerate(("Lily", "Once upon a time", "The dog"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [got[i] for i in range(3)] == want
+    with pytest.raises(RuntimeError, match="inside another call on the same LLM"):
+        stories.generate("Lily", SamplingParams(max_tokens=3), on_token=lambda *a: stories.logits([1, 2]))
