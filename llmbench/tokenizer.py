@@ -33,7 +33,10 @@ _LLAMA3 = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 _QWEN2 = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
           r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 _PRE_SPLITS: dict[str, list[str]] = {
-    "default": [_GPT2], "gpt2": [_GPT2], "gpt-2": [_GPT2],
+    # llama.cpp's own default (a pre name it does not know is an error there): punctuation runs, GPT-2,
+    # digit runs, then digits three at a time
+    "default": [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
+    "gpt2": [_GPT2], "gpt-2": [_GPT2],
     "llama-bpe": [_LLAMA3], "llama3": [_LLAMA3], "llama-v3": [_LLAMA3], "dbrx": [_LLAMA3], "smaug-bpe": [_LLAMA3],
     "qwen2": [_QWEN2], "deepseek-r1-qwen": [_QWEN2],
     "smollm": [r"\p{N}", _GPT2], "starcoder": [r"\p{N}", _GPT2],

@@ -120,3 +120,26 @@ def test_no_tokenizer_is_clear(stories_meta):
         Tokenizer.from_gguf(meta)
     with pytest.raises(llmbench.UnsupportedError, match="not supported"):
         Tokenizer.from_gguf({**stories_meta, "tokenizer.ggml.model": "bert"})
+
+
+# Splits of one string worked out by hand from llama.cpp's regex lists (llama-vocab.cpp), each list
+# applied in turn to every piece the one before left, matches and the text between kept apart.
+PRE_TEXT = "Hello, (world) costs $12345!\n\n  I'm OK"
+PRE_SPLITS = {
+    "default": ["Hello", ",", " ", "(", "world", ")", " costs", " ", "$", "123", "45", "!", "\n\n ", " I", "'", "m", " OK"],
+    "gpt-2": ["Hello", ",", " (", "world", ")", " costs", " $", "12345", "!", "\n\n ", " I", "'m", " OK"],
+    "llama-bpe": ["Hello", ",", " (", "world", ")", " costs", " $", "123", "45", "!\n\n", " ", " I", "'m", " OK"],
+    "qwen2": ["Hello", ",", " (", "world", ")", " costs", " $", "1", "2", "3", "4", "5", "!\n\n", " ", " I", "'m", " OK"],
+    "smollm": ["Hello", ",", " (", "world", ")", " costs", " $", "1", "2", "3", "4", "5", "!", "\n\n ", " I", "'m", " OK"],
+}
+
+
+@pytest.mark.parametrize("pre", sorted(PRE_SPLITS))
+def test_pre_tokenizers_split_as_llama_cpp(pre):
+    from llmbench.tokenizer import _byte_level_pre
+
+    pieces = [piece for piece, _ in _byte_level_pre(pre).pre_tokenize_str(PRE_TEXT)]
+    assert [decoders.ByteLevel().decode([p]) for p in pieces] == PRE_SPLITS[pre]
+    # the Llama 3 contractions are case-insensitive
+    if pre in ("llama-bpe", "qwen2"):
+        assert [decoders.ByteLevel().decode([p]) for p, _ in _byte_level_pre(pre).pre_tokenize_str("I'M")] == ["I", "'M"]
