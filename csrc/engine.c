@@ -229,6 +229,13 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
         return llmb_fail(LLMB_E_ARG, "engine: %lld KV blocks of %d tokens exceed 2^31 slots; lower kv_budget",
                          (long long)p->n_blocks, p->block_size);
     }
+    if (c->sliding_window > 0 && p->ctx > c->sliding_window) {
+        const int w = c->sliding_window, want = p->ctx;
+        llmb_engine_free(e);
+        return llmb_fail(LLMB_E_UNSUPPORTED, "engine: this model attends over a sliding window of %d tokens, which "
+                                             "llmbench does not implement; up to %d tokens it is full attention, so use "
+                                             "ctx <= %d (asked for %d)", w, w, w, want);
+    }
     e->kv_type = p->kv_type;
     int kv_dim = c->n_head_kv * c->head_dim;
     if (e->kv_type == LLMB_TYPE_Q8_0 && c->head_dim % 32) {

@@ -146,6 +146,7 @@ static llmb_status read_config(const llmb_gguf *g, llmb_model_config *c) {
     if ((s = get_int(g, ar, "attention.head_count_kv", c->n_head, &c->n_head_kv))) return s;
     if ((s = get_int(g, ar, "attention.key_length", c->dim / c->n_head, &c->head_dim))) return s;
     if ((s = get_int(g, ar, "context_length", 2048, &c->ctx_train))) return s;
+    if ((s = get_int(g, ar, "attention.sliding_window", 0, &c->sliding_window))) return s;
     int rope_dim, vlen;
     if ((s = get_int(g, ar, "rope.dimension_count", c->head_dim, &rope_dim))) return s;
     if ((s = get_int(g, ar, "attention.value_length", c->head_dim, &vlen))) return s;

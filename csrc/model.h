@@ -32,6 +32,7 @@ typedef struct {
     float rope_base, rope_scale, norm_eps;  // rope_scale: linear position scaling (1 = none)
     int rope_neox;                          // 1: rotate pairs (i, i + d/2); 0: adjacent pairs (2i, 2i+1)
     int tied_output;
+    int sliding_window;                     // {arch}.attention.sliding_window (0: none): ctx may not exceed it
 } llmb_model_config;
 
 typedef struct llmb_model {

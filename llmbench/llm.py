@@ -152,7 +152,8 @@ class LLM:
 
     ``model``: a GGUF path or a dummy preset name ("llama-125m", "llama-1b:Q8_0", ...).
     ``threads``: engine threads (default: all CPUs). ``ctx``: longest sequence (default: the
-    model's training context, at most 4096). ``kv_dtype``: "f16", "f32" or "q8_0".
+    model's training context, at most 4096, and at most its sliding attention window, which the
+    engine does not implement: within it attention is full). ``kv_dtype``: "f16", "f32" or "q8_0".
     ``kv_budget``: bytes for the paged KV cache (int or "2GiB"; default: enough for ``max_seqs``
     full-context sequences, at most a quarter of available memory).
     ``activations``: "q8" (default, as llama.cpp: activations quantized to 8 bits per token for
@@ -202,7 +203,8 @@ class LLM:
         meta = self.file.metadata
         arch = meta.get("general.architecture", "?")
         ctx_train = int(meta.get(f"{arch}.context_length", 2048))
-        self.ctx = min(ctx_train, 4096) if ctx is None else ctx
+        window = int(meta.get(f"{arch}.attention.sliding_window", 0)) or ctx_train   # see the engine's refusal
+        self.ctx = min(ctx_train, 4096, window) if ctx is None else ctx
         if self.ctx < 1:
             raise ValueError(f"ctx must be >= 1, got {ctx}")
         self.kv_dtype = kv_dtype

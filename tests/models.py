@@ -101,21 +101,28 @@ def with_tensor_replaced(src: str | Path, dst: str | Path, name: str, data, raw_
     return rewritten(src, dst, tensors={name: (data, raw_dtype)})
 
 
-def rewritten(src: str | Path, dst: str | Path, metadata: dict | None = None, tensors: dict | None = None) -> Path:
+def rewritten(src: str | Path, dst: str | Path, metadata: dict | None = None, tensors: dict | None = None,
+              arch: str | None = None) -> Path:
     """Write a copy of the GGUF file ``src`` to ``dst``: every metadata key and tensor as is, except
-    the ``metadata`` values given (existing keys, their types kept) and the ``tensors`` given as
-    name -> (raw data, ggml type)."""
+    the ``metadata`` values given (an existing key keeps its type; a new int is a uint32, a new float
+    a float32), the ``tensors`` given as name -> (raw data, ggml type), and with ``arch`` the
+    architecture renamed, its keys ("llama.block_count", ...) with it."""
     import gguf
     import numpy as np
 
-    metadata, tensors = metadata or {}, tensors or {}
+    metadata, tensors = dict(metadata or {}), tensors or {}
     r = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(dst), arch=str(r.fields["general.architecture"].contents()))
+    old = str(r.fields["general.architecture"].contents())
+    arch = arch or old
+    w = gguf.GGUFWriter(str(dst), arch=arch)
     for k, f in r.fields.items():
         if k.startswith("GGUF.") or k == "general.architecture":
             continue
-        w.add_key_value(k, metadata.get(k, f.contents()), f.types[0],
+        name = arch + k[len(old):] if k.startswith(old + ".") else k
+        w.add_key_value(name, metadata.pop(name, f.contents()), f.types[0],
                         f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None)
+    for k, v in metadata.items():
+        w.add_key_value(k, v, gguf.GGUFValueType.UINT32 if isinstance(v, int) else gguf.GGUFValueType.FLOAT32)
     for t in r.tensors:
         data, raw = tensors.get(t.name, (np.asarray(t.data), t.tensor_type))
         w.add_tensor(t.name, data, raw_dtype=raw)

@@ -16,7 +16,7 @@ from llmbench import LLM, SamplingParams
 from reference.forward import Reference
 
 from conftest import STORIES
-from models import with_tensor_replaced
+from models import rewritten, with_tensor_replaced
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +130,20 @@ def test_layouts_match_reference(preset, wtype):
     if wtype in QUANT_WEIGHTS_NRMSE:
         got = LLM(path, threads=2, kv_dtype="f32").logits(toks)
         assert np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)) <= QUANT_WEIGHTS_NRMSE[wtype]
+
+
+def test_mistral_runs_as_llama(tmp_path):
+    """A `mistral` file is a Llama: the same logits, bit for bit. Its sliding attention window, which
+    the engine does not implement, bounds ctx (within the window attention is full)."""
+    path = llmbench.dummy_model("tiny", "Q8_0")
+    toks = np.random.default_rng(5).integers(0, 1024, 40).tolist()
+    want = LLM(path, threads=2).logits(toks)
+    llm = LLM(rewritten(path, tmp_path / "mistral.gguf", arch="mistral"), threads=2)
+    assert llm.info["arch"] == "mistral" and np.array_equal(llm.logits(toks), want)
+    windowed = rewritten(path, tmp_path / "window.gguf", {"mistral.attention.sliding_window": 64}, arch="mistral")
+    assert LLM(windowed, threads=1).ctx == 64
+    with pytest.raises(llmbench.UnsupportedError, match="sliding window of 64 tokens.*ctx <= 64"):
+        LLM(windowed, threads=1, ctx=128)
 
 
 def test_long_positions_use_rope_frequency_factors():
