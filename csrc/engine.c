@@ -49,6 +49,16 @@ typedef struct {
     int admitted;
 } seq_t;
 
+// A request that only scores its prompt (nothing to generate, no KV cache kept, no prompt logits)
+// never feeds its last token: only the logits before it are read. So the window it scores may be
+// one token longer than ctx, as lm-evaluation-harness's is (max_length + 1 tokens, the last not fed).
+static int score_only(const llmb_sampling *sp) {
+    return sp->max_tokens == 0 && !sp->hold && !sp->prompt_logits && sp->prompt_logprobs_from >= 0;
+}
+
+// The positions of `s` that run: all its tokens, but for the last prompt token of a score-only request.
+static int run_len(const seq_t *s) { return s->n_tokens - score_only(&s->s); }
+
 // A sampling thread's working memory (vocab entries each).
 typedef struct {
     float *work;              // the row being modified (penalties, temperature)
@@ -411,10 +421,11 @@ llmb_status llmb_engine_add(llmb_engine *e, const int32_t *prompt, int n_prompt,
                              prompt[i], i, c->vocab - 1);
     if (sp->max_tokens < 0 || sp->min_tokens < 0 || sp->n_logprobs < 0 || sp->n_logprobs > MAX_TOPN)
         return llmb_fail(LLMB_E_ARG, "engine: max_tokens and min_tokens must be >= 0 and logprobs 0..%d", MAX_TOPN);
-    if ((int64_t)n_prompt + sp->max_tokens > e->p.ctx)
-        return llmb_fail(LLMB_E_ARG, "engine: prompt (%d tokens) + max_tokens (%d) exceeds the context of %d tokens",
-                         n_prompt, sp->max_tokens, e->p.ctx);
-    int need = blocks_for(e, n_prompt + sp->max_tokens);
+    const int n_run = n_prompt - score_only(sp);
+    if ((int64_t)n_run + sp->max_tokens > e->p.ctx)
+        return llmb_fail(LLMB_E_ARG, "engine: prompt (%d tokens%s) + max_tokens (%d) exceeds the context of %d tokens",
+                         n_prompt, n_run < n_prompt ? ", the last only scored" : "", sp->max_tokens, e->p.ctx);
+    int need = blocks_for(e, n_run + sp->max_tokens);
     if (need > e->p.n_blocks)
         return llmb_fail(LLMB_E_ARG, "engine: the request needs %d KV blocks but the cache has only %lld; raise kv_budget",
                          need, (long long)e->p.n_blocks);
@@ -506,7 +517,7 @@ llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t id, float *lp, u
     if (!s || !s->prompt_lp) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has no prompt logprobs", (long long)id);
     int m = s->n_prompt - 1 - s->s.prompt_logprobs_from;
     if (n != m) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has %d prompt logprobs, not %d", (long long)id, m, n);
-    if (s->n_computed < s->n_prompt) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
+    if (s->n_computed < run_len(s)) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
     memcpy(lp, s->prompt_lp, (size_t)m * sizeof *lp);
     memcpy(greedy, s->prompt_greedy, (size_t)m);
     return LLMB_OK;
@@ -544,7 +555,7 @@ int llmb_engine_poll(llmb_engine *e, llmb_event *out, int max, int32_t *topn_ids
 // backend copy the parent's partially filled last block (copy on write, done eagerly). 1: admitted,
 // 0: its blocks do not fit yet, -1: the copy failed (*st says why; blocks returned).
 static int admit(llmb_engine *e, seq_t *s, llmb_status *st) {
-    int total = blocks_for(e, s->n_prompt + s->s.max_tokens);
+    int total = blocks_for(e, s->n_prompt - score_only(&s->s) + s->s.max_tokens);
     seq_t *par = s->fork_from >= 0 ? get_seq(e, s->fork_from) : NULL;
     int computed = 0;
     if (par && par->n_blocks) {
@@ -607,7 +618,7 @@ static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
             int is_decode = s->n_computed >= s->n_prompt;
             if (is_decode != (pass == 0)) continue;
             const int n0 = n;
-            for (int pos = s->n_computed; pos < s->n_tokens && n < e->p.max_batch_tokens; pos++) {
+            for (int pos = s->n_computed; pos < run_len(s) && n < e->p.max_batch_tokens; pos++) {
                 int want = needs_logits(s, pos);
                 if (want && rows >= e->max_logit_rows) break;
                 if (want) e->rows[rows] = n;
@@ -937,7 +948,7 @@ static llmb_status process_logits(llmb_engine *e, int n) {
         item_t *it = &e->items[i];
         seq_t *s = it->seq;
         if (s->state != SEQ_RUNNING) continue;
-        if (it->pos != s->n_tokens - 1 || s->n_computed != s->n_tokens) continue;
+        if (it->pos != run_len(s) - 1 || s->n_computed != run_len(s)) continue;
         if (s->n_generated >= s->s.max_tokens) {
             finish(e, s, LLMB_FINISH_LENGTH);  // prefill-only request done
             continue;

@@ -384,8 +384,8 @@ class LLM:
         encode(context + continuation) past that many (so a merge across the boundary is scored as
         the harness scores it); an empty context is the BOS token (EOS where there is none). A
         prefix shared by several contexts, such as a few-shot header, is computed once (score_tokens).
-        Sequences longer than ``ctx`` keep their last ``ctx`` tokens (the harness keeps one more, which
-        it never feeds: its window is ``max_length + 1`` tokens)."""
+        A sequence longer than ``ctx`` + 1 keeps its last ``ctx`` + 1 tokens, as the harness does with
+        ``max_length``: the last token is scored, never fed."""
         tok = self._tok()
         reqs = []
         for context, continuation in pairs:
@@ -400,13 +400,14 @@ class LLM:
                 cont_ids = tok.encode(context + continuation, add_bos)[len(ctx_ids):]
             if not cont_ids:
                 raise ValueError(f"continuation {continuation!r} encodes to no tokens")
-            ids = (ctx_ids + cont_ids)[-(self.ctx):]  # truncate on the left, as the harness does
+            ids = (ctx_ids + cont_ids)[-(self.ctx + 1):]  # truncated on the left, as the harness does
             reqs.append((ids, len(ids) - len(cont_ids)))
         return self.score_tokens(reqs)
 
     @_exclusive
     def score_tokens(self, reqs: Sequence[tuple[Sequence[int], int]]) -> list[tuple[float, bool]]:
-        """For (token ids, n_context) requests: (sum logprob of ids[n_context:], all greedy).
+        """For (token ids, n_context) requests: (sum logprob of ids[n_context:], all greedy). The last
+        token is only scored, never fed, so a request may hold ``ctx`` + 1 tokens.
 
         The contexts form a tree of shared prefixes: wherever two contexts next to each other in sorted
         order share one (the same context scored with several continuations, or at least

@@ -270,15 +270,18 @@ def test_loglikelihood_encodes_as_the_harness(stories_path, stories):
     lp, _ = stories.loglikelihood([("", "Once upon a time")])[0]
     ids = [stories.tokenizer.bos_id] + stories.tokenize("Once upon a time", add_bos=False)
     assert lp == pytest.approx(ref_score(ref, ids, 1)[0], abs=1e-4)
-    # longer than ctx: the last ctx tokens, the continuation scored after what is left of the context
+    # longer than ctx + 1: the harness's window of max_length + 1 tokens, the last one never fed
     short = LLM(stories_path, threads=1, ctx=12, kv_dtype="f32", tokenizer_options={"remove_extra_whitespaces": True})
     ctx, cont = "Once upon a time, there was a little girl named", " Lily"
     ctx_ids = short.tokenize(ctx)
-    ids = (ctx_ids + short.tokenize(ctx + cont)[len(ctx_ids):])[-12:]
     n_cont = len(short.tokenize(ctx + cont)) - len(ctx_ids)
-    assert len(ctx_ids) + n_cont > 12
+    ids = (ctx_ids + short.tokenize(ctx + cont)[len(ctx_ids):])[-13:]
+    assert len(ctx_ids) + n_cont > 13
     lp, _ = short.loglikelihood([(ctx, cont)])[0]
-    assert lp == pytest.approx(ref_score(ref, ids, 12 - n_cont)[0], abs=1e-4)
+    assert lp == pytest.approx(ref_score(ref, ids, 13 - n_cont)[0], abs=1e-4)
+    assert short.score_tokens([(ids, 13 - n_cont)])[0][0] == lp
+    with pytest.raises(ValueError, match=r"prompt \(14 tokens, the last only scored\)"):
+        short.score_tokens([(ctx_ids[:14], 10)])
 
 
 @pytest.mark.parametrize("max_seqs", [64, 3])
