@@ -14,6 +14,12 @@ import os as _os
 # shared 2-core machine). A short spin keeps the uncontended hand-off fast and degrades gently.
 # Must be set before libgomp loads (with _core); an explicit setting wins.
 _os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+# NumPy's OpenBLAS threads spin for 2^28 cycles (about 0.1 s) after every threaded BLAS call, on every
+# core: a generation just after a 1500x1500 matmul took 3x as long (llama-125m Q4_K_M, 24 tokens, 2
+# threads: 127-171 ms against 43-50). 2^4 cycles puts them to sleep at once: 65-70 ms against 55-58,
+# and 2000 back-to-back 300x300 matmuls run as fast as before. OpenBLAS reads it when it loads, so
+# it counts only where llmbench is imported before NumPy (or the variable is exported).
+_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from . import _core  # noqa: E402
 from ._core import (

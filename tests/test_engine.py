@@ -479,3 +479,19 @@ def test_calls_from_threads_take_turns(stories):
     assert [got[i] for i in range(3)] == want
     with pytest.raises(RuntimeError, match="inside another call on the same LLM"):
         stories.generate("Lily", SamplingParams(max_tokens=3), on_token=lambda *a: stories.logits([1, 2]))
+
+
+def test_thread_pools_do_not_spin_against_each_other():
+    """Importing llmbench (before NumPy) shortens libgomp's barrier spin and OpenBLAS's after-call spin
+    unless the user set them: both pools' threads sleep soon, instead of holding cores the other needs."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import llmbench, numpy, os; print(os.environ['GOMP_SPINCOUNT'], os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1000", "4"]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_THREAD_TIMEOUT": "20"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1000", "20"]
