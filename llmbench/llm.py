@@ -239,8 +239,9 @@ class LLM:
         self.info = self.engine.model_info()
         try:
             self.tokenizer: Tokenizer | None = Tokenizer.from_gguf(meta, **(tokenizer_options or {}))
-        except UnsupportedError:
-            self.tokenizer = None
+            self._no_tokenizer = ""
+        except UnsupportedError as e:   # the model still runs on token ids
+            self.tokenizer, self._no_tokenizer = None, str(e)
 
     def __repr__(self) -> str:
         i = self.info
@@ -258,7 +259,7 @@ class LLM:
 
     def _tok(self) -> Tokenizer:
         if self.tokenizer is None:
-            raise UnsupportedError(f"{self.path.name} has no usable tokenizer; pass token ids")
+            raise UnsupportedError(f"{self.path.name} has no usable tokenizer ({self._no_tokenizer}); pass token ids")
         return self.tokenizer
 
     def tokenize(self, text: str, add_bos: bool | None = None) -> list[int]:

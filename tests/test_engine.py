@@ -424,6 +424,27 @@ def test_cuda_backend_unavailable_names_the_reason(stories_path):
                                   ctx=64, max_batch_tokens=16, max_seqs=2, threads=1, backend="cuda")
 
 
+def test_requests_beyond_the_kv_budget_wait_their_turn(stories_path, stories):
+    """A KV budget of 6 blocks (1280 bytes a token at F32, 16 tokens a block: "120KiB") holds two of
+    these requests at once; eight of them queue, run two by two, and give what a large cache gives."""
+    small = LLM(stories_path, threads=2, kv_dtype="f32", kv_budget="120KiB",
+                tokenizer_options={"remove_extra_whitespaces": True})
+    assert small.kv_blocks == 6 and small.memory()["kv_cache"] == 6 * 16 * 1280
+    prompts = ["Lily", "Tom had", "The dog", "Once upon", "She saw", "A big", "They went", "One day"]
+    params = SamplingParams(temperature=0.9, seed=3, max_tokens=40, ignore_eos=True)
+    got = small.generate(prompts, params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in stories.generate(prompts, params)]
+    first_done = min(o.finish_ns for o in got)
+    assert sum(o.admit_ns < first_done for o in got) == 2      # two at a time, the rest waited
+    assert small.memory()["free_blocks"] == 6
+    from llmbench.llm import _parse_bytes
+
+    assert [_parse_bytes(v) for v in ("120KiB", "2GiB", "512MB", "1000000", 7, "1.5 kib")] == \
+        [122880, 2**31, 512 * 10**6, 10**6, 7, 1536]
+    with pytest.raises(ValueError, match="cannot read 'lots' as a size"):
+        _parse_bytes("lots")
+
+
 def test_steps_release_the_gil():
     """While one thread runs engine steps, other Python threads go on: the longest pause the main
     thread sees is a fraction of the longest step (a step holding the GIL pauses it for all of it)."""

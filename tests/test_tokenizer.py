@@ -122,6 +122,16 @@ def test_no_tokenizer_is_clear(stories_meta):
         Tokenizer.from_gguf({**stories_meta, "tokenizer.ggml.model": "bert"})
 
 
+def test_model_without_a_usable_tokenizer_runs_on_ids_and_says_why(tmp_path):
+    from models import rewritten
+
+    path = rewritten(llmbench.dummy_model("tiny", "Q8_0"), tmp_path / "pre.gguf", {"tokenizer.ggml.pre": "no-such-pre"})
+    llm = LLM(path, threads=1)
+    assert llm.logits([1, 2, 3]).shape == (3, llm.info["vocab"])
+    with pytest.raises(llmbench.UnsupportedError, match=r"no usable tokenizer \(tokenizer.ggml.pre = 'no-such-pre' is not"):
+        llm.tokenize("hello")
+
+
 # Splits of one string worked out by hand from llama.cpp's regex lists (llama-vocab.cpp), each list
 # applied in turn to every piece the one before left, matches and the text between kept apart.
 PRE_TEXT = "Hello, (world) costs $12345!\n\n  I'm OK"
