@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--{name} must be at least 1 (both the pp and the tg test always run), got {getattr(a, name)}")
     llama_py = os.environ.get("LLAMA_PY", sys.executable)
     here = os.path.dirname(os.path.abspath(__file__))
+    from llmbench.info import llc_bytes
     from llmbench.llm import resolve_model
     from llmbench.perf import membw, peak
     from llmbench.perf.bench import peak_kinds
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
 
     kinds = peak_kinds([act for _, act in specs])
+    llc = llc_bytes()
     peaks, bw = peak.best(a.threads, kinds), membw.best(a.threads)
     print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
           f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling |")
@@ -147,13 +149,19 @@ def main(argv: list[str] | None = None) -> int:
         peaks, bw = peak.best(a.threads, kinds, seen=peaks), membw.best(a.threads, bw)
         s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw["read"])
         o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
+        cached = llc is not None and ours[0]["step_bytes"] <= llc
+        s["fits_in_cache"] = cached
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
               f"{s['ratio']['pp']:.2f} / {s['ratio']['tg']:.2f} | {fr['llmbench']:.0%} / {fr['llama.cpp']:.0%} | "
-              f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%} | {s['tg_ceiling']:.2f} |", flush=True)
+              f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%}{' †' if cached else ''} | "
+              f"{s['tg_ceiling']:.2f} |", flush=True)
         raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
                     "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw["read"]})
     print(f"limits at {a.threads} thread(s), best of the measurements: "
           + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()) + f", read {bw['read']:.1f} GB/s")
+    if any(r["summary"]["fits_in_cache"] for r in raw):
+        print(f"† a decode step's bytes fit in the last-level cache ({llc / 2**20:.0f} MiB): both engines can read "
+              "them from there, so the fraction of the memory bandwidth is no limit for that row")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)

@@ -322,6 +322,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bw:
         t.add_row("decode bandwidth", f"{bw['achieved_gbps']:.1f} GB/s = {bw['fraction']:.0%} of "
                                       f"{bw['measured_gbps']:.1f} GB/s measured")
+        if bw.get("fits_in_cache"):
+            t.add_row("", f"a step's {bw['bytes_per_step'] / 2**20:.0f} MiB fit in the {bw['cache_bytes'] / 2**20:.0f} MiB "
+                          "last-level cache: decode can read them from there, so this is no fraction of a memory limit")
     cp = result.get("compute")
     if cp:
         t.add_row(f"pp{cp['n_prompt']} compute", f"{cp['achieved_gops']:.0f} GOP/s = {cp['fraction']:.0%} of peak ("

@@ -23,6 +23,35 @@ def cpu_model() -> str:
     return platform.machine()
 
 
+def llc_bytes(base: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Size of the last-level cache (the highest data or unified level cpu0 lists in sysfs), or None where
+    the system does not say. Decode weights that fit in it can be read from the cache at every step,
+    so a fraction of the memory bandwidth is no limit for them."""
+    best = (0, 0)
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return None
+    for e in entries:
+        try:
+            with open(f"{base}/{e}/level") as f:
+                level = int(f.read())
+            with open(f"{base}/{e}/type") as f:
+                kind = f.read().strip()
+            with open(f"{base}/{e}/size") as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction" or not size:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1].upper(), 1)
+        try:
+            best = max(best, (level, int(size.rstrip("KMGkmg")) * mult))
+        except ValueError:
+            continue
+    return best[1] or None
+
+
 def memory_bytes() -> dict[str, int]:
     """Total and available memory from /proc/meminfo (bytes)."""
     out: dict[str, int] = {}
@@ -63,7 +92,7 @@ def collect() -> dict[str, Any]:
         "build": {"compiler": b["compiler"], "cflags": b["cflags"], "openmp": b["openmp"], "arch": b["arch"]},
         "simd": {"active": s["active"], "detected": s["detected"], "cpu_features": s["cpu_features"]},
         "threads": _core.max_threads(),
-        "cpu": {"model": cpu_model(), "logical_cpus": os.cpu_count()},
+        "cpu": {"model": cpu_model(), "logical_cpus": os.cpu_count(), "llc_bytes": llc_bytes()},
         "memory": memory_bytes(),
         "backends": {"cpu": {"available": True}, "cuda": cuda_info()},
     }

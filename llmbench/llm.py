@@ -461,6 +461,8 @@ class LLM:
                 need -= held.keys()
                 while need:   # by depth: each branch forks its parent, held by then
                     level = [p for p in need if parent[p] is None or parent[p] in held]
+                    if not level:   # cannot happen: a parent is held or needed; never loop forever
+                        raise RuntimeError("score_tokens: a shared prefix lost its parent")
                     for p in level:
                         held[p] = self.engine.add(list(p), max_tokens=0, hold=True,
                                                   fork_from=held[parent[p]] if parent[p] else -1)

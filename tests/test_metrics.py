@@ -294,6 +294,27 @@ def test_decode_bandwidth():
     with pytest.raises(ValueError):
         decode_bandwidth(b, [0.01, 0.0])
     json.dumps(r)
+    # against a last-level cache: 500 MB fit in 512 MiB (537 MB), not in 260 MiB
+    assert r["fits_in_cache"] is None
+    assert decode_bandwidth(b, 0.01, 80.0, cache_bytes=512 << 20)["fits_in_cache"] is True
+    assert decode_bandwidth(b, 0.01, 80.0, cache_bytes=260 << 20)["fits_in_cache"] is False
+    with pytest.raises(ValueError, match="cache_bytes"):
+        decode_bandwidth(b, 0.01, 80.0, cache_bytes=0)
+
+
+def test_last_level_cache_from_sysfs(tmp_path):
+    from llmbench.info import llc_bytes
+
+    for i, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "2048K"),
+                                             (3, "Unified", "266240K")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        for name, v in (("level", level), ("type", kind), ("size", size)):
+            (d / name).write_text(f"{v}\n")
+    assert llc_bytes(str(tmp_path)) == 266240 << 10
+    (tmp_path / "index3" / "size").write_text("")       # a level that does not say its size is skipped
+    assert llc_bytes(str(tmp_path)) == 2048 << 10
+    assert llc_bytes(str(tmp_path / "nothing")) is None
 
 
 def test_prefill_compute():

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import LLM, BackendUnavailableError, SamplingParams, UnsupportedError, __version__, _core
 from ..gguf import GGUFFile
-from ..info import cpu_model
+from ..info import cpu_model, llc_bytes
 from ..llm import ACTIVATIONS, Prefix, resolve_model
 from ..tokenizer import Tokenizer
 from . import membw, peak
@@ -160,6 +160,11 @@ def membw_elsewhere(threads: int, again: bool = False) -> dict:
     new = json.loads(r.stdout) if r.returncode == 0 else membw.measure(256 << 20, 3, threads)
     _MEMBW_CACHE[threads] = membw.better(old, new)
     return _MEMBW_CACHE[threads]
+
+
+def cache_limit(llm: LLM) -> int | None:
+    """The last-level cache decode's bytes are compared with (CPU; a GPU's L2 is not counted)."""
+    return llc_bytes() if llm.backend != "cuda" else None
 
 
 def reference_bandwidth(llm: LLM, again: bool = False) -> dict:
@@ -319,7 +324,8 @@ def latency_run(llm: LLM, cfg: BenchConfig, prompts: list[list[list[int]]], prog
            "requests": [q.to_dict() for q in reqs], "output_throughput_runs": per_run}
     if steps:
         step_bytes = decode_step_bytes(matrix_bytes(llm), llm.memory()["kv_per_token"], int(np.mean(ctx_tokens)))
-        out["bandwidth"] = decode_bandwidth(step_bytes, steps, measured_gbps=reference_gbps(bw))
+        out["bandwidth"] = decode_bandwidth(step_bytes, steps, measured_gbps=reference_gbps(bw),
+                                       cache_bytes=cache_limit(llm))
     if phases is not None and len(prompts) > cfg.warmup:
         phases.append(phase_times(f"latency b{cfg.batch}", llm.engine.stats()))
     return out
@@ -446,7 +452,8 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
             progress("measuring memory bandwidth again")
             bw = result["config"]["membw"] = reference_bandwidth(llm, again=True)
         step_bytes = tg_step_bytes(llm, cfg.tg)
-        result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=reference_gbps(bw))
+        result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=reference_gbps(bw),
+                                       cache_bytes=cache_limit(llm))
     if cfg.batch:
         lat = latency_run(llm, cfg, prompts, progress, bw, phases)
         result["metrics"], result["requests"] = lat["metrics"], lat["requests"]

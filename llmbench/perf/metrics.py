@@ -306,13 +306,16 @@ def decode_bandwidth(
     bytes_per_step: float,
     step_seconds: float | Sequence[float],
     measured_gbps: float | None = None,
+    cache_bytes: int | None = None,
 ) -> dict:
     """Achieved read bandwidth of decode and its fraction of the machine's measured bandwidth.
 
     ``step_seconds`` is one step time or one per step; with several, the time is their mean, so
     ``achieved_gbps`` is total bytes over total time. GB are 1e9 bytes, as ``llmbench membw`` reports.
     ``fraction`` is achieved / measured (None without a measurement): the distance to the physical
-    limit, 1.0 meaning decode reads at the machine's full bandwidth.
+    limit, 1.0 meaning decode reads at the machine's full bandwidth. With ``cache_bytes`` (the last-level
+    cache, llmbench.info.llc_bytes), ``fits_in_cache`` says whether a step's bytes fit in it: then
+    decode may read them from the cache, and the fraction is no distance to a memory limit.
     """
     steps = np.atleast_1d(np.asarray(step_seconds, dtype=np.float64))
     if steps.size == 0 or not np.all(np.isfinite(steps)) or np.any(steps <= 0):
@@ -323,9 +326,12 @@ def decode_bandwidth(
     achieved = bytes_per_step / step_s / 1e9
     if measured_gbps is not None and not (measured_gbps > 0):
         raise ValueError("decode_bandwidth: measured_gbps must be > 0")
+    if cache_bytes is not None and not (cache_bytes > 0):
+        raise ValueError("decode_bandwidth: cache_bytes must be > 0")
     return {"bytes_per_step": float(bytes_per_step), "step_s": step_s, "steps": int(steps.size),
             "achieved_gbps": achieved, "measured_gbps": measured_gbps,
-            "fraction": achieved / measured_gbps if measured_gbps else None}
+            "fraction": achieved / measured_gbps if measured_gbps else None,
+            "cache_bytes": cache_bytes, "fits_in_cache": None if cache_bytes is None else bytes_per_step <= cache_bytes}
 
 
 def prefill_compute(ops: dict[str, float], seconds: float | Sequence[float], peaks_gops: dict[str, float]) -> dict:

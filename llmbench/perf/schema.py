@@ -171,6 +171,8 @@ _bandwidth = {
         "achieved_gbps": {"type": "number", "minimum": 0},
         "measured_gbps": {"type": ["number", "null"], "exclusiveMinimum": 0},
         "fraction": {"type": ["number", "null"], "minimum": 0},
+        "cache_bytes": {"type": ["integer", "null"], "exclusiveMinimum": 0},
+        "fits_in_cache": {"type": ["boolean", "null"]},
     },
 }
 
