@@ -88,6 +88,8 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
     """Medians over every timed run of every round (pp and tg tokens/s) of both engines, their ratios,
     and each engine's pp as a fraction of the arithmetic peaks (ops from the llmbench runs: the same
     computation in both engines); pp_ceiling = 1 / llama.cpp's fraction, the most the pp ratio can be.
+    ratio_range: the lowest and highest ratio of one round's medians (rounds alternate the engines, so a
+    wide range says the host's speed moved during the row).
     With read_gbs, the same for tg against the memory read bandwidth (bytes per decode step from the
     llmbench runs: the same file and depth in both engines)."""
     def med(runs: list[dict], k: str) -> float:
@@ -96,7 +98,9 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
     o, t = {k: med(ours, k) for k in ("pp", "tg")}, {k: med(theirs, k) for k in ("pp", "tg")}
     frac = {name: prefill_compute(ours[0]["ops"], pp / r["pp"], peaks_gops)["fraction"]
             for name, r in (("llmbench", o), ("llama.cpp", t))}
-    out = {"llmbench": o, "llama.cpp": t, "ratio": {k: o[k] / t[k] for k in ("pp", "tg")}, "pp_of_peak": frac,
+    rounds = {k: [statistics.median(a[k]) / statistics.median(b[k]) for a, b in zip(ours, theirs)] for k in ("pp", "tg")}
+    out = {"llmbench": o, "llama.cpp": t, "ratio": {k: o[k] / t[k] for k in ("pp", "tg")},
+           "ratio_range": {k: (min(v), max(v)) for k, v in rounds.items()}, "pp_of_peak": frac,
            "pp_ceiling": 1.0 / frac["llama.cpp"]}
     if read_gbs:
         bw = {name: ours[0]["step_bytes"] * r["tg"] / 1e9 / read_gbs for name, r in (("llmbench", o), ("llama.cpp", t))}
@@ -137,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     llc = llc_bytes()
     peaks, bw = peak.best(a.threads, kinds), membw.best(a.threads)
     print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
-          f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling "
+          f"| ratio by round pp; tg |")
+    print("|---|---|---|---|---|---|---|---|---|")
     raw = []
     for m, path, (_, act) in zip(a.models, paths, specs):
         args = [path, str(a.threads), str(a.pp), str(a.tg), str(a.reps)]
@@ -150,11 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw["read"])
         o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
         cached = llc is not None and ours[0]["step_bytes"] <= llc
+        rr = s["ratio_range"]
         s["fits_in_cache"] = cached
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
               f"{s['ratio']['pp']:.2f} / {s['ratio']['tg']:.2f} | {fr['llmbench']:.0%} / {fr['llama.cpp']:.0%} | "
               f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%}{' †' if cached else ''} | "
-              f"{s['tg_ceiling']:.2f} |", flush=True)
+              f"{s['tg_ceiling']:.2f} | {rr['pp'][0]:.2f}–{rr['pp'][1]:.2f}; {rr['tg'][0]:.2f}–{rr['tg'][1]:.2f} |",
+              flush=True)
         raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
                     "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw["read"]})
     print(f"limits at {a.threads} thread(s), best of the measurements: "

@@ -57,6 +57,10 @@ def test_summary_by_hand():
     assert s["pp_of_peak"]["llama.cpp"] == pytest.approx(at_peak / (512 / 60))
     assert s["pp_ceiling"] == pytest.approx((512 / 60) / at_peak)
     assert "tg_of_bandwidth" not in s   # no bandwidth given
+    # one round each side to pair: its medians' ratio (110 / 60, 11 / 10) is the whole range
+    assert s["ratio_range"]["pp"] == pytest.approx((110 / 60, 110 / 60)) and s["ratio_range"]["tg"] == pytest.approx((1.1, 1.1))
+    two = cmp.summarize(ours, theirs + [{"pp": [100.0], "tg": [5.0]}], 512, {"f32": 100.0, "int8": 400.0})
+    assert two["ratio_range"]["pp"] == pytest.approx((1.1, 110 / 60)) and two["ratio_range"]["tg"] == pytest.approx((1.1, 2.2))
     ours[0]["step_bytes"] = 2e9
     s = cmp.summarize(ours, theirs, 512, {"f32": 100.0, "int8": 400.0}, read_gbs=40.0)
     assert s["tg_of_bandwidth"]["llmbench"] == pytest.approx(2 * 11 / 40)
