@@ -33,7 +33,7 @@ from llmbench.perf import membw, peak
 from llmbench.llm import ACTIVATIONS
 from llmbench.info import llc_bytes
 from llmbench.perf.bench import peak_kinds, prefill_ops, tg_step_bytes
-from llmbench.perf.metrics import prefill_compute
+from llmbench.perf.metrics import cache_note, fits_in_cache, prefill_compute
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -113,15 +113,14 @@ def main(argv: list[str] | None = None) -> int:
             frac = r["decode_gbs"] / bw[t]
             r["prefill_of_peak"] = prefill_compute(prefill_ops(llm, a.pp), [a.pp / v for v in pp["samples"]],
                                                    peaks[t])["fraction"]
-            cached = llc is not None and tg_step_bytes(llm, a.tg) <= llc
+            step_bytes = tg_step_bytes(llm, a.tg)
+            cached = fits_in_cache(step_bytes, llc)
             over = " !" if max(frac, r["prefill_of_peak"]) > 1 and not cached else ""
             print(f"| {m} | {t} | {pp['avg']:.1f} ± {pp['stddev']:.1f} | {r['prefill_of_peak']:.0%} | "
                   f"{tg['avg']:.1f} ± {tg['stddev']:.1f} | {r['decode_gbs']:.1f} | {frac:.0%}{over}{' †' if cached else ''} |",
                   flush=True)
             if cached:
-                print(f"  † a decode step's {tg_step_bytes(llm, a.tg) / 2**20:.0f} MiB fit in the last-level cache "
-                      f"({llc / 2**20:.0f} MiB): decode can read them from there, so this is no fraction of a memory limit",
-                      flush=True)
+                print(f"  † {cache_note(step_bytes, llc)}", flush=True)
             if over:
                 print("  ! above 100%: the weights fit in the caches (a small model), or the limits were only measured "
                       "in busier moments than this row ran in (a shared host: rerun when it is quiet)", flush=True)

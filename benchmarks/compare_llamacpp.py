@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     from llmbench.llm import resolve_model
     from llmbench.perf import membw, peak
     from llmbench.perf.bench import peak_kinds
+    from llmbench.perf.metrics import fits_in_cache
 
     sys.path.insert(0, here)
     from bench_engine import split_spec
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         peaks, bw = peak.best(a.threads, kinds, seen=peaks), membw.best(a.threads, bw)
         s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw["read"])
         o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
-        cached = llc is not None and ours[0]["step_bytes"] <= llc
+        cached = bool(fits_in_cache(ours[0]["step_bytes"], llc))
         rr = s["ratio_range"]
         s["fits_in_cache"] = cached
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "

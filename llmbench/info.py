@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from pathlib import Path
 from typing import Any
 
 from . import __version__, _core
@@ -27,6 +28,7 @@ def llc_bytes(base: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
     """Size of the last-level cache (the highest data or unified level cpu0 lists in sysfs), or None where
     the system does not say. Decode weights that fit in it can be read from the cache at every step,
     so a fraction of the memory bandwidth is no limit for them."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     best = (0, 0)
     try:
         entries = os.listdir(base)
@@ -34,20 +36,10 @@ def llc_bytes(base: str = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
         return None
     for e in entries:
         try:
-            with open(f"{base}/{e}/level") as f:
-                level = int(f.read())
-            with open(f"{base}/{e}/type") as f:
-                kind = f.read().strip()
-            with open(f"{base}/{e}/size") as f:
-                size = f.read().strip()
+            level, kind, size = (Path(base, e, f).read_text().strip() for f in ("level", "type", "size"))
+            if kind != "Instruction" and size:
+                best = max(best, (int(level), int(size.rstrip("KMGkmg")) * units.get(size[-1].upper(), 1)))
         except (OSError, ValueError):
-            continue
-        if kind == "Instruction" or not size:
-            continue
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1].upper(), 1)
-        try:
-            best = max(best, (level, int(size.rstrip("KMGkmg")) * mult))
-        except ValueError:
             continue
     return best[1] or None
 

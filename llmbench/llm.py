@@ -160,9 +160,10 @@ class LLM:
     integer dot products with quantized weights), "f32" (weights dequantized, float products:
     slower, and free of the activation rounding, which separates weight from activation error) or
     "bf16" (cpu: F32, F16 and BF16 matrices rounded to BF16 once at load and multiplied against
-    activations rounded to BF16, by vdpbf16ps where the CPU has AVX-512 BF16: about twice the
-    prefill speed of float products for 8 bits of mantissa instead of F16's 11, as ik_llama.cpp's
-    run-time repacking does on Zen 4; quantized matrices as with "q8"; elsewhere the same bits, slowly).
+    activations rounded to BF16, by vdpbf16ps where the CPU has AVX-512 BF16, for 8 bits of mantissa
+    instead of F16's 11, as ik_llama.cpp's run-time repacking does on Zen 4: there about twice the
+    prefill speed of float products, on an Intel Xeon (vdpbf16ps at half the FMA rate) slower;
+    quantized matrices as with "q8"; elsewhere the same bits, slowly).
     ``backend``: "cpu" or "cuda" (the same engine, scheduler and sampler; the forward pass on device
     ``device``, decode steps replayed as CUDA Graphs when ``cuda_graphs``). Without a usable CUDA
     backend, "cuda" raises BackendUnavailableError saying why. ``device_sampling`` (cuda): a step whose every
@@ -421,8 +422,9 @@ class LLM:
         for ids, n in reqs:
             if not 1 <= n < len(ids):
                 raise ValueError(f"a request needs 1 <= n_context < {len(ids)} (its length), got {n}")
-        order = sorted(range(len(reqs)), key=lambda i: reqs[i][0][: reqs[i][1]])
-        ctxs = [tuple(reqs[i][0][: reqs[i][1]]) for i in order]
+        keys = [tuple(ids[:n]) for ids, n in reqs]
+        order = sorted(range(len(reqs)), key=keys.__getitem__)
+        ctxs = [keys[i] for i in order]
         branches = set()
         for a, b in itertools.pairwise(ctxs):
             k, m = 0, min(len(a), len(b))

@@ -298,6 +298,9 @@ def test_decode_bandwidth():
     assert r["fits_in_cache"] is None
     assert decode_bandwidth(b, 0.01, 80.0, cache_bytes=512 << 20)["fits_in_cache"] is True
     assert decode_bandwidth(b, 0.01, 80.0, cache_bytes=260 << 20)["fits_in_cache"] is False
+    from llmbench.perf.metrics import cache_note
+
+    assert cache_note(100 << 20, 260 << 20).startswith("a decode step's 100 MiB fit in the 260 MiB last-level cache")
     with pytest.raises(ValueError, match="cache_bytes"):
         decode_bandwidth(b, 0.01, 80.0, cache_bytes=0)
 

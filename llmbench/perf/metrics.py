@@ -302,6 +302,18 @@ def decode_step_bytes(weight_bytes: int, kv_bytes_per_token: int, context_lens: 
     return int(weight_bytes) + int(kv_bytes_per_token) * int(sum(ctx))
 
 
+def fits_in_cache(bytes_per_step: float, cache_bytes: int | None) -> bool | None:
+    """Whether a decode step's bytes fit in the last-level cache (None: its size unknown): then decode
+    may read them from the cache, and a fraction of the memory bandwidth is no limit for it."""
+    return None if cache_bytes is None else bytes_per_step <= cache_bytes
+
+
+def cache_note(bytes_per_step: float, cache_bytes: int) -> str:
+    """The sentence every report prints beside such a fraction."""
+    return (f"a decode step's {bytes_per_step / 2**20:.0f} MiB fit in the {cache_bytes / 2**20:.0f} MiB last-level "
+            "cache: decode can read them from there, so the fraction of the memory bandwidth is no limit")
+
+
 def decode_bandwidth(
     bytes_per_step: float,
     step_seconds: float | Sequence[float],
@@ -331,7 +343,7 @@ def decode_bandwidth(
     return {"bytes_per_step": float(bytes_per_step), "step_s": step_s, "steps": int(steps.size),
             "achieved_gbps": achieved, "measured_gbps": measured_gbps,
             "fraction": achieved / measured_gbps if measured_gbps else None,
-            "cache_bytes": cache_bytes, "fits_in_cache": None if cache_bytes is None else bytes_per_step <= cache_bytes}
+            "cache_bytes": cache_bytes, "fits_in_cache": fits_in_cache(bytes_per_step, cache_bytes)}
 
 
 def prefill_compute(ops: dict[str, float], seconds: float | Sequence[float], peaks_gops: dict[str, float]) -> dict:
