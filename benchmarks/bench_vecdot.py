@@ -108,7 +108,7 @@ def main() -> None:
         results += bench_type(t, args.rows, args.cols, args.pool_mb << 20, args.reps, args.threads)
         print(f"timed {t}", flush=True)
     simd = _core.simd_info()
-    print(f"\n{args.rows}x{args.cols} weights x 1 token, median of {args.reps}; SIMD {simd['active']} "
+    print(f"\n{args.rows}x{args.cols} weights x 1 token, median of {args.reps}; SIMD {simd['active']}, decode prefetch {simd['prefetch']} "
           f"({simd['cpu_features']}); ÷memcpy, ÷read: matvec GB/s over the yardstick's GB/s\n")
     print(table(results, args.threads))
     if args.json:

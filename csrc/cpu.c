@@ -22,6 +22,7 @@
 
 static int detected = -1;
 static int active = -1;
+static int prefetch_lines = -1;
 static char features[256];
 
 static void add_feature(const char *f) {
@@ -57,6 +58,7 @@ static void detect(void) {
     if (__builtin_cpu_supports("avx512bf16")) add_feature("avx512bf16");
     if (avx2 && fma && f16c) lvl = LLMB_SIMD_AVX2;
     if (lvl == LLMB_SIMD_AVX2 && a512f && a512bw && a512vl) lvl = LLMB_SIMD_AVX512;
+    prefetch_lines = __builtin_cpu_is("intel") != 0;   // see llmb_prefetch_lines (llmb.h)
 #elif defined(__aarch64__)
     add_feature("neon");
     lvl = LLMB_SIMD_NEON; // Advanced SIMD is mandatory on AArch64
@@ -68,7 +70,11 @@ static void detect(void) {
 #endif
     detected = lvl;
     active = lvl;
+    if (prefetch_lines < 0) prefetch_lines = 0;
 }
+
+int llmb_prefetch_lines(void) { detect(); return prefetch_lines; }
+void llmb_prefetch_set(int lines) { detect(); prefetch_lines = lines != 0; }
 
 llmb_simd_level llmb_simd_detected(void) { detect(); return (llmb_simd_level)detected; }
 llmb_simd_level llmb_simd_active(void) { detect(); return (llmb_simd_level)active; }

@@ -54,6 +54,12 @@ LLMB_API llmb_simd_level llmb_simd_active(void);     // level dispatch uses now
 LLMB_API llmb_status llmb_simd_set(llmb_simd_level lvl); // force a level <= detected (testing)
 LLMB_API const char *llmb_simd_name(llmb_simd_level lvl);
 LLMB_API const char *llmb_cpu_features(void);        // e.g. "sse4.2 avx avx2 fma f16c avx512f ..."
+// How the AVX-512 one-token decode kernels (interleaved Q4_K / Q6_K) prefetch their weight stream:
+// 0 ("page"): the first line of each 4 KiB page far ahead, into L2, leaving the rest to the hardware
+// prefetchers (best on the AMD EPYC, Zen 4, host); 1 ("lines"): that and every line 4 KiB ahead into
+// L1 (best on the Intel Xeon host). Default: 1 on Intel CPUs, else 0. Results are bit-identical.
+LLMB_API int llmb_prefetch_lines(void);
+LLMB_API void llmb_prefetch_set(int lines);
 LLMB_API int llmb_openmp_enabled(void);
 LLMB_API int llmb_max_threads(void);
 LLMB_API uint64_t llmb_now_ns(void);                 // CLOCK_MONOTONIC in nanoseconds

@@ -133,6 +133,19 @@ INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of 
     const uintptr_t a = ((uintptr_t)p + STREAM_PF_PAGE - 1) & ~(uintptr_t)(STREAM_PF_PAGE - 1);
     for (uintptr_t q = a; q < (uintptr_t)p + bytes; q += STREAM_PF_PAGE) _mm_prefetch((const char *)q, STREAM_PF_HINT);
 }
+// With llmb_prefetch_lines() (the default on Intel CPUs), one token of interleaved Q4_K / Q6_K also
+// prefetches every line it reads LINE_PF_AHEAD bytes ahead into L1, one prefetch beside each load (a
+// burst of a super-block's prefetches at once gained nothing). On the Intel Xeon host (2 cores, 17 GB/s
+// read at 1 thread) the page-wise prefetch alone left the kernels at 72-78% of the read bandwidth: the
+// L2 streamer falls behind a kernel that computes between loads (a C loop of the Q4_K body's and / andnot
+// / vpdpbusd over 1 GiB: 10.4 GB/s page-wise, 14.4-15.0 every line 4-9 KiB ahead into L2, 16 with no
+// compute). Alternated in one process (benchmarks/ab_builds.py, 300 copies of the weights, 1 thread),
+// B/A: Q4_K 2048x2048 / 2048x8192 1.12x / 1.11x (page-wise kept at STREAM_PF_AHEAD; every line alone
+// into L1 1.04-1.08x, into L2 at 4-32 KiB 0.98-1.08x); Q6_K 1.10x / 1.07x; llama-1b Q4_K_M tg64 1.11x at
+// 1 and at 2 threads. On the AMD EPYC (Zen 4) host one prefetch per line capped a stream near 21 GB/s
+// (above), so elsewhere the page-wise prefetch stays alone; llmb_prefetch_set switches it for A/B runs.
+#define LINE_PF_AHEAD 4096
+#define PF_LINE(p) _mm_prefetch((const char *)(p) + LINE_PF_AHEAD, _MM_HINT_T0)
 
 // 8 weights as floats
 AVX2 INLINE __m256 load_w8(const int type, const uint8_t *p) {
@@ -454,7 +467,8 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // transposes, read from one sequential stream, and q45r_sb runs on it: the panels' bits, the dot's bits.
 // From one token to LLMB_SMALL_TOKENS a thread's whole range of groups is one call; each group is read
 // from memory once, by its first token tile, which prefetches STREAM_PF_AHEAD bytes ahead into L2 (all 36
-// lines of each super-block; one token, q4i_sb1, only each page's first: prefetch_stream). Against the
+// lines of each super-block; one token, q4i_sb1, only each page's first: prefetch_stream, and with
+// llmb_prefetch_lines every line LINE_PF_AHEAD ahead into L1). Against the
 // plain layout's kernels on an AMD EPYC (Zen 4), 1 thread (benchmarks/bench_vecdot.py, 2048 x 8192 from
 // DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the read bandwidth against 0.46; 2 threads 0.91 against
 // 0.64; one process alternating the two on 2048 x 2048 and 8192 x 2048 weights: 2 tokens 2.1-2.8x, 8
@@ -477,7 +491,9 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // one operation per 8 vectors instead of one per vector; each sub-block sums its 8 vectors in two
 // chains of 4. Engine tg64 of llama-1b Q4_K_M at 1 thread, alternated in one process against q45r_sb
 // (both with prefetch_stream): 1.08x, 1.18x (AMD EPYC, Zen 4).
-INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, __m512 acc) {
+INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, const int lines, __m512 acc) {
+    if (lines)
+        for (int k = 0; k < 4; k++) PF_LINE(v + k);
     q45r_hdr o;
     q45r_hdr_words(v, &o);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -488,6 +504,7 @@ INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, __m51
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
             const __m512i p = _mm512_loadu_si512(v + 4 + 8 * j + t);
+            if (lines) PF_LINE(v + 4 + 8 * j + t);
             int32_t a, b;
             memcpy(&a, xb->qs + 64 * j + 4 * t, 4);
             memcpy(&b, xb->qs + 64 * j + 32 + 4 * t, 4);
@@ -506,11 +523,12 @@ INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, 
                             int64_t ldy, const int pf, const int NC) {
     __m512 acc[Q4R_NC];
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
-    if (NC == 1 && !hd) {   // one token: q4i_sb1, prefetched page-wise (prefetch_stream)
+    if (NC == 1 && !hd) {   // one token: q4i_sb1, prefetched page-wise (prefetch_stream), pf 2: every line too
         for (int64_t i = 0; i < nsb; i++) {
             const __m512i *v = (const __m512i *)(g + i * IL_SB);
             if (pf) prefetch_stream((const uint8_t *)v + STREAM_PF_AHEAD, IL_SB);
-            acc[0] = q4i_sb1(v, (const llmb_block_q8_K *)x + i, acc[0]);
+            const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+            acc[0] = pf == 2 ? q4i_sb1(v, xb, 1, acc[0]) : q4i_sb1(v, xb, 0, acc[0]);
         }
         _mm512_storeu_ps(y, acc[0]);
         return;
@@ -533,11 +551,12 @@ VNNI512 static void q4_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     const int64_t nsb = n / LLMB_QK_K;
     q45r_hdr hd[PANEL_MAX_SB];
     const int keep = nc > Q4R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: headers decoded once
+    const int pf1 = 1 + llmb_prefetch_lines();   // the first token tile's prefetch (q4i_body's pf)
     for (int r0 = 0; r0 < nr; r0 += Q4R)   // each group from memory once (its first token tile), then from cache
         for (int c0 = 0; c0 < nc; c0 += Q4R_NC) {
             const uint8_t *g = w + (size_t)r0 * ws, *xc = x + c0 * xs;
             float *yc = y + c0 * ldy + r0;
-            const int pf = c0 == 0;
+            const int pf = c0 == 0 ? pf1 : 0;
             if (keep && c0 == 0)
                 for (int64_t i = 0; i < nsb; i++) q45r_hdr_words((const __m512i *)(g + i * IL_SB), &hd[i]);
             const q45r_hdr *h = keep ? hd : NULL;
@@ -672,7 +691,8 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // (both halves unrolled; rolled, they lived on the stack) it runs 1.13x faster from memory in the kernel
 // alone, but in the engine at 9 KiB ahead it lost (llama-1b Q4_K_M tg64, 1 thread, alternated in one
 // process: 0.88x); 32 KiB ahead 1.04x, 64 KiB 1.06x against the rolled kernel at 9 KiB (AMD EPYC, Zen 4).
-// Now page-wise (prefetch_stream), 32 KiB measured the same as 64 (1.00x).
+// Now page-wise (prefetch_stream), 32 KiB measured the same as 64 (1.00x); with llmb_prefetch_lines every line
+// LINE_PF_AHEAD ahead into L1 too.
 #define Q6_PF_AHEAD 65536
 
 // lane r: row r's d of super-block i of the group at g (the halves past the group's words)
@@ -715,7 +735,8 @@ INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf,
 // One token over super-block i of a group without storing the decoded values: q6r_sb's integers T_s
 // (exact, in any order) as each 4 values of the 16 rows are unpacked (q6i_vals4), then its
 // S and fma
-INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, int pf, __m512 acc) {
+INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, int pf,
+                              const int lines, __m512 acc) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
     if (pf) prefetch_stream((const uint8_t *)v + Q6_PF_AHEAD, IL6_SB);
     __m512i ts[16], sw[4];
@@ -726,6 +747,8 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
         for (int t = 0; t < 8; t++) {
             __m512i q[4];
             q6i_vals4(v + 24 * hf + 3 * t, q);
+            if (lines)
+                for (int k = 0; k < 3; k++) PF_LINE(v + 24 * hf + 3 * t + k);
             for (int m = 0; m < 4; m++) {   // values 4k .. 4k + 3 of every row, k = 32 hf + 8 m + t: sub-block k / 4
                 const int k = 32 * hf + 8 * m + t;
                 int32_t xa;
@@ -736,6 +759,8 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
     for (int s = 6; s < 16; s += 8)   // q[3]'s sub-blocks summed 4 times their values: exact division
         ts[s] = _mm512_srai_epi32(ts[s], 2), ts[s + 1] = _mm512_srai_epi32(ts[s + 1], 2);
     for (int k = 0; k < 4; k++) sw[k] = _mm512_loadu_si512(v + 48 + k);
+    if (lines)
+        for (int k = 0; k < 4; k++) PF_LINE(v + 48 + k);
     __m512i S = _mm512_setzero_si512(), B = _mm512_setzero_si512();
     for (int p = 0; p < 8; p++) {
         const __m512i s0 = q6r_scale(sw, 2 * p), s1 = q6r_scale(sw, 2 * p + 1);
@@ -754,7 +779,10 @@ INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, si
     __m512 acc[Q6R_NC];
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     if (NC == 1) {
-        for (int64_t i = 0; i < nsb; i++) acc[0] = q6i_sb1(g, nsb, i, (const llmb_block_q8_K *)x + i, pf, acc[0]);
+        for (int64_t i = 0; i < nsb; i++) {   // pf 2: every line too (PF_LINE)
+            const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+            acc[0] = pf == 2 ? q6i_sb1(g, nsb, i, xb, 1, 1, acc[0]) : q6i_sb1(g, nsb, i, xb, pf, 0, acc[0]);
+        }
         _mm512_storeu_ps(y, acc[0]);
         return;
     }
@@ -773,6 +801,7 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     const uint8_t *w = vw, *x = vx;
     const int64_t nsb = n / LLMB_QK_K;
     const int keep = nc > Q6R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: the group decoded once
+    const int pf1 = 1 + llmb_prefetch_lines();   // the first token tile's prefetch (q6i_body's pf)
     for (int r0 = 0; r0 < nr; r0 += Q4R) {
         const uint8_t *g = w + (size_t)r0 * ws;
         // The next group's d: past its words, where no prefetch of the stream reaches. Their loads missed the
@@ -794,7 +823,7 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
         for (int c0 = 0; c0 < nc; c0 += Q6R_NC) {
             const uint8_t *xc = x + c0 * xs;
             float *yc = y + c0 * ldy + r0;
-#define Q6I_RUN(k) q6i_body(g, nsb, xc, xs, yc, ldy, c0 == 0, k)
+#define Q6I_RUN(k) q6i_body(g, nsb, xc, xs, yc, ldy, c0 == 0 ? pf1 : 0, k)
             IL_TILE(nc - c0, Q6R_NC, Q6I_RUN)
 #undef Q6I_RUN
         }

@@ -53,3 +53,9 @@ from .llm import LLM, Completion, SamplingParams  # noqa: E402
 if _os.environ.get("LLMBENCH_SIMD"):
     # Force a lower SIMD level (e.g. "scalar") for comparisons; a level the CPU lacks is an error.
     _core.simd_set(_os.environ["LLMBENCH_SIMD"].strip().lower())
+if _os.environ.get("LLMBENCH_PREFETCH"):
+    # How one-token decode kernels prefetch their weights (llmb_prefetch_lines in csrc/llmb.h): A/B runs
+    try:
+        _core.prefetch_set(_os.environ["LLMBENCH_PREFETCH"].strip().lower())
+    except ValueError as e:
+        raise ValueError(f"LLMBENCH_PREFETCH={_os.environ['LLMBENCH_PREFETCH']!r}: {e}; unset it for this CPU's default") from None

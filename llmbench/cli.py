@@ -48,8 +48,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("python", f"{info['python']} on {info['platform']}"),
         ("compiler", info["build"]["compiler"]),
         ("flags", info["build"]["cflags"]),
-        ("SIMD", f"{info['simd']['active']} (detected {info['simd']['detected']}; "
-                 f"cpu: {info['simd']['cpu_features']})"),
+        ("SIMD", f"{info['simd']['active']} (detected {info['simd']['detected']}; decode prefetch "
+                 f"{info['simd']['prefetch']}; cpu: {info['simd']['cpu_features']})"),
         ("OpenMP", f"{'on' if info['build']['openmp'] else 'off'}, {info['threads']} threads"),
         ("CPU", f"{info['cpu']['model']} ({info['cpu']['logical_cpus']} logical CPUs)"),
         ("memory", f"{_gib(info['memory']['total'])} total, {_gib(info['memory']['available'])} available"),

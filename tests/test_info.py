@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -83,6 +84,30 @@ def test_simd_levels_can_be_forced_down_only():
     r = run("-c", "import llmbench._core as c, llmbench; print(c.simd_info()['active'])",
             env={**__import__("os").environ, "LLMBENCH_SIMD": "scalar"})
     assert r.returncode == 0 and r.stdout.strip() == "scalar", r.stderr
+
+
+def test_decode_prefetch_default_and_switch():
+    # every line prefetched by default on Intel CPUs only (csrc/vecdot_simd.c, LINE_PF_AHEAD); switchable
+    # at run time and by LLMBENCH_PREFETCH, and a wrong name is refused
+    vendor = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                   if line.startswith("vendor_id")), None) if os.path.exists("/proc/cpuinfo") else None
+    if vendor is not None:
+        assert _core.simd_info()["prefetch"] == ("lines" if vendor == "GenuineIntel" else "page")
+    before = _core.simd_info()["prefetch"]
+    try:
+        for mode in ("page", "lines"):
+            _core.prefetch_set(mode)
+            assert _core.simd_info()["prefetch"] == mode
+        with pytest.raises(ValueError, match="expected 'page' or 'lines'"):
+            _core.prefetch_set("every")
+    finally:
+        _core.prefetch_set(before)
+    for mode in ("page", "lines"):
+        r = run("-c", "import llmbench, llmbench._core as c; print(c.simd_info()['prefetch'])",
+                env={**os.environ, "LLMBENCH_PREFETCH": mode.upper()})
+        assert r.returncode == 0 and r.stdout.strip() == mode, r.stderr
+    r = run("-c", "import llmbench", env={**os.environ, "LLMBENCH_PREFETCH": "every"})
+    assert r.returncode != 0 and "LLMBENCH_PREFETCH" in r.stderr
 
 
 def test_monotonic_clock():

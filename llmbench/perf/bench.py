@@ -131,7 +131,7 @@ def environment(llm: LLM, cfg: BenchConfig) -> dict:
         "gpu_name": _gpu_name(llm), "build_flags": _core.build_info()["cflags"],
         "cuda_graphs": llm.engine.stats()["graph_replays"] > 0 if llm.backend == "cuda" else None,
         "prefix_cache": any(d > 0 for d in cfg.depth) if (cfg.pp or cfg.tg) else False,
-        "simd": _core.simd_info()["active"], "activations": llm.activations,
+        "simd": _core.simd_info()["active"], "prefetch": _core.simd_info()["prefetch"], "activations": llm.activations,
         "omp": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND")},
     }
 
