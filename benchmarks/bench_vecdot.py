@@ -3,10 +3,11 @@ a rows x cols weight matrix of each type with one token (x quantized to the type
 the call, as the engine does once per token), in rows/s and GB/s of weights read, on 1 and 2 threads,
 beside a threaded memcpy and a threaded read of the same bytes in the same run. Decode at batch 1 is
 bound by reading the weights, so weight GB/s / read GB/s says how close the kernels come to the memory.
+The read is `llmbench membw`'s read kernel, the limit the engine's decode fractions are taken against.
 
-Weights are spread over enough copies of the matrix (--pool-mb, default 256 MB, well beyond the L3
-cache) that each call reads from DRAM, as a real model's layers do; the yardsticks cycle over the same
-copies.
+Weights are spread over enough copies of the matrix (--pool-mb, default four times the last-level cache
+and at least 256 MB) that each call reads from DRAM, as a real model's layers do; the yardsticks cycle
+over the same copies.
 
 Types the engine repacks at load on this CPU (Q4_K, Q6_K and Q8_0 with AVX-512 VNNI: rows interleaved 16 at a time,
 llmbench._core.vec_dot_repack) get a second row, "(interleaved)": the same matrix in the layout the
@@ -31,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from llmbench import _core
+from llmbench.info import llc_bytes
 from llmbench.quant import quantize, type_id
 
 TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q4_0", "F16", "Q5_K", "Q5_0", "Q4_1", "Q5_1", "BF16", "F32"]
@@ -95,7 +97,8 @@ def main() -> None:
     ap.add_argument("--types", nargs="+", default=TYPES, help="weight types (default: all with a kernel)")
     ap.add_argument("--rows", type=int, default=2048, help="weight rows (outputs), default 2048")
     ap.add_argument("--cols", type=int, default=8192, help="weight columns (a multiple of 256), default 8192")
-    ap.add_argument("--pool-mb", type=int, default=256, help="total MB of weight copies cycled through (default 256)")
+    ap.add_argument("--pool-mb", type=int, default=max(256, 4 * (llc_bytes() or 0) >> 20),
+                    help="total MB of weight copies cycled through (default: 4x the last-level cache, at least 256)")
     ap.add_argument("--reps", type=int, default=21, help="timed calls per figure (default 21)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default: 1 2)")
     ap.add_argument("--json", help="also write every sample here")

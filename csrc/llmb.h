@@ -75,6 +75,9 @@ LLMB_API void llmb_fill_normal(float *out, size_t n, uint64_t seed, uint64_t sta
 
 // STREAM-style read / copy / triad bandwidth (GB/s, best of reps) over arrays of `bytes` each.
 LLMB_API llmb_status llmb_membw(size_t bytes, int reps, int nthreads, double gbs[3]);
+// membw's read kernel over one buffer (any size and alignment) on nthreads: the XOR of its 32-bit words
+// (and of any bytes outside them), so that nothing is optimized away
+LLMB_API uint32_t llmb_mem_read(const void *src, size_t bytes, int nthreads);
 
 // ---- arithmetic peak ----
 

@@ -41,6 +41,29 @@ READ_CLONES static uint32_t read_two_streams(const uint32_t *p, int64_t len) {
     return s;
 }
 
+uint32_t llmb_mem_read(const void *src, size_t bytes, int nthreads) {
+    const uint8_t *b = src;
+    size_t head = (size_t)(-(uintptr_t)b & 63);   // bytes before the first line boundary
+    if (head > bytes) head = bytes;
+    const uint32_t *u = (const uint32_t *)(b + head);
+    const int64_t n = (int64_t)((bytes - head) / sizeof *u);
+    uint32_t s = 0;
+    for (size_t k = 0; k < head; k++) s ^= b[k];
+    for (size_t k = head + (size_t)n * sizeof *u; k < bytes; k++) s ^= b[k];
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel num_threads(nthreads) reduction(^ : s)
+    {
+#ifdef _OPENMP
+        const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
+#else
+        const int64_t id = 0, nt = 1;
+#endif
+        const int64_t lo = n * id / nt, hi = n * (id + 1) / nt;   // this thread's slice
+        s ^= read_two_streams(u + lo, hi - lo);
+    }
+    return s;
+}
+
 llmb_status llmb_membw(size_t bytes, int reps, int nthreads, double gbs[3]) {
     if (bytes < 4096 || reps < 1 || nthreads < 1)
         return llmb_fail(LLMB_E_ARG, "membw: need at least 4096 bytes, 1 repetition and 1 thread");
@@ -57,18 +80,7 @@ llmb_status llmb_membw(size_t bytes, int reps, int nthreads, double gbs[3]) {
     volatile uint32_t sink = 0;
     for (int r = 0; r < reps; r++) {
         uint64_t t0 = llmb_now_ns();
-        uint32_t s = 0;
-        const uint32_t *au = (const uint32_t *)a;
-#pragma omp parallel num_threads(nthreads) reduction(^ : s)
-        {
-#ifdef _OPENMP
-            const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-            const int64_t id = 0, nt = 1;
-#endif
-            const int64_t lo = n * id / nt, hi = n * (id + 1) / nt;   // this thread's slice
-            s ^= read_two_streams(au + lo, hi - lo);
-        }
+        const uint32_t s = llmb_mem_read(a, (size_t)n * sizeof *a, nthreads);
         uint64_t t1 = llmb_now_ns();
 #pragma omp parallel for schedule(static) num_threads(nthreads)
         for (int64_t i = 0; i < n; i++) c[i] = a[i];

@@ -151,19 +151,15 @@ static PyObject *py_mem_bench(PyObject *m, PyObject *args) {
     uint64_t sum = 0;
     if (nthreads < 1) nthreads = 1;
     Py_BEGIN_ALLOW_THREADS
-    const size_t chunk = (nbytes / (size_t)nthreads + 63) & ~(size_t)63;
-#pragma omp parallel for num_threads(nthreads) reduction(+ : sum) schedule(static)
-    for (int k = 0; k < nthreads; k++) {
-        const size_t lo = (size_t)k * chunk, hi = lo + chunk < nbytes ? lo + chunk : nbytes;
-        if (lo >= hi) continue;
-        if (copy) {
-            memcpy(out + lo, in + lo, hi - lo);
-        } else {
-            const uint64_t *p = (const uint64_t *)(in + lo);
-            uint64_t s = 0;
-            for (size_t i = 0; i < (hi - lo) / 8; i++) s += p[i];
-            sum += s;
+    if (copy) {
+        const size_t chunk = (nbytes / (size_t)nthreads + 63) & ~(size_t)63;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+        for (int k = 0; k < nthreads; k++) {
+            const size_t lo = (size_t)k * chunk, hi = lo + chunk < nbytes ? lo + chunk : nbytes;
+            if (lo < hi) memcpy(out + lo, in + lo, hi - lo);
         }
+    } else {
+        sum = llmb_mem_read(in, nbytes, nthreads);   // membw's read kernel: the engine's bandwidth limit
     }
     Py_END_ALLOW_THREADS
     return PyLong_FromUnsignedLongLong(sum);

@@ -60,3 +60,28 @@ def test_best_keeps_the_better_read():
     assert membw.best(1, high, nbytes=8 << 20, reps=1) is high
     again = membw.best(1, low, nbytes=8 << 20, reps=1)
     assert again is not low and 1e-9 < again["read"] < 1e9
+
+
+@pytest.mark.parametrize("size,offset", [(0, 0), (3, 0), (4096, 0), (1 << 20, 1), (1 << 20, 61), (100003, 5)])
+def test_mem_read_checks_every_byte(size, offset):
+    # the read kernel (llmb_mem_read, membw's and bench_vecdot's) XORs every 32-bit word from the first
+    # line boundary on, and every byte outside them: a checksum no dropped range or thread slice keeps
+    import numpy as np
+
+    from llmbench import _core
+
+    rng = np.random.default_rng(size + offset)
+    buf = rng.integers(0, 256, size + offset + 64, dtype=np.uint8)[offset:offset + size]
+    head = min(-buf.ctypes.data % 64, size)
+    words = (size - head) // 4
+    body = buf[head:head + 4 * words].view(np.uint32)
+    want = int(np.bitwise_xor.reduce(body)) if words else 0
+    for b in np.concatenate([buf[:head], buf[head + 4 * words:]]):
+        want ^= int(b)
+    for threads in (1, 2, 3):
+        assert _core.mem_bench(False, buf, threads, None) == want, threads
+    if size:   # one flipped bit anywhere changes it
+        buf = buf.copy()
+        before = _core.mem_bench(False, buf, 2, None)
+        buf[size // 2] ^= 0x10
+        assert _core.mem_bench(False, buf, 2, None) != before
