@@ -141,8 +141,8 @@ INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of 
 // / vpdpbusd over 1 GiB: 10.4 GB/s page-wise, 14.4-15.0 every line 4-9 KiB ahead into L2, 16 with no
 // compute). Alternated in one process (benchmarks/ab_builds.py, 300 copies of the weights, 1 thread),
 // B/A: Q4_K 2048x2048 / 2048x8192 1.12x / 1.11x (page-wise kept at STREAM_PF_AHEAD; every line alone
-// into L1 1.04-1.08x, into L2 at 4-32 KiB 0.98-1.08x); Q6_K 1.10x / 1.07x; llama-1b Q4_K_M tg64 1.11x at
-// 1 and at 2 threads. On the AMD EPYC (Zen 4) host one prefetch per line capped a stream near 21 GB/s
+// into L1 1.04-1.08x, into L2 at 4-32 KiB 0.98-1.08x); Q6_K 1.10x / 1.07x; llama-1b Q4_K_M tg64 1.10x at
+// 1 thread, 1.13x at 2. On the AMD EPYC (Zen 4) host one prefetch per line capped a stream near 21 GB/s
 // (above), so elsewhere the page-wise prefetch stays alone; llmb_prefetch_set switches it for A/B runs.
 #define LINE_PF_AHEAD 4096
 #define PF_LINE(p) _mm_prefetch((const char *)(p) + LINE_PF_AHEAD, _MM_HINT_T0)
