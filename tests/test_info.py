@@ -89,8 +89,10 @@ def test_simd_levels_can_be_forced_down_only():
 def test_decode_prefetch_default_and_switch():
     # every line prefetched by default on Intel CPUs only (csrc/vecdot_simd.c, LINE_PF_AHEAD); switchable
     # at run time and by LLMBENCH_PREFETCH, and a wrong name is refused
-    vendor = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                   if line.startswith("vendor_id")), None) if os.path.exists("/proc/cpuinfo") else None
+    vendor = None
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), None)
     if vendor is not None:
         assert _core.simd_info()["prefetch"] == ("lines" if vendor == "GenuineIntel" else "page")
     before = _core.simd_info()["prefetch"]
