@@ -220,6 +220,20 @@ def test_threads_do_not_change_results(stories_path):
     one = LLM(stories_path, threads=1).logits(toks)
     two = LLM(stories_path, threads=2).logits(toks)
     assert np.array_equal(one, two)
+    # A quantized model with interleaved kernels: a 300-token prefill (its per-token steps on the threads too),
+    # a short one, then decode's tokens and log-probabilities, bit for bit on 1, 2 and 3 threads (more
+    # threads than this host's cores: waiting threads sleep).
+    path = llmbench.dummy_model("tiny", "Q4_K_M")
+    prompt = np.random.default_rng(4).integers(3, 256, 300).tolist()
+    params = SamplingParams(temperature=0.8, seed=5, max_tokens=12, logprobs=3, ignore_eos=True)
+    runs = []
+    for threads in (1, 2, 3):
+        llm = LLM(path, threads=threads)
+        runs.append((llm.logits(prompt), llm.logits(prompt[:7]), llm.generate([prompt[:7], prompt[:30]], params)))
+    for threads, (full, short, gen) in zip((2, 3), runs[1:]):
+        assert np.array_equal(full, runs[0][0]) and np.array_equal(short, runs[0][1]), threads
+        for a, b in zip(gen, runs[0][2]):
+            assert a.token_ids == b.token_ids and a.logprobs == b.logprobs and a.top_logprobs == b.top_logprobs, threads
 
 
 def test_prefix_fork_equals_full_computation(stories):
