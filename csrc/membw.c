@@ -8,7 +8,8 @@
 // weights are (llmb_alloc_stream). On this project's 2-core host, alternated with the one-SSE2-stream
 // loop it replaced: 1 thread 29.0-31.4 GB/s against 24.0-26.7, 2 threads 44-55 against 35-43. The engine's
 // llama-1b Q8_0 decode reads 29.0 GB/s at 1 thread (benchmarks/bench_engine.py): above the old figure.
-// Tested by tests/test_membw.py (sane, positive figures; arguments checked).
+// The read kernel also runs over any buffer as llmb_mem_read (bench_vecdot's yardstick, the same limit).
+// Tested by tests/test_membw.py (sane, positive figures; arguments checked; llmb_mem_read's checksum).
 #include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
