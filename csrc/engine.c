@@ -59,6 +59,11 @@ static int score_only(const llmb_sampling *sp) {
 // The positions of `s` that run: all its tokens, but for the last prompt token of a score-only request.
 static int run_len(const seq_t *s) { return s->n_tokens - score_only(&s->s); }
 
+// The positions a request of n_prompt tokens runs over its whole life: what ctx and its KV blocks must hold.
+static int64_t life_len(const llmb_sampling *sp, int n_prompt) {
+    return (int64_t)n_prompt - score_only(sp) + sp->max_tokens;
+}
+
 // A sampling thread's working memory (vocab entries each).
 typedef struct {
     float *work;              // the row being modified (penalties, temperature)
@@ -421,11 +426,11 @@ llmb_status llmb_engine_add(llmb_engine *e, const int32_t *prompt, int n_prompt,
                              prompt[i], i, c->vocab - 1);
     if (sp->max_tokens < 0 || sp->min_tokens < 0 || sp->n_logprobs < 0 || sp->n_logprobs > MAX_TOPN)
         return llmb_fail(LLMB_E_ARG, "engine: max_tokens and min_tokens must be >= 0 and logprobs 0..%d", MAX_TOPN);
-    const int n_run = n_prompt - score_only(sp);
-    if ((int64_t)n_run + sp->max_tokens > e->p.ctx)
+    const int64_t life = life_len(sp, n_prompt);
+    if (life > e->p.ctx)
         return llmb_fail(LLMB_E_ARG, "engine: prompt (%d tokens%s) + max_tokens (%d) exceeds the context of %d tokens",
-                         n_prompt, n_run < n_prompt ? ", the last only scored" : "", sp->max_tokens, e->p.ctx);
-    int need = blocks_for(e, n_run + sp->max_tokens);
+                         n_prompt, score_only(sp) ? ", the last only scored" : "", sp->max_tokens, e->p.ctx);
+    int need = blocks_for(e, (int)life);
     if (need > e->p.n_blocks)
         return llmb_fail(LLMB_E_ARG, "engine: the request needs %d KV blocks but the cache has only %lld; raise kv_budget",
                          need, (long long)e->p.n_blocks);
@@ -555,7 +560,7 @@ int llmb_engine_poll(llmb_engine *e, llmb_event *out, int max, int32_t *topn_ids
 // backend copy the parent's partially filled last block (copy on write, done eagerly). 1: admitted,
 // 0: its blocks do not fit yet, -1: the copy failed (*st says why; blocks returned).
 static int admit(llmb_engine *e, seq_t *s, llmb_status *st) {
-    int total = blocks_for(e, s->n_prompt - score_only(&s->s) + s->s.max_tokens);
+    int total = blocks_for(e, (int)life_len(&s->s, s->n_prompt));
     seq_t *par = s->fork_from >= 0 ? get_seq(e, s->fork_from) : NULL;
     int computed = 0;
     if (par && par->n_blocks) {

@@ -123,6 +123,7 @@ def environment(llm: LLM, cfg: BenchConfig) -> dict:
     if key not in _SHA_CACHE:
         _SHA_CACHE[key] = _sha256(path)
     name = cfg.model if not os.path.exists(cfg.model) else os.path.basename(path)
+    simd = _core.simd_info()
     return {
         "model": {"file": os.path.basename(path), "name": name, "dummy": not os.path.exists(cfg.model),
                   "size_bytes": st.st_size, "sha256": _SHA_CACHE[key],
@@ -131,7 +132,7 @@ def environment(llm: LLM, cfg: BenchConfig) -> dict:
         "gpu_name": _gpu_name(llm), "build_flags": _core.build_info()["cflags"],
         "cuda_graphs": llm.engine.stats()["graph_replays"] > 0 if llm.backend == "cuda" else None,
         "prefix_cache": any(d > 0 for d in cfg.depth) if (cfg.pp or cfg.tg) else False,
-        "simd": _core.simd_info()["active"], "prefetch": _core.simd_info()["prefetch"], "activations": llm.activations,
+        "simd": simd["active"], "prefetch": simd["prefetch"], "activations": llm.activations,
         "omp": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND")},
     }
 
