@@ -545,6 +545,31 @@ INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, 
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
+// One token over two groups at ga and gb, super-block by super-block: q4i_body's one-token sums for each,
+// the same bits, from two memory streams at once. The caller pairs a group from the first half of a thread's
+// rows with one from the second. With one stream per thread the kernels stayed below the read bandwidth,
+// whose probe reads two (membw.c); on the Intel Xeon host a C loop of the Q4_K body's work with one
+// prefetch per line over 1 GiB read 13.1 GB/s as one stream, 15.2 as two (1 thread), 20.3 against 29.8 on 2
+// threads. Alternated in one process (benchmarks/ab_builds.py, 300 copies), B/A: Q4_K 2048x2048 / 2048x8192
+// 1.05x / 1.03x on 1 thread, 1.05x / 1.04x on 2; four streams against two 0.97x / 0.98x; llama-1b Q4_K_M
+// tg64 1.03x on 1 thread, 1.02x on 2. Q6_K (q6i_pair1) 1.03x / 1.01x and tg64 1.01x / 1.00x more.
+INLINE VNNI512 void q4i_pair1(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
+                              float *yb, const int pf) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const __m512i *va = (const __m512i *)(ga + i * IL_SB), *vb = (const __m512i *)(gb + i * IL_SB);
+        prefetch_stream((const uint8_t *)va + STREAM_PF_AHEAD, IL_SB);
+        prefetch_stream((const uint8_t *)vb + STREAM_PF_AHEAD, IL_SB);
+        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+        if (pf == 2)
+            a = q4i_sb1(va, xb, 1, a), b = q4i_sb1(vb, xb, 1, b);
+        else
+            a = q4i_sb1(va, xb, 0, a), b = q4i_sb1(vb, xb, 0, b);
+    }
+    _mm512_storeu_ps(ya, a);
+    _mm512_storeu_ps(yb, b);
+}
+
 VNNI512 static void q4_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                     float *y, int64_t ldy) {
     const uint8_t *w = vw, *x = vx;
@@ -552,6 +577,17 @@ VNNI512 static void q4_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     q45r_hdr hd[PANEL_MAX_SB];
     const int keep = nc > Q4R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: headers decoded once
     const int pf1 = 1 + llmb_prefetch_lines();   // the first token tile's prefetch (q4i_body's pf)
+    if (nc == 1) {   // one token: two groups at a time, one from each half of the rows, two streams
+        const int64_t ng = nr / Q4R, h = (ng + 1) / 2;
+        for (int64_t k = 0; k < h; k++) {
+            const uint8_t *ga = w + (size_t)(k * Q4R) * ws;
+            if (k + h < ng)
+                q4i_pair1(ga, w + (size_t)((k + h) * Q4R) * ws, nsb, x, y + k * Q4R, y + (k + h) * Q4R, pf1);
+            else
+                q4i_body(ga, NULL, nsb, x, xs, y + k * Q4R, ldy, pf1, 1);
+        }
+        return;
+    }
     for (int r0 = 0; r0 < nr; r0 += Q4R)   // each group from memory once (its first token tile), then from cache
         for (int c0 = 0; c0 < nc; c0 += Q4R_NC) {
             const uint8_t *g = w + (size_t)r0 * ws, *xc = x + c0 * xs;
@@ -796,12 +832,41 @@ INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, si
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
+// One token over two groups at ga and gb, super-block by super-block: q6i_body's one-token sums for each,
+// the same bits, from two memory streams at once (as q4i_pair1)
+INLINE VNNI512 void q6i_pair1(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
+                              float *yb, const int pf) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+        if (pf == 2)
+            a = q6i_sb1(ga, nsb, i, xb, 1, 1, a), b = q6i_sb1(gb, nsb, i, xb, 1, 1, b);
+        else
+            a = q6i_sb1(ga, nsb, i, xb, 1, 0, a), b = q6i_sb1(gb, nsb, i, xb, 1, 0, b);
+    }
+    _mm512_storeu_ps(ya, a);
+    _mm512_storeu_ps(yb, b);
+}
+
 VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                     float *y, int64_t ldy) {
     const uint8_t *w = vw, *x = vx;
     const int64_t nsb = n / LLMB_QK_K;
     const int keep = nc > Q6R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: the group decoded once
     const int pf1 = 1 + llmb_prefetch_lines();   // the first token tile's prefetch (q6i_body's pf)
+    if (nc == 1) {   // one token: two groups at a time, one from each half of the rows, two streams
+        const int64_t ng = nr / Q4R, h = (ng + 1) / 2;
+        for (int64_t k = 0; k < h; k++) {
+            const uint8_t *ga = w + (size_t)(k * Q4R) * ws, *gb = w + (size_t)((k + h) * Q4R) * ws;
+            if (k + 1 < h) prefetch_l2(ga + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);   // as below
+            if (k + h + 1 < ng) prefetch_l2(gb + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);
+            if (k + h < ng)
+                q6i_pair1(ga, gb, nsb, x, y + k * Q4R, y + (k + h) * Q4R, pf1);
+            else
+                q6i_body(ga, nsb, x, xs, y + k * Q4R, ldy, pf1, 1);
+        }
+        return;
+    }
     for (int r0 = 0; r0 < nr; r0 += Q4R) {
         const uint8_t *g = w + (size_t)r0 * ws;
         // The next group's d: past its words, where no prefetch of the stream reaches. Their loads missed the

@@ -157,6 +157,15 @@ def test_interleaved(t: str):
                 for nthreads in (1, 2):
                     y = _core.vec_dot(tid, wi, xs, nthreads=nthreads, interleave=g)
                     assert np.array_equal(y, plain), (prefetch, ntok, nthreads)
+        # one token runs two groups at a time, from the two halves of a thread's rows (two memory streams):
+        # 1 to 7 groups a thread, odd counts leaving one group alone
+        w, x, n = case(t, rows=7 * group, nblocks=2, ntok=1, seed=18)
+        wi, _ = _core.vec_dot_repack(tid, w)
+        for groups in range(1, 8):
+            plain = _core.vec_dot(tid, w[: groups * group], x)
+            for nthreads in (1, 2, 3):
+                y = _core.vec_dot(tid, wi[: groups * group], x, nthreads=nthreads, interleave=g)
+                assert np.array_equal(y, plain), (groups, nthreads)
     finally:
         _core.prefetch_set(before)
 
