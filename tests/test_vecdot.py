@@ -159,7 +159,7 @@ def test_interleaved(t: str):
                     assert np.array_equal(y, plain), (prefetch, ntok, nthreads)
         # one token runs two groups at a time, from the two halves of a thread's rows (two memory streams):
         # 1 to 7 groups a thread, odd counts leaving one group alone
-        w, x, n = case(t, rows=7 * group, nblocks=2, ntok=1, seed=18)
+        w, x, _ = case(t, rows=7 * group, nblocks=2, ntok=1, seed=18)
         wi, _ = _core.vec_dot_repack(tid, w)
         for groups in range(1, 8):
             plain = _core.vec_dot(tid, w[: groups * group], x)
