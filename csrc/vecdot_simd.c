@@ -552,7 +552,8 @@ INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, 
 // prefetch per line over 1 GiB read 13.1 GB/s as one stream, 15.2 as two (1 thread), 20.3 against 29.8 on 2
 // threads. Alternated in one process (benchmarks/ab_builds.py, 300 copies), B/A: Q4_K 2048x2048 / 2048x8192
 // 1.05x / 1.03x on 1 thread, 1.05x / 1.04x on 2; four streams against two 0.97x / 0.98x; llama-1b Q4_K_M
-// tg64 1.03x on 1 thread, 1.02x on 2. Q6_K (q6i_pair1) 1.03x / 1.01x and tg64 1.01x / 1.00x more.
+// tg64 1.03x on 1 thread, 1.02x on 2. Q6_K 2048x2048 / 8192x2048 (q6i_pair1) 1.03x / 1.01x on 1 thread,
+// 1.09x / 1.02x on 2, and tg64 1.01x / 1.00x more.
 INLINE VNNI512 void q4i_pair1(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
                               float *yb, const int pf) {
     __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();

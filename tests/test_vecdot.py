@@ -147,6 +147,10 @@ def test_interleaved(t: str):
     wi, g = _core.vec_dot_repack(tid, w)
     assert g == group and wi.shape == w.shape and not np.array_equal(wi, w)
     assert np.array_equal(_core.vec_dot_repack(tid, wi, unpack=True)[0], w)
+    # one token runs two groups at a time, from the two halves of a thread's rows (two memory streams):
+    # 1 to 7 groups a thread, odd counts leaving one group alone
+    w7, x7, _ = case(t, rows=7 * group, nblocks=2, ntok=1, seed=18)
+    wi7, _ = _core.vec_dot_repack(tid, w7)
     before = _core.simd_info()["prefetch"]
     try:
         for prefetch in ("page", "lines"):   # how one token's kernels prefetch: never what they compute
@@ -157,15 +161,11 @@ def test_interleaved(t: str):
                 for nthreads in (1, 2):
                     y = _core.vec_dot(tid, wi, xs, nthreads=nthreads, interleave=g)
                     assert np.array_equal(y, plain), (prefetch, ntok, nthreads)
-        # one token runs two groups at a time, from the two halves of a thread's rows (two memory streams):
-        # 1 to 7 groups a thread, odd counts leaving one group alone
-        w, x, _ = case(t, rows=7 * group, nblocks=2, ntok=1, seed=18)
-        wi, _ = _core.vec_dot_repack(tid, w)
-        for groups in range(1, 8):
-            plain = _core.vec_dot(tid, w[: groups * group], x)
-            for nthreads in (1, 2, 3):
-                y = _core.vec_dot(tid, wi[: groups * group], x, nthreads=nthreads, interleave=g)
-                assert np.array_equal(y, plain), (groups, nthreads)
+            for groups in range(1, 8):
+                plain = _core.vec_dot(tid, w7[: groups * group], x7)
+                for nthreads in (1, 2, 3):
+                    y = _core.vec_dot(tid, wi7[: groups * group], x7, nthreads=nthreads, interleave=g)
+                    assert np.array_equal(y, plain), (prefetch, groups, nthreads)
     finally:
         _core.prefetch_set(before)
 
