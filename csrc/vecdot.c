@@ -538,7 +538,7 @@ static int panel_tokens(size_t x_stride) {
 static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, const void *w, size_t w_stride,
                          int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt,
                          int il) {
-    if (il) {   // interleaved groups: this thread's range of them (one token of Q4_K / Q6_K: two streams, q4i_pair1)
+    if (il) {   // interleaved groups: this thread's range of them (one token of Q4_K / Q6_K: two streams, q4i_one)
         const llmb_gemm_tile_fn kil = il_kernel(k, wtype, il);
         const int64_t ng = nrows / il, g0 = ng * id / nt, g1 = ng * (id + 1) / nt;
         if (g0 == g1) return;

@@ -517,20 +517,46 @@ INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, const
     return q45r_fma(&o, xb, S, acc);
 }
 
+// One token over the group at ga and, where gb is not NULL, the group at gb, super-block by super-block
+// (q4i_sb1); pf: 0 no prefetch (the group in cache), 1 page-wise (prefetch_stream), 2 every line too.
+// Each group's sums are the same alone or paired; a pair reads two memory streams at once. With one stream
+// per thread the kernels stayed below the read bandwidth, whose probe reads two (membw.c); on the Intel
+// Xeon host a C loop of the Q4_K body's work with one prefetch per line over 1 GiB read 13.1-13.8 GB/s as
+// one stream, 15.2 as two (1 thread), 20.3-26.9 against 28.6-29.8 on 2 threads. Alternated in one process
+// (benchmarks/ab_builds.py, 300 copies), B/A: Q4_K 2048x2048 / 2048x8192 1.05x / 1.03x on 1 thread, 1.05x /
+// 1.04x on 2 (four streams against two: 0.97x / 0.98x on 1 thread, 0.98x / 1.01x on 2); llama-1b Q4_K_M
+// tg64 1.03x on 1 thread, 1.02x on 2. Q6_K 2048x2048 / 8192x2048 (q6i_one) 1.03x / 1.01x on 1 thread,
+// 1.09x / 1.02x on 2, and tg64 1.01x / 1.00x more.
+INLINE VNNI512 void q4i_one(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
+                            float *yb, const int pf) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const __m512i *va = (const __m512i *)(ga + i * IL_SB), *vb = gb ? (const __m512i *)(gb + i * IL_SB) : NULL;
+        if (pf) {
+            prefetch_stream((const uint8_t *)va + STREAM_PF_AHEAD, IL_SB);
+            if (gb) prefetch_stream((const uint8_t *)vb + STREAM_PF_AHEAD, IL_SB);
+        }
+        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+        if (pf == 2) {
+            a = q4i_sb1(va, xb, 1, a);
+            if (gb) b = q4i_sb1(vb, xb, 1, b);
+        } else {
+            a = q4i_sb1(va, xb, 0, a);
+            if (gb) b = q4i_sb1(vb, xb, 0, b);
+        }
+    }
+    _mm512_storeu_ps(ya, a);
+    if (gb) _mm512_storeu_ps(yb, b);
+}
+
 // NC tokens over one group: its super-blocks' headers from hd (decoded by the caller) or, where hd is
 // NULL, decoded here from the group's first 4 vectors
 INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, const uint8_t *x, size_t xs, float *y,
                             int64_t ldy, const int pf, const int NC) {
     __m512 acc[Q4R_NC];
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
-    if (NC == 1 && !hd) {   // one token: q4i_sb1, prefetched page-wise (prefetch_stream), pf 2: every line too
-        for (int64_t i = 0; i < nsb; i++) {
-            const __m512i *v = (const __m512i *)(g + i * IL_SB);
-            if (pf) prefetch_stream((const uint8_t *)v + STREAM_PF_AHEAD, IL_SB);
-            const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-            acc[0] = pf == 2 ? q4i_sb1(v, xb, 1, acc[0]) : q4i_sb1(v, xb, 0, acc[0]);
-        }
-        _mm512_storeu_ps(y, acc[0]);
+    if (NC == 1 && !hd) {   // one token
+        q4i_one(g, NULL, nsb, x, y, NULL, pf);
         return;
     }
     for (int64_t i = 0; i < nsb; i++) {
@@ -545,32 +571,6 @@ INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, 
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// One token over two groups at ga and gb, super-block by super-block: q4i_body's one-token sums for each,
-// the same bits, from two memory streams at once. The caller pairs a group from the first half of a thread's
-// rows with one from the second. With one stream per thread the kernels stayed below the read bandwidth,
-// whose probe reads two (membw.c); on the Intel Xeon host a C loop of the Q4_K body's work with one
-// prefetch per line over 1 GiB read 13.1 GB/s as one stream, 15.2 as two (1 thread), 20.3 against 29.8 on 2
-// threads. Alternated in one process (benchmarks/ab_builds.py, 300 copies), B/A: Q4_K 2048x2048 / 2048x8192
-// 1.05x / 1.03x on 1 thread, 1.05x / 1.04x on 2; four streams against two 0.97x / 0.98x; llama-1b Q4_K_M
-// tg64 1.03x on 1 thread, 1.02x on 2. Q6_K 2048x2048 / 8192x2048 (q6i_pair1) 1.03x / 1.01x on 1 thread,
-// 1.09x / 1.02x on 2, and tg64 1.01x / 1.00x more.
-INLINE VNNI512 void q4i_pair1(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
-                              float *yb, const int pf) {
-    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nsb; i++) {
-        const __m512i *va = (const __m512i *)(ga + i * IL_SB), *vb = (const __m512i *)(gb + i * IL_SB);
-        prefetch_stream((const uint8_t *)va + STREAM_PF_AHEAD, IL_SB);
-        prefetch_stream((const uint8_t *)vb + STREAM_PF_AHEAD, IL_SB);
-        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-        if (pf == 2)
-            a = q4i_sb1(va, xb, 1, a), b = q4i_sb1(vb, xb, 1, b);
-        else
-            a = q4i_sb1(va, xb, 0, a), b = q4i_sb1(vb, xb, 0, b);
-    }
-    _mm512_storeu_ps(ya, a);
-    _mm512_storeu_ps(yb, b);
-}
-
 VNNI512 static void q4_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                     float *y, int64_t ldy) {
     const uint8_t *w = vw, *x = vx;
@@ -578,15 +578,11 @@ VNNI512 static void q4_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     q45r_hdr hd[PANEL_MAX_SB];
     const int keep = nc > Q4R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: headers decoded once
     const int pf1 = 1 + llmb_prefetch_lines();   // the first token tile's prefetch (q4i_body's pf)
-    if (nc == 1) {   // one token: two groups at a time, one from each half of the rows, two streams
+    if (nc == 1) {   // one token: two groups at a time, one from each half of the rows (the last alone)
         const int64_t ng = nr / Q4R, h = (ng + 1) / 2;
-        for (int64_t k = 0; k < h; k++) {
-            const uint8_t *ga = w + (size_t)(k * Q4R) * ws;
-            if (k + h < ng)
-                q4i_pair1(ga, w + (size_t)((k + h) * Q4R) * ws, nsb, x, y + k * Q4R, y + (k + h) * Q4R, pf1);
-            else
-                q4i_body(ga, NULL, nsb, x, xs, y + k * Q4R, ldy, pf1, 1);
-        }
+        for (int64_t k = 0; k < h; k++)
+            q4i_one(w + (size_t)(k * Q4R) * ws, k + h < ng ? w + (size_t)((k + h) * Q4R) * ws : NULL, nsb, x,
+                    y + k * Q4R, y + (k + h) * Q4R, pf1);
         return;
     }
     for (int r0 = 0; r0 < nr; r0 += Q4R)   // each group from memory once (its first token tile), then from cache
@@ -810,17 +806,39 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
     return _mm512_fmadd_ps(_mm512_mul_ps(q6i_d(g, nsb, i), _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(S), acc);
 }
 
+// One token over the group at ga and, where gb is not NULL, the group at gb (a second memory stream, as
+// q4i_one), super-block by super-block (q6i_sb1); pf: 0 no prefetch, 1 page-wise, 2 every line too
+INLINE VNNI512 void q6i_one(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
+                            float *yb, const int pf) {
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+        if (pf == 2) {
+            a = q6i_sb1(ga, nsb, i, xb, 1, 1, a);
+            if (gb) b = q6i_sb1(gb, nsb, i, xb, 1, 1, b);
+        } else {
+            a = q6i_sb1(ga, nsb, i, xb, pf, 0, a);
+            if (gb) b = q6i_sb1(gb, nsb, i, xb, pf, 0, b);
+        }
+    }
+    _mm512_storeu_ps(ya, a);
+    if (gb) _mm512_storeu_ps(yb, b);
+}
+
+// The d of the group after the one at g (past that group's words), where no prefetch of the stream reaches.
+// Their loads missed the caches (9-12% of this kernel's samples in the engine: perf, llama-1b Q4_K_M tg);
+// prefetched a group ahead, tg64 1.08x (1 thread, alternated in one process; AMD EPYC, Zen 4)
+INLINE void q6i_prefetch_next_d(const uint8_t *g, size_t ws, int64_t nsb) {
+    prefetch_l2(g + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);
+}
+
 // NC tokens over one group, each super-block decoded as it comes
 INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
                             const int pf, const int NC) {
     __m512 acc[Q6R_NC];
     for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     if (NC == 1) {
-        for (int64_t i = 0; i < nsb; i++) {   // pf 2: every line too (PF_LINE)
-            const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-            acc[0] = pf == 2 ? q6i_sb1(g, nsb, i, xb, 1, 1, acc[0]) : q6i_sb1(g, nsb, i, xb, pf, 0, acc[0]);
-        }
-        _mm512_storeu_ps(y, acc[0]);
+        q6i_one(g, NULL, nsb, x, y, NULL, pf);
         return;
     }
     for (int64_t i = 0; i < nsb; i++) {
@@ -833,47 +851,25 @@ INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, si
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// One token over two groups at ga and gb, super-block by super-block: q6i_body's one-token sums for each,
-// the same bits, from two memory streams at once (as q4i_pair1)
-INLINE VNNI512 void q6i_pair1(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
-                              float *yb, const int pf) {
-    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nsb; i++) {
-        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-        if (pf == 2)
-            a = q6i_sb1(ga, nsb, i, xb, 1, 1, a), b = q6i_sb1(gb, nsb, i, xb, 1, 1, b);
-        else
-            a = q6i_sb1(ga, nsb, i, xb, 1, 0, a), b = q6i_sb1(gb, nsb, i, xb, 1, 0, b);
-    }
-    _mm512_storeu_ps(ya, a);
-    _mm512_storeu_ps(yb, b);
-}
-
 VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                     float *y, int64_t ldy) {
     const uint8_t *w = vw, *x = vx;
     const int64_t nsb = n / LLMB_QK_K;
     const int keep = nc > Q6R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: the group decoded once
     const int pf1 = 1 + llmb_prefetch_lines();   // the first token tile's prefetch (q6i_body's pf)
-    if (nc == 1) {   // one token: two groups at a time, one from each half of the rows, two streams
+    if (nc == 1) {   // one token: two groups at a time, one from each half of the rows (the last alone)
         const int64_t ng = nr / Q4R, h = (ng + 1) / 2;
         for (int64_t k = 0; k < h; k++) {
-            const uint8_t *ga = w + (size_t)(k * Q4R) * ws, *gb = w + (size_t)((k + h) * Q4R) * ws;
-            if (k + 1 < h) prefetch_l2(ga + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);   // as below
-            if (k + h + 1 < ng) prefetch_l2(gb + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);
-            if (k + h < ng)
-                q6i_pair1(ga, gb, nsb, x, y + k * Q4R, y + (k + h) * Q4R, pf1);
-            else
-                q6i_body(ga, nsb, x, xs, y + k * Q4R, ldy, pf1, 1);
+            const uint8_t *ga = w + (size_t)(k * Q4R) * ws, *gb = k + h < ng ? w + (size_t)((k + h) * Q4R) * ws : NULL;
+            if (k + 1 < h) q6i_prefetch_next_d(ga, ws, nsb);
+            if (k + h + 1 < ng) q6i_prefetch_next_d(gb, ws, nsb);
+            q6i_one(ga, gb, nsb, x, y + k * Q4R, y + (k + h) * Q4R, pf1);
         }
         return;
     }
     for (int r0 = 0; r0 < nr; r0 += Q4R) {
         const uint8_t *g = w + (size_t)r0 * ws;
-        // The next group's d: past its words, where no prefetch of the stream reaches. Their loads missed the
-        // caches (9-12% of this kernel's samples in the engine: perf, llama-1b Q4_K_M tg); prefetched here,
-        // tg64 1.08x (1 thread, alternated in one process; AMD EPYC, Zen 4)
-        if (r0 + Q4R < nr) prefetch_l2(g + Q4R * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);
+        if (r0 + Q4R < nr) q6i_prefetch_next_d(g, ws, nsb);
         if (keep) {
             q6r_dec dec[PANEL_MAX_SB];
             for (int64_t i = 0; i < nsb; i++) q6i_decode(g, nsb, i, 1, &dec[i]);

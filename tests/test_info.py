@@ -93,7 +93,7 @@ def test_decode_prefetch_default_and_switch():
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), None)
-    if vendor is not None:
+    if vendor is not None and not os.environ.get("LLMBENCH_PREFETCH"):   # the default, unless the user chose
         assert _core.simd_info()["prefetch"] == ("lines" if vendor == "GenuineIntel" else "page")
     before = _core.simd_info()["prefetch"]
     try:
