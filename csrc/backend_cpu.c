@@ -241,48 +241,54 @@ static size_t att_scratch_floats(const llmb_backend *b) {
     return llmb_att_scratch_floats(b->p.ctx, b->model->cfg.head_dim);
 }
 
-static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
+// Unit u of a layer's attention (sequence u / n_head_kv of the batch, KV head u % n_head_kv) on the
+// scratch of thread tid
+static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_t u, int tid) {
     const llmb_model_config *c = &b->model->cfg;
     const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = b->block_size;
     const int64_t q_dim = (int64_t)nh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const size_t head_bytes = b->kv_row_bytes / (size_t)nkv;
-    const int n = bt->n_tok, n_seq = bt->n_seq;
-    int64_t work = 0;
-    for (int i = 0; i < n; i++) work += (int64_t)(bt->pos[i] + 1) * nh * hd;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(b->p.n_threads) if (b->p.n_threads > 1 && work >= (1 << 16))
-    for (int64_t u = 0; u < (int64_t)n_seq * nkv; u++) {
-        const int r = (int)(u / nkv), kvh = (int)(u % nkv);
-        const int i0 = bt->q_start[r], i1 = i0 + bt->q_len[r];
-#ifdef _OPENMP
-        float *kt = b->att_scratch + (size_t)omp_get_thread_num() * att_scratch_floats(b);
-#else
-        float *kt = b->att_scratch;
-#endif
-        const int max_pos = bt->pos[i1 - 1];   // the sequence's positions here ascend from pos0
-        // this head's keys transposed (kt[d * ldk + j]) and values as rows, as floats
-        const size_t ldk = llmb_att_ldk(max_pos + 1);
-        float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
-        const size_t per_part = (size_t)b->n_blocks * B * b->kv_row_bytes;
-        const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
-        const llmb_kv_head kvh_rows = {b->kv_type, k0, k0 + per_part, bt->block_tables + (size_t)r * bt->max_blocks, B,
-                                       (size_t)B * b->kv_row_bytes, b->kv_row_bytes};
-        llmb_att_gather(&kvh_rows, max_pos + 1, hd, kt, ldk, vf);
-        // every (token, query head) of the sequence, LLMB_ATT_Q at a time
-        const int nq_all = (i1 - i0) * group;
-        for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {
-            const float *qp[LLMB_ATT_Q];
-            float *op[LLMB_ATT_Q];
-            int nk[LLMB_ATT_Q], nq = 0;
-            for (; nq < LLMB_ATT_Q && q0 + nq < nq_all; nq++) {
-                const int i = i0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
-                qp[nq] = b->q + i * q_dim + (int64_t)h * hd;
-                op[nq] = b->att + i * q_dim + (int64_t)h * hd;
-                nk[nq] = bt->pos[i] + 1;
-            }
-            llmb_attend(nq, qp, nk, kt, ldk, vf, hd, scale, sc, op);
+    const int r = (int)(u / nkv), kvh = (int)(u % nkv);
+    const int i0 = bt->q_start[r], i1 = i0 + bt->q_len[r];
+    float *kt = b->att_scratch + (size_t)tid * att_scratch_floats(b);
+    const int max_pos = bt->pos[i1 - 1];   // the sequence's positions here ascend from pos0
+    // this head's keys transposed (kt[d * ldk + j]) and values as rows, as floats
+    const size_t ldk = llmb_att_ldk(max_pos + 1);
+    float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
+    const size_t per_part = (size_t)b->n_blocks * B * b->kv_row_bytes;
+    const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
+    const llmb_kv_head kvh_rows = {b->kv_type, k0, k0 + per_part, bt->block_tables + (size_t)r * bt->max_blocks, B,
+                                   (size_t)B * b->kv_row_bytes, b->kv_row_bytes};
+    llmb_att_gather(&kvh_rows, max_pos + 1, hd, kt, ldk, vf);
+    // every (token, query head) of the sequence, LLMB_ATT_Q at a time
+    const int nq_all = (i1 - i0) * group;
+    for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {
+        const float *qp[LLMB_ATT_Q];
+        float *op[LLMB_ATT_Q];
+        int nk[LLMB_ATT_Q], nq = 0;
+        for (; nq < LLMB_ATT_Q && q0 + nq < nq_all; nq++) {
+            const int i = i0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
+            qp[nq] = b->q + i * q_dim + (int64_t)h * hd;
+            op[nq] = b->att + i * q_dim + (int64_t)h * hd;
+            nk[nq] = bt->pos[i] + 1;
         }
+        llmb_attend(nq, qp, nk, kt, ldk, vf, hd, scale, sc, op);
     }
+}
+
+// A layer's attention: on the engine's threads (units dealt one at a time) once it has 64K query values
+// times keys, else here (no OpenMP region: see LLMB_PAR_FOR)
+static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
+    const llmb_model_config *c = &b->model->cfg;
+    const int64_t units = (int64_t)bt->n_seq * c->n_head_kv;
+    int64_t work = 0;
+    for (int i = 0; i < bt->n_tok; i++) work += (int64_t)(bt->pos[i] + 1) * c->n_head * c->head_dim;
+    if (b->p.n_threads > 1 && work >= (1 << 16)) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(b->p.n_threads)
+        for (int64_t u = 0; u < units; u++) attend_unit(b, bt, layer, u, llmb_thread_id());
+    } else
+        for (int64_t u = 0; u < units; u++) attend_unit(b, bt, layer, u, 0);
 }
 
 static void add_bias(float *y, const float *bias, int n, int64_t dim) {
@@ -293,9 +299,10 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
 
 // Per-token steps (embedding, norms, RoPE and the KV stores, SwiGLU, residual adds) run on the
 // engine's threads once a batch holds PAR_VALUES activations (below, waking the threads costs more than
-// the step): each token's operations are the same on any thread. Uses cpu_forward's b and par.
+// the step, and the loop runs here outside any OpenMP region: LLMB_PAR_FOR): each token's operations are
+// the same on any thread. Uses cpu_forward's b and par.
 #define PAR_VALUES (1 << 16)
-#define PER_TOKEN _Pragma("omp parallel for schedule(static) num_threads(b->p.n_threads) if (par)")
+#define PER_TOKEN(i, n, ...) LLMB_PAR_FOR(par, b->p.n_threads, i, n, __VA_ARGS__)
 
 static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forward_out *out) {
     const uint64_t t0 = llmb_now_ns();
@@ -314,43 +321,36 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     const llmb_quant_traits *eq = llmb_quant_traits_get(m->tok_embd.type);
     llmb_matmul_ctx *mm = &b->mm;
     const int par = b->p.n_threads > 1 && (int64_t)n * dim >= PAR_VALUES;
-    PER_TOKEN
-    for (int i = 0; i < n; i++) {
+    PER_TOKEN(i, n, {
         eq->to_float((const char *)m->tok_embd.data + (size_t)bt->tokens[i] * m->tok_embd.row_bytes, b->x + i * dim, dim);
-        llmb_rope_table(b->cs + (int64_t)i * hd, hd, bt->pos[i], c->rope_scale, b->rope_f, m->rope_freqs);
-    }
+        llmb_rope_table(b->cs + i * hd, hd, bt->pos[i], c->rope_scale, b->rope_f, m->rope_freqs);
+    });
     for (int l = 0; l < c->n_layer; l++) {
         const llmb_layer *L = &b->layers[l];
         // ---- attention ----
-        PER_TOKEN
-        for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim, c->norm_eps);
+        PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim, c->norm_eps));
         llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
                       (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim});
         add_bias(b->q, L->bq, n, q_dim);
         add_bias(b->k, L->bk, n, kv_dim);
         add_bias(b->v, L->bv, n, kv_dim);
-        PER_TOKEN
-        for (int i = 0; i < n; i++) {
-            llmb_rope(b->q + i * q_dim, c->n_head, hd, b->cs + (int64_t)i * hd, c->rope_neox);
-            llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, b->cs + (int64_t)i * hd, c->rope_neox);
+        PER_TOKEN(i, n, {
+            llmb_rope(b->q + i * q_dim, c->n_head, hd, b->cs + i * hd, c->rope_neox);
+            llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, b->cs + i * hd, c->rope_neox);
             const int32_t blk = bt->slots[i] / B, slot = bt->slots[i] % B;
             store_kv(b, kv_row(b, l, 0, blk, slot), b->k + i * kv_dim, (int)kv_dim);
             store_kv(b, kv_row(b, l, 1, blk, slot), b->v + i * kv_dim, (int)kv_dim);
-        }
+        });
         attention(b, bt, l);
         llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->xn, dim);
-        PER_TOKEN
-        for (int64_t i = 0; i < n * dim; i++) b->x[i] += b->xn[i];
+        PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]);
         // ---- feed-forward ----
-        PER_TOKEN
-        for (int i = 0; i < n; i++) llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->ffn_norm, dim, c->norm_eps);
+        PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->ffn_norm, dim, c->norm_eps));
         llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n, (float *[]){b->gate, b->up},
                       (int64_t[]){ff, ff});
-        PER_TOKEN
-        for (int i = 0; i < n; i++) llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff);
+        PER_TOKEN(i, n, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff));
         llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->xn, dim);
-        PER_TOKEN
-        for (int64_t i = 0; i < n * dim; i++) b->x[i] += b->xn[i];
+        PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]);
     }
     for (int r = 0; r < n_rows; r++)
         llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim, m->output_norm, dim, c->norm_eps);

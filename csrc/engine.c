@@ -926,11 +926,10 @@ static llmb_status process_logits(llmb_engine *e, int n) {
         if (it->logit_row >= 0 && (wants_prompt_lp(it->seq, it->pos) || will_sample(it->seq, it->pos)))
             e->lse_rows[n_lse++] = it->logit_row;
     }
-#pragma omp parallel for schedule(static) num_threads(e->p.n_threads) if (e->p.n_threads > 1 && n_lse > 1)
-    for (int k = 0; k < n_lse; k++) {
+    LLMB_PAR_FOR(e->p.n_threads > 1 && n_lse > 1, e->p.n_threads, k, n_lse, {
         const int r = e->lse_rows[k];
         e->lse[r] = row_lse(e->logits + (int64_t)r * V, V, &e->lse_am[r]);
-    }
+    });
     for (int i = 0; i < n; i++) {
         item_t *it = &e->items[i];
         seq_t *s = it->seq;
@@ -960,12 +959,8 @@ static llmb_status process_logits(llmb_engine *e, int n) {
         }
         e->samp_items[n_samp++] = i;
     }
-#pragma omp parallel for schedule(static) num_threads(e->p.n_threads) if (e->p.n_threads > 1 && n_samp > 1)
-    for (int k = 0; k < n_samp; k++) {
-        int t = 0;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-#endif
+    LLMB_PAR_FOR(e->p.n_threads > 1 && n_samp > 1, e->p.n_threads, k, n_samp, {
+        const int t = llmb_thread_id();
         const item_t *it = &e->items[e->samp_items[k]];
         seq_t *s = it->seq;
         const int r = it->logit_row;
@@ -974,7 +969,7 @@ static llmb_status process_logits(llmb_engine *e, int n) {
         if (s->s.n_logprobs > 0)
             top_logprobs(row, V, s->s.n_logprobs, e->lse[r], e->samp_topn_id + (int64_t)k * MAX_TOPN,
                          e->samp_topn_lp + (int64_t)k * MAX_TOPN);
-    }
+    });
     for (int k = 0; k < n_samp; k++) {
         llmb_status st = emit_token(e, e->items[e->samp_items[k]].seq, e->samp_tok[k], e->samp_lp[k],
                                     e->samp_topn_id + (int64_t)k * MAX_TOPN, e->samp_topn_lp + (int64_t)k * MAX_TOPN);

@@ -4,6 +4,10 @@
 
 #include "llmb.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #if defined(__GNUC__)
 #define LLMB_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -22,5 +26,30 @@ void llmb_clear_error(void);
 // MADV_HUGEPAGE), so that the stream crosses no 4 KiB pages (each a TLB miss, and a boundary the hardware
 // prefetchers stop at). Freed with free(); NULL when out of memory.
 void *llmb_alloc_stream(size_t bytes);
+
+// This thread's number in the OpenMP region it runs (0 outside one, or without OpenMP).
+static inline int llmb_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+// for (int64_t i = 0; i < n; i++) { body } as an OpenMP `parallel for schedule(static)` on nt threads
+// where cond holds, else here without entering an OpenMP region: libgomp allocates (and frees) a team for
+// every region it starts, a one-thread one (a failed `if` clause) too, and a decode step runs its serial
+// loops some 200 times a token, where the hot loop must allocate nothing (tests/test_engine.c).
+#define LLMB_PAR_FOR(cond, nt, i, n, ...)                                          \
+    do {                                                                           \
+        const int64_t llmb_n_ = (n);                                               \
+        const int llmb_nt_ = (nt);                                                 \
+        (void)llmb_nt_;                                                            \
+        if (cond) {                                                                \
+            _Pragma("omp parallel for schedule(static) num_threads(llmb_nt_)")     \
+            for (int64_t i = 0; i < llmb_n_; i++) { __VA_ARGS__; }                 \
+        } else                                                                     \
+            for (int64_t i = 0; i < llmb_n_; i++) { __VA_ARGS__; }                 \
+    } while (0)
 
 #endif

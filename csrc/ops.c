@@ -9,6 +9,7 @@
 #include <omp.h>
 #endif
 
+#include "internal.h"
 #include "ops.h"
 #include "quants.h"
 #include "vecdot.h"
@@ -49,13 +50,8 @@ static void matmul_float(llmb_matmul_ctx *c, const llmb_weight *w, const float *
                          int64_t ldy, int nthreads) {
     const llmb_quant_traits *q = llmb_quant_traits_get(w->type);
     const int64_t n_tiles = (w->ne1 + LLMB_MATMUL_TILE - 1) / LLMB_MATMUL_TILE;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-    for (int64_t tile = 0; tile < n_tiles; tile++) {
-#ifdef _OPENMP
-        float *buf = c->wtile + (size_t)omp_get_thread_num() * LLMB_MATMUL_TILE * (size_t)c->wtile_ne0;
-#else
-        float *buf = c->wtile;
-#endif
+    LLMB_PAR_FOR(nthreads > 1, nthreads, tile, n_tiles, {
+        float *buf = c->wtile + (size_t)llmb_thread_id() * LLMB_MATMUL_TILE * (size_t)c->wtile_ne0;
         const int64_t r0 = tile * LLMB_MATMUL_TILE;
         const int64_t nr = w->ne1 - r0 < LLMB_MATMUL_TILE ? w->ne1 - r0 : LLMB_MATMUL_TILE;
         for (int64_t r = 0; r < nr; r++)
@@ -63,7 +59,7 @@ static void matmul_float(llmb_matmul_ctx *c, const llmb_weight *w, const float *
         for (int t = 0; t < n_tok; t++)
             for (int64_t r = 0; r < nr; r++)
                 y[(int64_t)t * ldy + r0 + r] = llmb_dot_f32(buf + r * w->ne0, x + (int64_t)t * ldx, w->ne0);
-    }
+    });
 }
 
 // llmb_matmul_n with *have: the activation type c->xq holds for this input x (-1: none yet), so x is
@@ -93,9 +89,8 @@ static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws
     size_t x_stride = (size_t)ldx * sizeof(float);
     if (vt != LLMB_TYPE_F32) {
         if (*have != vt) {   // row by row: the same bytes on any thread
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1 && n_tok >= 16)
-            for (int t = 0; t < n_tok; t++)
-                llmb_vec_dot_quantize_x(ws[0]->type, x + (int64_t)t * ldx, c->xq + (size_t)t * c->row_cap, ws[0]->ne0);
+            LLMB_PAR_FOR(nthreads > 1 && n_tok >= 16, nthreads, t, n_tok,
+                         llmb_vec_dot_quantize_x(ws[0]->type, x + t * ldx, c->xq + (size_t)t * c->row_cap, ws[0]->ne0));
             *have = vt;
         }
         xq = c->xq;

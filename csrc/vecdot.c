@@ -603,6 +603,16 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
     }
 }
 
+// thread id's share (of nt) of every part
+static void parts_share(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq, size_t x_stride, int ntok,
+                        int id, int nt) {
+    for (int i = 0; i < nparts; i++) {
+        const llmb_matmul_part *p = &parts[i];
+        matmul_share(kernels(p->wtype), p->wtype, n, p->w, p->w_stride, p->nrows, xq, x_stride, ntok, p->y, p->ldy, id,
+                     nt, p->il);
+    }
+}
+
 void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq, size_t x_stride,
                                int ntok, int nthreads) {
     for (int i = 0; i < nparts; i++)
@@ -611,19 +621,13 @@ void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int npa
                                   parts[i].nrows % parts[i].il == 0)));
 #ifdef _OPENMP
     if (nthreads <= 0) nthreads = omp_get_max_threads();
-#endif
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-    {
-        int id = 0, nt = 1;
-#ifdef _OPENMP
-        id = omp_get_thread_num(), nt = omp_get_num_threads();
-#endif
-        for (int i = 0; i < nparts; i++) {
-            const llmb_matmul_part *p = &parts[i];
-            matmul_share(kernels(p->wtype), p->wtype, n, p->w, p->w_stride, p->nrows, xq, x_stride, ntok, p->y, p->ldy,
-                         id, nt, p->il);
-        }
+    if (nthreads > 1) {   // one thread runs here: libgomp allocates a team for every region, a one-thread one too
+#pragma omp parallel num_threads(nthreads)
+        parts_share(n, parts, nparts, xq, x_stride, ntok, omp_get_thread_num(), omp_get_num_threads());
+        return;
     }
+#endif
+    parts_share(n, parts, nparts, xq, x_stride, ntok, 0, 1);
 }
 
 void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows, const void *xq,

@@ -7,6 +7,11 @@
 // forward calls, kv_copy of a partial block) giving the engine's logits bit for bit.
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SANITIZE_ADDRESS__
+// <sanitizer/allocator_interface.h>, which GCC does not ship; libasan has it
+int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),
+                                              void (*free_hook)(const volatile void *));
+#endif
 
 #include "../backend.h"
 #include "../engine.h"
@@ -277,6 +282,54 @@ static void test_backend_direct(const llmb_gguf *g) {
     free(want), free(got);
 }
 
+#ifdef __SANITIZE_ADDRESS__
+// Every allocation of the process (the core's, the C library's and libgomp's) while counting is set.
+static volatile int counting;
+static volatile long n_allocs;
+static void count_malloc(const volatile void *ptr, size_t size) {
+    (void)ptr, (void)size;
+    if (counting) __atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED);
+}
+static void ignore_free(const volatile void *ptr) { (void)ptr; }
+#endif
+
+// The hot loop allocates nothing: decode steps of two sequences (one greedy, one sampled with every
+// option and top-n log-probabilities) after the first few, on 1 and 2 threads. libgomp allocates a team
+// for every parallel region it enters, a one-thread one too, so the steps' serial loops must not enter one.
+static void test_decode_allocates_nothing(const llmb_gguf *g, int threads) {
+#ifdef __SANITIZE_ADDRESS__
+    static int hooked;
+    if (!hooked) hooked = __sanitizer_install_malloc_and_free_hooks(count_malloc, ignore_free);
+    CHECK(hooked, "ASan malloc hooks installed");
+    llmb_engine *e = NULL;
+    llmb_engine_params p = params(0, 64, threads);
+    if (llmb_engine_create(g, &p, &e) != LLMB_OK) {
+        CHECK(0, "create: %s", llmb_last_error());
+        return;
+    }
+    int32_t prompt[5] = {1, 403, 407, 261, 378};
+    llmb_sampling s = greedy(40), t = greedy(40);
+    t.temperature = 0.8f, t.top_k = 40, t.top_p = 0.9f, t.min_p = 0.05f, t.repetition_penalty = 1.1f;
+    t.presence_penalty = 0.2f, t.frequency_penalty = 0.1f, t.seed = 7, t.n_logprobs = 3;
+    int64_t id[2];
+    CHECK(llmb_engine_add(e, prompt, 5, &s, -1, &id[0]) == LLMB_OK && llmb_engine_add(e, prompt, 3, &t, -1, &id[1]) == LLMB_OK,
+          "add: %s", llmb_last_error());
+    int busy = 1, ok = 1;
+    llmb_event ev[64];
+    for (int k = 0; k < 24 && ok; k++) {   // each step polled, as LLM.generate does
+        if (k == 4) n_allocs = 0, counting = 1;
+        ok = llmb_engine_step(e, &busy) == LLMB_OK;
+        while (llmb_engine_poll(e, ev, 64, NULL, NULL, 0) > 0) {}
+    }
+    counting = 0;
+    CHECK(ok && busy, "20 decode steps: %s", llmb_last_error());
+    CHECK(n_allocs == 0, "%ld allocations in 20 decode steps on %d thread(s)", n_allocs, threads);
+    llmb_engine_free(e);
+#else
+    (void)g, (void)threads;
+#endif
+}
+
 int main(void) {
     const char *path = getenv("LLMB_STORIES");
     llmb_gguf *g = NULL;
@@ -291,6 +344,8 @@ int main(void) {
     test_errors(g);
     test_backend_choice(g);
     test_backend_direct(g);
+    test_decode_allocates_nothing(g, 1);
+    test_decode_allocates_nothing(g, 2);
     llmb_gguf_close(g);
     return check_summary();
 }
