@@ -1018,6 +1018,7 @@ llmb_status llmb_engine_step(llmb_engine *e, int *busy) {
     e->stats.backend_sample_ns += (uint64_t)(bt.sample_ms * 1e6);
     e->stats.graph_replays = bt.graph_replays;
     e->stats.graph_captures = bt.graph_captures;
+    e->stats.solo_steps = bt.solo_steps;
     e->stats.capture_ns = (uint64_t)(bt.capture_ms * 1e6);
     if (!n_prefill) e->stats.kernels_per_step = (uint64_t)bt.kernels_per_step;
     e->stats.prefill_tokens += (uint64_t)n_prefill;

@@ -68,6 +68,7 @@ typedef struct {
     uint64_t graph_replays, graph_captures, capture_ns; // CUDA Graphs of decode steps (backend totals)
     uint64_t kernels_per_step;                          // kernels of the last decode step (0: unknown)
     uint64_t device_sampled_rows;
+    uint64_t solo_steps;                                // CPU: steps on one thread of several (cores contended)
 } llmb_engine_stats;
 
 LLMB_API llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, llmb_engine **out);

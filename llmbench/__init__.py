@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import os as _os
 
-# The engine's OpenMP threads meet at a barrier after every matrix product. libgomp's default is to
-# spin ~300k iterations at a barrier before sleeping; when another process holds a core, the
-# spinner keeps the thread it waits for off the CPU and decode slows down 5-30x (measured on a
-# shared 2-core machine). A short spin keeps the uncontended hand-off fast and degrades gently.
-# Must be set before libgomp loads (with _core); an explicit setting wins.
-_os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+# The engine's OpenMP threads meet at a barrier after every matrix product, some 65 times a token. A
+# thread that sleeps there takes about 25 us to wake in a VM, so the spin before sleeping must outlast
+# the serial steps between products: 100000 rounds of pause (about 1.3 ms) against 1000 ran decode on
+# 2 threads of a 2-core host 1.04x faster (llama-1b Q4_K_M) to 1.1-1.2x (llama-125m). When other
+# processes want the cores, a spinner holds the core its partner waits for (llama-1b decode beside one
+# busy process: 5-6 tok/s against 16-17 at 1000); the CPU backend then sees its thread wait for a CPU and
+# runs on one thread for a while (csrc/backend_cpu.c: contention; README, GOMP_SPINCOUNT, has the
+# figures). libgomp's own default is 300000. Must be set before libgomp loads (with _core); an explicit
+# setting wins.
+_os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 # NumPy's OpenBLAS threads spin for 2^28 cycles (about 0.1 s) after every threaded BLAS call, on every
 # core: a generation just after a 1500x1500 matmul took 3x as long (llama-125m Q4_K_M, 24 tokens, 2
 # threads: 127-171 ms against 43-50). 2^4 cycles puts them to sleep at once: 65-70 ms against 55-58,

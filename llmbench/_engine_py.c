@@ -275,11 +275,12 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *noargs) {
     PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "prefill_ns", st.prefill_ns, "decode_ns",
                                 st.decode_ns, "sample_ns", st.sample_ns, "schedule_ns", st.schedule_ns, "steps",
                                 st.steps, "prefill_tokens", st.prefill_tokens, "decode_tokens", st.decode_tokens);
-    PyObject *more = d ? Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "backend_prefill_ns", st.backend_prefill_ns,
+    PyObject *more = d ? Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "backend_prefill_ns", st.backend_prefill_ns,
                                        "backend_decode_ns", st.backend_decode_ns, "backend_sample_ns",
                                        st.backend_sample_ns, "graph_replays", st.graph_replays, "graph_captures",
                                        st.graph_captures, "capture_ns", st.capture_ns, "kernels_per_step",
-                                       st.kernels_per_step, "device_sampled_rows", st.device_sampled_rows)
+                                       st.kernels_per_step, "device_sampled_rows", st.device_sampled_rows,
+                                       "solo_steps", st.solo_steps)
                        : NULL;
     if (!more || PyDict_Update(d, more)) {
         Py_XDECREF(d);

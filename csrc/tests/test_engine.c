@@ -330,7 +330,26 @@ static void test_decode_allocates_nothing(const llmb_gguf *g, int threads) {
 #endif
 }
 
+// The contention rule: two steps in a row whose thread waited over a tenth of the time for a CPU send the
+// steps to one thread for half a second; each stalled step right after that doubles it (up to 8 s); one
+// stalled step alone, or a tenth exactly, changes nothing, and a clean step starts over.
+static void test_contention_rule(void) {
+    llmb_cpu_load s = {0, 0};
+    CHECK(llmb_cpu_contended(&s, 2000, 10000) == 0, "one stalled step");
+    CHECK(llmb_cpu_contended(&s, 100, 10000) == 0 && s.stalled == 0, "a clean step resets the count");
+    CHECK(llmb_cpu_contended(&s, 1000, 10000) == 0 && s.stalled == 0, "a tenth is not over a tenth");
+    CHECK(llmb_cpu_contended(&s, 1001, 10000) == 0 && llmb_cpu_contended(&s, 5000, 10000) == 500000000ull,
+          "two stalled steps in a row: half a second on one thread");
+    uint64_t t = 0;
+    for (int k = 0; k < 6; k++) t = llmb_cpu_contended(&s, 9000, 10000);
+    CHECK(t == 8000000000ull, "stalled steps after each other: doubling to 8 s (%llu ns)", (unsigned long long)t);
+    CHECK(llmb_cpu_contended(&s, 0, 10000) == 0 && s.stalled == 0 && s.solo_ns == 0, "no stalls: start over");
+    CHECK(llmb_cpu_contended(&s, 5000, 10000) == 0 && llmb_cpu_contended(&s, 5000, 10000) == 500000000ull,
+          "after a clean step, half a second again");
+}
+
 int main(void) {
+    test_contention_rule();
     const char *path = getenv("LLMB_STORIES");
     llmb_gguf *g = NULL;
     if (!path || llmb_gguf_open(path, &g) != LLMB_OK) {
