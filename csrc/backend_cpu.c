@@ -14,9 +14,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "backend.h"
 #include "internal.h"
@@ -319,8 +316,8 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
 // waited for a CPU (run_delay, /proc/thread-self/schedstat): over a tenth of the time since the last
 // reading, at the end of two steps in a row, sends the next steps to one thread (the same bits on any
 // thread count) for SOLO_MIN_NS; the first step after that tries all of them again, and if it waited as
-// long, the steps go back to one thread at once, for twice as long as before (at most SOLO_MAX_NS): such a
-// step costs tens of milliseconds. On the 2-core Intel host the engine's calling thread waited 0% of a
+// long, the steps go back to one thread at once, for twice as long as before (at most SOLO_MAX_NS): a step
+// on contended cores with spinning waiters costs tens of milliseconds. On the 2-core Intel host the engine's calling thread waited 0% of a
 // llama-1b or llama-125m decode step on 2 threads alone (at most 6% and 24% of one step in 128), and 29-60%
 // beside two busy processes.
 #define SOLO_MIN_NS 500000000ull
@@ -372,7 +369,7 @@ static int step_threads(llmb_backend *b, uint64_t t0) {
     return b->p.n_threads;
 }
 
-// After a step that began at t0 and ended at t1
+// After a step that ended at t1: count a step on one thread of several, or judge the cores
 static void contention(llmb_backend *b, uint64_t t1) {
     if (b->p.n_threads == 1) return;
     if (b->mm.nthreads == 1) {

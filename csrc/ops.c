@@ -5,9 +5,6 @@
 // (tests/reference/forward.py) and by the batch-invariance tests.
 #include <assert.h>
 #include <math.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "internal.h"
 #include "ops.h"
