@@ -125,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             if over:
                 print("  ! above 100%: the weights fit in the caches (a small model), or the limits were only measured "
                       "in busier moments than this row ran in (a shared host: rerun when it is quiet)", flush=True)
+            solo = llm.engine.stats()["solo_steps"]
+            if solo:
+                print(f"  contended: {solo} steps ran on one thread, other processes wanted the cores (rerun when "
+                      "the host is quiet)", flush=True)
             rows.append({"model": m, "threads": t, "membw_read_gbs": bw[t], "peak_gops": peaks[t], **r,
-                         "time": time.time()})
+                         "solo_steps": solo, "time": time.time()})
             del llm
     print("limits at the end: " + ", ".join(f"{t} thr {bw[t]:.1f} GB/s, {peaks_text(peaks[t])}" for t in a.threads))
     if a.json:

@@ -337,6 +337,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         t.add_row(f"{ph['test']}: GPU / wall s (prefill, decode, sample)",
                   ", ".join(f"{ph[k + '_device_s']:.3f} / {ph[k + '_wall_s']:.3f}"
                             for k in ("prefill", "decode", "sample")))
+    solo = result.get("environment", {}).get("solo_steps")
+    if solo:
+        t.add_row("contended", f"{solo} engine steps ran on one thread: other processes wanted the cores, so these "
+                  "figures are not this machine's best")
     g = result.get("cuda", {}).get("graphs")
     if g:
         t.add_row("CUDA Graphs: captures / replays / kernels per decode step",

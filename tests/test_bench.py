@@ -28,6 +28,7 @@ def test_bench_command_writes_a_valid_result(tmp_path):
     assert m["request_goodput"] == m["request_throughput"]  # a 100 s TTFT SLO holds for all
     assert 0 < m["mean_ttft_ms"] <= m["mean_e2el_ms"]
     assert res["environment"]["model"]["weight_types"] == ["F32", "Q8_0"]
+    assert res["environment"]["solo_steps"] == 0 and "contended" not in r.stdout   # one thread is never moved
     assert 0 < res["bandwidth"]["fraction"] and res["bandwidth"]["steps"] == 2 * 7
     assert len(res["requests"]) == 6 and all(len(q["token_ns"]) == 5 for q in res["requests"])
     # pp32 against the arithmetic peaks: tiny's layer matrices (2 x 786432 weights, all Q8_0: 8-bit dots)

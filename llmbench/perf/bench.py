@@ -476,6 +476,8 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         result["cuda"] = {"phases": phases, "graphs": {
             "requested": bool(llm.cuda_graphs), "captures": st["graph_captures"], "replays": st["graph_replays"],
             "capture_ms": st["capture_ns"] / 1e6, "kernels_per_step": st["kernels_per_step"]}}
+    if llm.backend == "cpu":   # steps moved to one thread while other processes wanted the cores
+        result["environment"]["solo_steps"] = llm.engine.stats()["solo_steps"]
     result["tokens"] = {"decode_step_s": step_s}
     validate(result)
     return result

@@ -51,6 +51,9 @@ _environment = {
         "cuda_graphs": {"type": ["boolean", "null"],
                         "description": "whether CUDA Graphs were really used; null where not applicable"},
         "prefix_cache": {"type": ["boolean", "null"]},
+        "solo_steps": {"type": "integer", "minimum": 0,
+                       "description": "CPU engine: steps it ran on one of its threads because other processes "
+                                      "wanted the cores (over 0: the figures are not this machine's best)"},
     },
 }
 
