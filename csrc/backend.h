@@ -95,6 +95,7 @@ typedef struct {
     double capture_ms;            // time spent capturing graphs
     int kernels_per_step;         // kernels one decode step launches (0: unknown)
     uint64_t solo_steps;          // CPU: steps run on one thread of several while the cores were contended
+    int step_threads;             // CPU: the threads of the last step (0: the engine's)
 } llmb_backend_times;
 
 typedef struct {
@@ -118,6 +119,8 @@ typedef struct {
 // The backends built into this core: "cpu" always (backend_cpu.c), "cuda" when the CUDA library
 // loads (backend_cuda.c; NULL and LLMB_E_BACKEND with the reason otherwise).
 const llmb_backend_ops *llmb_backend_cpu(void);
+const llmb_backend_ops *llmb_backend_cuda(void);
+
 // The CPU backend's contention rule (csrc/backend_cpu.c), after a step on several threads where the
 // calling thread waited delay_ns of the last wall_ns for a CPU: how long the next steps run on one thread
 // (0: not at all). s starts zeroed: the steps in a row over the limit, and the last such time.
@@ -126,6 +129,5 @@ typedef struct {
     uint64_t solo_ns;
 } llmb_cpu_load;
 uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_ns);
-const llmb_backend_ops *llmb_backend_cuda(void);
 
 #endif

@@ -406,7 +406,7 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     const llmb_quant_traits *eq = llmb_quant_traits_get(m->tok_embd.type);
     llmb_matmul_ctx *mm = &b->mm;
     // this step's threads: one while the cores are contended (below)
-    b->mm.nthreads = step_threads(b, t0);
+    b->mm.nthreads = b->times.step_threads = step_threads(b, t0);
     const int par = b->mm.nthreads > 1 && (int64_t)n * dim >= PAR_VALUES;
     PER_TOKEN(i, n, {
         eq->to_float((const char *)m->tok_embd.data + (size_t)bt->tokens[i] * m->tok_embd.row_bytes, b->x + i * dim, dim);

@@ -911,7 +911,8 @@ static llmb_status process_ids(llmb_engine *e, int n) {
     return LLMB_OK;
 }
 
-static llmb_status process_logits(llmb_engine *e, int n) {
+// nt: the threads the step's sampling may use (the backend's, which drops to one on contended cores)
+static llmb_status process_logits(llmb_engine *e, int n, int nt) {
     const int V = e->model->cfg.vocab;
     if (e->dev_ids) return process_ids(e, n);
     // The log-sum-exp of every row that is sampled or scored, split over the threads (one double exp
@@ -923,7 +924,7 @@ static llmb_status process_logits(llmb_engine *e, int n) {
         if (it->logit_row >= 0 && (wants_prompt_lp(it->seq, it->pos) || will_sample(it->seq, it->pos)))
             e->lse_rows[n_lse++] = it->logit_row;
     }
-    LLMB_PAR_FOR(e->p.n_threads > 1 && n_lse > 1, e->p.n_threads, k, n_lse, {
+    LLMB_PAR_FOR(nt > 1 && n_lse > 1, nt, k, n_lse, {
         const int r = e->lse_rows[k];
         e->lse[r] = row_lse(e->logits + (int64_t)r * V, V, &e->lse_am[r]);
     });
@@ -956,7 +957,7 @@ static llmb_status process_logits(llmb_engine *e, int n) {
         }
         e->samp_items[n_samp++] = i;
     }
-    LLMB_PAR_FOR(e->p.n_threads > 1 && n_samp > 1, e->p.n_threads, k, n_samp, {
+    LLMB_PAR_FOR(nt > 1 && n_samp > 1, nt, k, n_samp, {
         const int t = llmb_thread_id();
         const item_t *it = &e->items[e->samp_items[k]];
         seq_t *s = it->seq;
@@ -1021,7 +1022,7 @@ llmb_status llmb_engine_step(llmb_engine *e, int *busy) {
     e->stats.prefill_tokens += (uint64_t)n_prefill;
     e->stats.decode_tokens += (uint64_t)(n - n_prefill);
     e->stats.steps++;
-    llmb_status s = process_logits(e, n);
+    llmb_status s = process_logits(e, n, bt.step_threads ? bt.step_threads : e->p.n_threads);
     e->stats.sample_ns += llmb_now_ns() - t2;
     *busy = e->n_running > 0 || e->n_waiting > 0;
     return s;

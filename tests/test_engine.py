@@ -230,7 +230,6 @@ def test_threads_do_not_change_results(stories_path):
     for threads in (1, 2, 3):
         llm = LLM(path, threads=threads)
         runs.append((llm.logits(prompt), llm.logits(prompt[:7]), llm.generate([prompt[:7], prompt[:30]], params)))
-        assert threads > 1 or llm.engine.stats()["solo_steps"] == 0   # steps moved to one thread of several
     for threads, (full, short, gen) in zip((2, 3), runs[1:]):
         assert np.array_equal(full, runs[0][0]) and np.array_equal(short, runs[0][1]), threads
         for a, b in zip(gen, runs[0][2]):
