@@ -11,7 +11,8 @@ over the same copies.
 
 Types the engine repacks at load on this CPU (Q4_K, Q6_K and Q8_0 with AVX-512 VNNI: rows interleaved 16 at a time,
 llmbench._core.vec_dot_repack) get a second row, "(interleaved)": the same matrix in the layout the
-engine's forward pass reads.
+engine's forward pass reads (and, where the pool outweighs the last-level cache, prefetched as the engine
+prefetches weights that stream from DRAM: stream=True).
 
     python benchmarks/bench_vecdot.py                                    # every type, markdown table
     python benchmarks/bench_vecdot.py --types Q4_K Q8_0 --rows 4096 --cols 4096 --json out.json
@@ -60,6 +61,7 @@ def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads
     if group and rows % group == 0:
         layouts.append((f"{t} (interleaved)", *_core.vec_dot_repack(tid, w)))
     ncopies = max(2, -(-pool_bytes // w.nbytes))
+    stream = ncopies * w.nbytes > (llc_bytes() or 0)   # from DRAM, as the engine flags it (llmb_weight.stream)
     dst = np.empty_like(w)
     x = rng.standard_normal((1, cols), dtype=np.float32)
     out = []
@@ -67,7 +69,7 @@ def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads
         copies = [wl.copy() for _ in range(ncopies)]
         r: dict = {"type": name, "rows": rows, "cols": cols, "weight_bytes": w.nbytes, "copies": ncopies}
         for n in threads:
-            r[f"matvec_{n}"] = samples(lambda k: _core.matvec(tid, copies[k], x, n, interleave=group), ncopies, reps)
+            r[f"matvec_{n}"] = samples(lambda k: _core.matvec(tid, copies[k], x, n, interleave=group, stream=stream), ncopies, reps)
             r[f"memcpy_{n}"] = samples(lambda k: _core.mem_bench(True, copies[k], n, dst), ncopies, reps)
             r[f"read_{n}"] = samples(lambda k: _core.mem_bench(False, copies[k], n, None), ncopies, reps)
         out.append(r)

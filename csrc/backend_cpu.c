@@ -123,6 +123,16 @@ static int repack_model(llmb_backend *b, const llmb_model *m) {
     if (!b->layers) return 0;
     memcpy(b->layers, m->layers, (size_t)n_layer * sizeof *b->layers);
     b->output = m->output;
+    // matrices that outweigh the last-level cache come from DRAM at every step: their decode kernels
+    // prefetch further ahead (llmb_weight.stream; vecdot_simd.c, FAR_PF_AHEAD)
+    size_t read = (size_t)b->output.ne1 * b->output.row_bytes;
+    for (int l = 0; l < n_layer; l++)
+        for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++)
+            read += (size_t)(*w)->ne1 * (*w)->row_bytes;
+    const int stream = !llmb_cache_holds(read);
+    b->output.stream = stream;
+    for (int l = 0; l < n_layer; l++)
+        for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++) (*w)->stream = stream;
     size_t total = repacked_bytes(b, &b->output), at = 0;
     for (int l = 0; l < n_layer; l++)
         for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++) total += repacked_bytes(b, *w);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -22,7 +23,7 @@
 
 static int detected = -1;
 static int active = -1;
-static int prefetch_lines = -1;
+static int prefetch_mode = -1;
 static char features[256];
 
 static void add_feature(const char *f) {
@@ -58,7 +59,7 @@ static void detect(void) {
     if (__builtin_cpu_supports("avx512bf16")) add_feature("avx512bf16");
     if (avx2 && fma && f16c) lvl = LLMB_SIMD_AVX2;
     if (lvl == LLMB_SIMD_AVX2 && a512f && a512bw && a512vl) lvl = LLMB_SIMD_AVX512;
-    prefetch_lines = __builtin_cpu_is("intel") != 0;   // see llmb_prefetch_lines (llmb.h)
+    prefetch_mode = __builtin_cpu_is("intel") ? LLMB_PREFETCH_FAR : LLMB_PREFETCH_PAGE;   // llmb_prefetch_mode (llmb.h)
 #elif defined(__aarch64__)
     add_feature("neon");
     lvl = LLMB_SIMD_NEON; // Advanced SIMD is mandatory on AArch64
@@ -70,11 +71,23 @@ static void detect(void) {
 #endif
     detected = lvl;
     active = lvl;
-    if (prefetch_lines < 0) prefetch_lines = 0;
+    if (prefetch_mode < 0) prefetch_mode = LLMB_PREFETCH_PAGE;
 }
 
-int llmb_prefetch_lines(void) { detect(); return prefetch_lines; }
-void llmb_prefetch_set(int lines) { detect(); prefetch_lines = lines != 0; }
+int llmb_prefetch_mode(void) { detect(); return prefetch_mode; }
+void llmb_prefetch_set(int mode) {
+    detect();
+    prefetch_mode = mode < LLMB_PREFETCH_PAGE ? LLMB_PREFETCH_PAGE : mode > LLMB_PREFETCH_FAR ? LLMB_PREFETCH_FAR : mode;
+}
+
+int llmb_cache_holds(size_t bytes) {
+    long llc = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return llc > 0 && bytes <= (size_t)llc;
+}
 
 llmb_simd_level llmb_simd_detected(void) { detect(); return (llmb_simd_level)detected; }
 llmb_simd_level llmb_simd_active(void) { detect(); return (llmb_simd_level)active; }

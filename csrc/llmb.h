@@ -55,11 +55,17 @@ LLMB_API llmb_status llmb_simd_set(llmb_simd_level lvl); // force a level <= det
 LLMB_API const char *llmb_simd_name(llmb_simd_level lvl);
 LLMB_API const char *llmb_cpu_features(void);        // e.g. "sse4.2 avx avx2 fma f16c avx512f ..."
 // How the AVX-512 one-token decode kernels (interleaved Q4_K / Q6_K) prefetch their weight stream:
-// 0 ("page"): the first line of each 4 KiB page far ahead, into L2, leaving the rest to the hardware
-// prefetchers (best on the AMD EPYC, Zen 4, host); 1 ("lines"): that and every line 4 KiB ahead into
-// L1 (best on the Intel Xeon host). Default: 1 on Intel CPUs, else 0. Results are bit-identical.
-LLMB_API int llmb_prefetch_lines(void);
-LLMB_API void llmb_prefetch_set(int lines);
+// LLMB_PREFETCH_PAGE ("page"): the first line of each 4 KiB page far ahead, into L2, leaving the rest to
+// the hardware prefetchers (best on the AMD EPYC, Zen 4, host); LLMB_PREFETCH_LINES ("lines"): that and
+// every line 4 KiB ahead into L1; LLMB_PREFETCH_FAR ("far"): as lines, and where the weights stream from
+// DRAM (llmb_matmul_part.stream) every line 16 KiB ahead into L2 too (best on the Intel Xeon host).
+// Default: far on Intel CPUs, else page. Results are bit-identical.
+enum { LLMB_PREFETCH_PAGE = 0, LLMB_PREFETCH_LINES = 1, LLMB_PREFETCH_FAR = 2 };
+LLMB_API int llmb_prefetch_mode(void);
+LLMB_API void llmb_prefetch_set(int mode);   // a mode above; another value is taken as the nearest
+// 1 if `bytes` fit in this CPU's last-level cache (sysconf's L3 size, else L2), so that matrices of that
+// many bytes in all are read from the cache at every decode step; 0 if they do not or the size is unknown
+LLMB_API int llmb_cache_holds(size_t bytes);
 LLMB_API int llmb_openmp_enabled(void);
 LLMB_API int llmb_max_threads(void);
 LLMB_API uint64_t llmb_now_ns(void);                 // CLOCK_MONOTONIC in nanoseconds

@@ -95,7 +95,8 @@ static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws
     }
     llmb_matmul_part parts[LLMB_MATMUL_MAX_N];
     for (int i = 0; i < count; i++)
-        parts[i] = (llmb_matmul_part){ws[i]->type, ws[i]->data, ws[i]->row_bytes, ws[i]->ne1, ys[i], ldys[i], ws[i]->il};
+        parts[i] = (llmb_matmul_part){ws[i]->type, ws[i]->data, ws[i]->row_bytes, ws[i]->ne1, ys[i], ldys[i], ws[i]->il,
+                                      ws[i]->stream};
     llmb_vec_dot_matmul_parts(ws[0]->ne0, parts, count, xq, x_stride, n_tok, nthreads);
 }
 

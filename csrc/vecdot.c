@@ -430,7 +430,7 @@ int llmb_vec_dot_interleave(int wtype) {
 // The kernel for weights interleaved in groups of il rows: the active level's (k), or where it has none (the
 // level was lowered after the weights were repacked) the best level's this CPU has (the same bits at
 // every x86 level); NULL if neither has one
-static llmb_gemm_tile_fn il_kernel(const llmb_vec_dot_kernels *k, int wtype, int il) {
+static llmb_gemm_il_fn il_kernel(const llmb_vec_dot_kernels *k, int wtype, int il) {
     if (!k) return NULL;
     if (k->il && k->il_r == il) return k->il;
     k = &tables[llmb_simd_detected()][wtype];
@@ -537,9 +537,9 @@ static int panel_tokens(size_t x_stride) {
 // LLMB_PANEL_MIN_TOKENS tokens, where the level has a panel kernel) or of 4-row tiles.
 static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, const void *w, size_t w_stride,
                          int64_t nrows, const void *xq, size_t x_stride, int ntok, float *y, int64_t ldy, int id, int nt,
-                         int il) {
+                         int il, int stream) {
     if (il) {   // interleaved groups: this thread's range of them (one token of Q4_K / Q6_K: two streams, q4i_one)
-        const llmb_gemm_tile_fn kil = il_kernel(k, wtype, il);
+        const llmb_gemm_il_fn kil = il_kernel(k, wtype, il);
         const int64_t ng = nrows / il, g0 = ng * id / nt, g1 = ng * (id + 1) / nt;
         if (g0 == g1) return;
         // decode and batched decode: every group read once for all tokens; prefill: token blocks outside,
@@ -547,7 +547,8 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
         const int tb = ntok <= LLMB_SMALL_TOKENS ? ntok : panel_tokens(x_stride);
         for (int t0 = 0; t0 < ntok; t0 += tb)
             kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il),
-                (const char *)xq + t0 * x_stride, x_stride, ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g0 * il, ldy);
+                (const char *)xq + t0 * x_stride, x_stride, ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g0 * il, ldy,
+                stream);
         return;
     }
     if (ntok >= 2 && ntok <= LLMB_SMALL_TOKENS && k->small) {   // batched decode: this thread's rows, streamed once
@@ -609,7 +610,7 @@ static void parts_share(int64_t n, const llmb_matmul_part *parts, int nparts, co
     for (int i = 0; i < nparts; i++) {
         const llmb_matmul_part *p = &parts[i];
         matmul_share(kernels(p->wtype), p->wtype, n, p->w, p->w_stride, p->nrows, xq, x_stride, ntok, p->y, p->ldy, id,
-                     nt, p->il);
+                     nt, p->il, p->stream);
     }
 }
 
@@ -632,7 +633,7 @@ void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int npa
 
 void llmb_vec_dot_matmul(int wtype, int64_t n, const void *w, size_t w_stride, int64_t nrows, const void *xq,
                          size_t x_stride, int ntok, float *y, int64_t ldy, int nthreads) {
-    const llmb_matmul_part p = {wtype, w, w_stride, nrows, y, ldy, 0};
+    const llmb_matmul_part p = {wtype, w, w_stride, nrows, y, ldy, 0, 0};
     llmb_vec_dot_matmul_parts(n, &p, 1, xq, x_stride, ntok, nthreads);
 }
 

@@ -118,6 +118,8 @@ typedef struct {
     float *y;
     int64_t ldy;
     int il;   // 0: plain rows; else w is interleaved in groups of `il` rows (llmb_vec_dot_repack)
+    int stream;   // 1: w comes from DRAM at every step, not from the caches (llmb_weight.stream): the
+                  // one-token interleaved kernels then prefetch further ahead too (vecdot_simd.c, pf_line)
 } llmb_matmul_part;
 LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq,
                                         size_t x_stride, int ntok, int nthreads);
@@ -154,6 +156,9 @@ typedef void (*llmb_gemm_tile_fn)(int64_t n, const void *w, size_t w_stride, int
                                   int nc, float *y, int64_t ldy);
 // y[c*ldy + r] for r < nr <= the kernel's panel_r, c < nc (any nc >= 1): same bits as the single dot
 typedef llmb_gemm_tile_fn llmb_gemm_panel_fn;
+// a tile kernel over interleaved weights; stream as llmb_matmul_part.stream (prefetching only: same bits)
+typedef void (*llmb_gemm_il_fn)(int64_t n, const void *w, size_t w_stride, int nr, const void *x, size_t x_stride,
+                                int nc, float *y, int64_t ldy, int stream);
 typedef struct {
     llmb_vec_dot_fn dot;
     llmb_gemm_tile_fn tile;
@@ -161,7 +166,7 @@ typedef struct {
     int panel_r;                // rows per panel call (0: LLMB_PANEL_R)
     llmb_gemm_tile_fn small;    // nr rows (any) x nc tokens (2..LLMB_SMALL_TOKENS); NULL: tiles or panels
     llmb_gemm_tile_fn decode;   // nr rows (any) x 1 token (nc, x_stride, ldy unused); NULL: dots or 4x1 tiles
-    llmb_gemm_tile_fn il;       // interleaved weights (groups of il_r rows): nr (a multiple of il_r) x nc (any)
+    llmb_gemm_il_fn il;         // interleaved weights (groups of il_r rows): nr (a multiple of il_r) x nc (any)
     int il_r;                   // rows per group of `il` (0: none)
 } llmb_vec_dot_kernels;
 

@@ -133,8 +133,8 @@ INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of 
     const uintptr_t a = ((uintptr_t)p + STREAM_PF_PAGE - 1) & ~(uintptr_t)(STREAM_PF_PAGE - 1);
     for (uintptr_t q = a; q < (uintptr_t)p + bytes; q += STREAM_PF_PAGE) _mm_prefetch((const char *)q, STREAM_PF_HINT);
 }
-// With llmb_prefetch_lines() (the default on Intel CPUs), one token of interleaved Q4_K / Q6_K also
-// prefetches every line it reads LINE_PF_AHEAD bytes ahead into L1, one prefetch beside each load (a
+// With LLMB_PREFETCH_LINES or _FAR (llmb_prefetch_mode; _FAR is the default on Intel CPUs), one token of
+// interleaved Q4_K / Q6_K also prefetches every line it reads LINE_PF_AHEAD bytes ahead into L1, one prefetch beside each load (a
 // burst of a super-block's prefetches at once gained nothing). On the Intel Xeon host (2 cores, 17 GB/s
 // read at 1 thread) the page-wise prefetch alone left the kernels at 72-78% of the read bandwidth: the
 // L2 streamer falls behind a kernel that computes between loads (a C loop of the Q4_K body's and / andnot
@@ -145,7 +145,26 @@ INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of 
 // 1 thread, 1.13x at 2. On the AMD EPYC (Zen 4) host one prefetch per line capped a stream near 21 GB/s
 // (above), so elsewhere the page-wise prefetch stays alone; llmb_prefetch_set switches it for A/B runs.
 #define LINE_PF_AHEAD 4096
-#define PF_LINE(p) _mm_prefetch((const char *)(p) + LINE_PF_AHEAD, _MM_HINT_T0)
+// Where the weights stream from DRAM (llmb_matmul_part.stream: the model's matrices outweigh the last-level
+// cache), each line is also prefetched FAR_PF_AHEAD ahead into L2 (lines = 2): the L1 prefetches alone
+// left the kernels at 83-88% of the read bandwidth (benchmarks/bench_vecdot.py, 1 and 2 threads), the
+// L2's own streamer not far enough ahead of them. Engine tg64 of llama-1b Q4_K_M alternated in one process
+// (benchmarks/ab_builds.py) on the Intel Xeon host, B/A: 1.11x and 1.11x at 2 threads, 1.10x at 1 (35.5 ->
+// 40.1 t/s at 2: 93% of the read bandwidth); 8, 24 and 32 KiB ahead measured as 16 (1.005, 0.997, 0.995).
+// From the caches the second prefetch is only cost: llama-125m Q4_K_M (in the L3) tg128 0.95x at 1 and 2
+// threads. A plain read with the same prefetch (two streams a thread) gained 0-2%: the read bandwidth
+// stays the limit.
+#define FAR_PF_AHEAD 16384
+INLINE void pf_line(const void *p, const int lines) {
+    _mm_prefetch((const char *)p + LINE_PF_AHEAD, _MM_HINT_T0);
+    if (lines > 1) _mm_prefetch((const char *)p + FAR_PF_AHEAD, _MM_HINT_T1);
+}
+// q4i_one's pf for llmb_prefetch_mode (llmb.h) and the weights' stream flag: 1 page-wise, 2 every line
+// too, 3 every line far ahead as well
+INLINE int decode_pf(const int stream) {
+    const int m = llmb_prefetch_mode();
+    return 1 + (m >= LLMB_PREFETCH_LINES) + (m == LLMB_PREFETCH_FAR && stream);
+}
 
 // 8 weights as floats
 AVX2 INLINE __m256 load_w8(const int type, const uint8_t *p) {
@@ -468,7 +487,7 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // From one token to LLMB_SMALL_TOKENS a thread's whole range of groups is one call; each group is read
 // from memory once, by its first token tile, which prefetches STREAM_PF_AHEAD bytes ahead into L2 (all 36
 // lines of each super-block; one token, q4i_sb1, only each page's first: prefetch_stream, and with
-// llmb_prefetch_lines every line LINE_PF_AHEAD ahead into L1). Against the
+// LLMB_PREFETCH_LINES every line LINE_PF_AHEAD ahead into L1: pf_line). Against the
 // plain layout's kernels on an AMD EPYC (Zen 4), 1 thread (benchmarks/bench_vecdot.py, 2048 x 8192 from
 // DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the read bandwidth against 0.46; 2 threads 0.91 against
 // 0.64; one process alternating the two on 2048 x 2048 and 8192 x 2048 weights: 2 tokens 2.1-2.8x, 8
@@ -493,7 +512,7 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, Q4R_NC, Q5_K_BODY)
 // (both with prefetch_stream): 1.08x, 1.18x (AMD EPYC, Zen 4).
 INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, const int lines, __m512 acc) {
     if (lines)
-        for (int k = 0; k < 4; k++) PF_LINE(v + k);
+        for (int k = 0; k < 4; k++) pf_line(v + k, lines);
     q45r_hdr o;
     q45r_hdr_words(v, &o);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -504,7 +523,7 @@ INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, const
 #pragma GCC unroll 8
         for (int t = 0; t < 8; t++) {
             const __m512i p = _mm512_loadu_si512(v + 4 + 8 * j + t);
-            if (lines) PF_LINE(v + 4 + 8 * j + t);
+            if (lines) pf_line(v + 4 + 8 * j + t, lines);
             int32_t a, b;
             memcpy(&a, xb->qs + 64 * j + 4 * t, 4);
             memcpy(&b, xb->qs + 64 * j + 32 + 4 * t, 4);
@@ -518,7 +537,8 @@ INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, const
 }
 
 // One token over the group at ga and, where gb is not NULL, the group at gb, super-block by super-block
-// (q4i_sb1); pf: 0 no prefetch (the group in cache), 1 page-wise (prefetch_stream), 2 every line too.
+// (q4i_sb1); pf: 0 no prefetch (the group in cache), 1 page-wise (prefetch_stream), 2 every line too,
+// 3 every line far ahead as well (pf_line).
 // Each group's sums are the same alone or paired; a pair reads two memory streams at once. With one stream
 // per thread the kernels stayed below the read bandwidth, whose probe reads two (membw.c); on the Intel
 // Xeon host a C loop of the Q4_K body's work with one prefetch per line over 1 GiB read 13.1-13.8 GB/s as
@@ -537,7 +557,10 @@ INLINE VNNI512 void q4i_one(const uint8_t *ga, const uint8_t *gb, int64_t nsb, c
             if (gb) prefetch_stream((const uint8_t *)vb + STREAM_PF_AHEAD, IL_SB);
         }
         const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-        if (pf == 2) {
+        if (pf == 3) {   // each branch a constant lines: q4i_sb1 inlined without its tests
+            a = q4i_sb1(va, xb, 2, a);
+            if (gb) b = q4i_sb1(vb, xb, 2, b);
+        } else if (pf == 2) {
             a = q4i_sb1(va, xb, 1, a);
             if (gb) b = q4i_sb1(vb, xb, 1, b);
         } else {
@@ -572,12 +595,12 @@ INLINE VNNI512 void q4i_body(const uint8_t *g, const q45r_hdr *hd, int64_t nsb, 
 }
 
 VNNI512 static void q4_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                                    float *y, int64_t ldy) {
+                                    float *y, int64_t ldy, int stream) {
     const uint8_t *w = vw, *x = vx;
     const int64_t nsb = n / LLMB_QK_K;
     q45r_hdr hd[PANEL_MAX_SB];
     const int keep = nc > Q4R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: headers decoded once
-    const int pf1 = 1 + llmb_prefetch_lines();   // the first token tile's prefetch (q4i_body's pf)
+    const int pf1 = decode_pf(stream);   // the first token tile's prefetch (q4i_body's pf)
     if (nc == 1) {   // one token: two groups at a time, one from each half of the rows (the last alone)
         const int64_t ng = nr / Q4R, h = (ng + 1) / 2;
         for (int64_t k = 0; k < h; k++)
@@ -724,8 +747,8 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // (both halves unrolled; rolled, they lived on the stack) it runs 1.13x faster from memory in the kernel
 // alone, but in the engine at 9 KiB ahead it lost (llama-1b Q4_K_M tg64, 1 thread, alternated in one
 // process: 0.88x); 32 KiB ahead 1.04x, 64 KiB 1.06x against the rolled kernel at 9 KiB (AMD EPYC, Zen 4).
-// Now page-wise (prefetch_stream), 32 KiB measured the same as 64 (1.00x); with llmb_prefetch_lines every line
-// LINE_PF_AHEAD ahead into L1 too.
+// Now page-wise (prefetch_stream), 32 KiB measured the same as 64 (1.00x); with LLMB_PREFETCH_LINES every line
+// LINE_PF_AHEAD ahead into L1 too (pf_line).
 #define Q6_PF_AHEAD 65536
 
 // lane r: row r's d of super-block i of the group at g (the halves past the group's words)
@@ -781,7 +804,7 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
             __m512i q[4];
             q6i_vals4(v + 24 * hf + 3 * t, q);
             if (lines)
-                for (int k = 0; k < 3; k++) PF_LINE(v + 24 * hf + 3 * t + k);
+                for (int k = 0; k < 3; k++) pf_line(v + 24 * hf + 3 * t + k, lines);
             for (int m = 0; m < 4; m++) {   // values 4k .. 4k + 3 of every row, k = 32 hf + 8 m + t: sub-block k / 4
                 const int k = 32 * hf + 8 * m + t;
                 int32_t xa;
@@ -793,7 +816,7 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
         ts[s] = _mm512_srai_epi32(ts[s], 2), ts[s + 1] = _mm512_srai_epi32(ts[s + 1], 2);
     for (int k = 0; k < 4; k++) sw[k] = _mm512_loadu_si512(v + 48 + k);
     if (lines)
-        for (int k = 0; k < 4; k++) PF_LINE(v + 48 + k);
+        for (int k = 0; k < 4; k++) pf_line(v + 48 + k, lines);
     __m512i S = _mm512_setzero_si512(), B = _mm512_setzero_si512();
     for (int p = 0; p < 8; p++) {
         const __m512i s0 = q6r_scale(sw, 2 * p), s1 = q6r_scale(sw, 2 * p + 1);
@@ -807,13 +830,16 @@ INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const ll
 }
 
 // One token over the group at ga and, where gb is not NULL, the group at gb (a second memory stream, as
-// q4i_one), super-block by super-block (q6i_sb1); pf: 0 no prefetch, 1 page-wise, 2 every line too
+// q4i_one), super-block by super-block (q6i_sb1); pf as q4i_one's
 INLINE VNNI512 void q6i_one(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
                             float *yb, const int pf) {
     __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++) {
         const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-        if (pf == 2) {
+        if (pf == 3) {
+            a = q6i_sb1(ga, nsb, i, xb, 1, 2, a);
+            if (gb) b = q6i_sb1(gb, nsb, i, xb, 1, 2, b);
+        } else if (pf == 2) {
             a = q6i_sb1(ga, nsb, i, xb, 1, 1, a);
             if (gb) b = q6i_sb1(gb, nsb, i, xb, 1, 1, b);
         } else {
@@ -852,11 +878,11 @@ INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, si
 }
 
 VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                                    float *y, int64_t ldy) {
+                                    float *y, int64_t ldy, int stream) {
     const uint8_t *w = vw, *x = vx;
     const int64_t nsb = n / LLMB_QK_K;
     const int keep = nc > Q6R_NC && nsb <= PANEL_MAX_SB;   // several token tiles: the group decoded once
-    const int pf1 = 1 + llmb_prefetch_lines();   // the first token tile's prefetch (q6i_body's pf)
+    const int pf1 = decode_pf(stream);   // the first token tile's prefetch (q6i_body's pf)
     if (nc == 1) {   // one token: two groups at a time, one from each half of the rows (the last alone)
         const int64_t ng = nr / Q4R, h = (ng + 1) / 2;
         for (int64_t k = 0; k < h; k++) {
@@ -1063,7 +1089,8 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
 // sums carried in y), each chunk over all the call's groups: two at a time from LLMB_SMALL_TOKENS + 1
 // tokens (prefill: each token's broadcast feeds 2 vpdpbusd), Q8I_NG1 at one token, one otherwise
 VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                                    float *y, int64_t ldy) {
+                                    float *y, int64_t ldy, int stream) {
+    (void)stream;   // one token: 4 streams page-wise, tuned apart (Q8I_PF_AHEAD)
     const uint8_t *w = vw, *x = vx;
     const int64_t nb = n / LLMB_QK, br = nb < Q8I_TOKS ? nb : Q8I_TOKS;
     const size_t gs = Q8I_G * ws;

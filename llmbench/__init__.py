@@ -58,7 +58,7 @@ if _os.environ.get("LLMBENCH_SIMD"):
     # Force a lower SIMD level (e.g. "scalar") for comparisons; a level the CPU lacks is an error.
     _core.simd_set(_os.environ["LLMBENCH_SIMD"].strip().lower())
 if _os.environ.get("LLMBENCH_PREFETCH"):
-    # How one-token decode kernels prefetch their weights (llmb_prefetch_lines in csrc/llmb.h): A/B runs
+    # How one-token decode kernels prefetch their weights (llmb_prefetch_mode in csrc/llmb.h): A/B runs
     try:
         _core.prefetch_set(_os.environ["LLMBENCH_PREFETCH"].strip().lower())
     except ValueError as e:

@@ -320,19 +320,23 @@ static PyObject *build_info(PyObject *m, PyObject *noargs) {
     );
 }
 
+static const char *const prefetch_names[] = {"page", "lines", "far"};   // llmb_prefetch_mode's modes
+
 static PyObject *simd_info(PyObject *m, PyObject *noargs) {
     return Py_BuildValue("{s:s,s:s,s:s,s:s}", "detected", llmb_simd_name(llmb_simd_detected()), "active",
                          llmb_simd_name(llmb_simd_active()), "cpu_features", llmb_cpu_features(), "prefetch",
-                         llmb_prefetch_lines() ? "lines" : "page");
+                         prefetch_names[llmb_prefetch_mode()]);
 }
 
 static PyObject *prefetch_set(PyObject *m, PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name) return NULL;
-    if (strcmp(name, "lines") && strcmp(name, "page"))
-        return PyErr_Format(PyExc_ValueError, "unknown decode prefetch %R: expected 'page' or 'lines'", arg);
-    llmb_prefetch_set(strcmp(name, "lines") == 0);
-    Py_RETURN_NONE;
+    for (int mode = 0; mode < (int)(sizeof prefetch_names / sizeof *prefetch_names); mode++)
+        if (!strcmp(name, prefetch_names[mode])) {
+            llmb_prefetch_set(mode);
+            Py_RETURN_NONE;
+        }
+    return PyErr_Format(PyExc_ValueError, "unknown decode prefetch %R: expected 'page', 'lines' or 'far'", arg);
 }
 
 static PyObject *simd_set(PyObject *m, PyObject *arg) {
@@ -547,7 +551,7 @@ static PyMethodDef methods[] = {
     {"simd_info", simd_info, METH_NOARGS, "Detected and active SIMD level, CPU features."},
     {"simd_set", simd_set, METH_O, "Force the SIMD level (scalar or a level the CPU has)."},
     {"prefetch_set", prefetch_set, METH_O,
-     "Decode prefetch of the AVX-512 interleaved Q4_K / Q6_K kernels: 'page' or 'lines' (same results)."},
+     "Decode prefetch of the AVX-512 interleaved Q4_K / Q6_K kernels: 'page', 'lines' or 'far' (same results)."},
     {"max_threads", max_threads, METH_NOARGS, "OpenMP threads the core will use."},
     {"now_ns", now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (the core's clock)."},
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},

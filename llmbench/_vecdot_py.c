@@ -20,13 +20,13 @@ static int check_c(PyArrayObject *a, const char *what, int type_num, int ndim) {
     return 0;
 }
 
-// vec_dot(wtype, w_raw, x, nthreads=1, ref=False, interleave=0) -> float32 (tokens, rows)
+// vec_dot(wtype, w_raw, x, nthreads=1, ref=False, interleave=0, stream=False) -> float32 (tokens, rows)
 static PyObject *py_vec_dot(PyObject *m, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"wtype", "w_raw", "x", "nthreads", "ref", "interleave", NULL};
+    static char *kwlist[] = {"wtype", "w_raw", "x", "nthreads", "ref", "interleave", "stream", NULL};
     PyArrayObject *w, *x;
-    int wtype, nthreads = 1, ref = 0, il = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO!O!|ipi", kwlist, &wtype, &PyArray_Type, &w, &PyArray_Type, &x,
-                                     &nthreads, &ref, &il))
+    int wtype, nthreads = 1, ref = 0, il = 0, stream = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iO!O!|ipip", kwlist, &wtype, &PyArray_Type, &w, &PyArray_Type, &x,
+                                     &nthreads, &ref, &il, &stream))
         return NULL;
     if (check_c(w, "w_raw", NPY_UINT8, 2) < 0 || check_c(x, "x", NPY_FLOAT32, 2) < 0) return NULL;
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
@@ -71,7 +71,7 @@ static PyObject *py_vec_dot(PyObject *m, PyObject *args, PyObject *kw) {
         for (int64_t t = 0; t < ntok; t++)
             for (int64_t r = 0; r < rows; r++) dot(n, &yd[t * rows + r], wd + r * row_bytes, (char *)xq + t * xs);
     } else {
-        const llmb_matmul_part part = {wtype, wd, (size_t)row_bytes, rows, yd, rows, il};
+        const llmb_matmul_part part = {wtype, wd, (size_t)row_bytes, rows, yd, rows, il, stream};
         llmb_vec_dot_matmul_parts(n, &part, 1, xq, xs, (int)ntok, nthreads);
     }
     Py_END_ALLOW_THREADS
@@ -167,9 +167,10 @@ static PyObject *py_mem_bench(PyObject *m, PyObject *args) {
 
 static PyMethodDef vecdot_methods[] = {
     {"vec_dot", (PyCFunction)(void (*)(void))py_vec_dot, METH_VARARGS | METH_KEYWORDS,
-     "vec_dot(wtype, w_raw_u8[rows, row_bytes], x_f32[tokens, n], nthreads=1, ref=False, interleave=0)\n"
-     "-> f32[tokens, rows]: x quantized to the type's vec_dot_type, then the dispatched kernels (or the scalar\n"
-     "references); interleave=G: w_raw is in vec_dot_repack's layout"},
+     "vec_dot(wtype, w_raw_u8[rows, row_bytes], x_f32[tokens, n], nthreads=1, ref=False, interleave=0,\n"
+     "stream=False) -> f32[tokens, rows]: x quantized to the type's vec_dot_type, then the dispatched kernels (or\n"
+     "the scalar references); interleave=G: w_raw is in vec_dot_repack's layout; stream: the weights come from\n"
+     "DRAM (one token then prefetches further ahead under the 'far' prefetch; same results)"},
     {"matvec", (PyCFunction)(void (*)(void))py_vec_dot, METH_VARARGS | METH_KEYWORDS,
      "matvec(wtype, w_raw_u8, x_f32[tokens, n], nthreads): vec_dot with OpenMP over row tiles"},
     {"vec_dot_repack", (PyCFunction)(void (*)(void))py_repack, METH_VARARGS | METH_KEYWORDS,

@@ -87,24 +87,25 @@ def test_simd_levels_can_be_forced_down_only():
 
 
 def test_decode_prefetch_default_and_switch():
-    # every line prefetched by default on Intel CPUs only (csrc/vecdot_simd.c, LINE_PF_AHEAD); switchable
-    # at run time and by LLMBENCH_PREFETCH, and a wrong name is refused
+    # every line prefetched (and far ahead where the weights stream from DRAM) by default on Intel CPUs
+    # only (csrc/vecdot_simd.c, LINE_PF_AHEAD, FAR_PF_AHEAD); switchable at run time and by
+    # LLMBENCH_PREFETCH, and a wrong name is refused
     vendor = None
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), None)
     if vendor is not None and not os.environ.get("LLMBENCH_PREFETCH"):   # the default, unless the user chose
-        assert _core.simd_info()["prefetch"] == ("lines" if vendor == "GenuineIntel" else "page")
+        assert _core.simd_info()["prefetch"] == ("far" if vendor == "GenuineIntel" else "page")
     before = _core.simd_info()["prefetch"]
     try:
-        for mode in ("page", "lines"):
+        for mode in ("page", "lines", "far"):
             _core.prefetch_set(mode)
             assert _core.simd_info()["prefetch"] == mode
-        with pytest.raises(ValueError, match="expected 'page' or 'lines'"):
+        with pytest.raises(ValueError, match="expected 'page', 'lines' or 'far'"):
             _core.prefetch_set("every")
     finally:
         _core.prefetch_set(before)
-    for mode in ("page", "lines"):
+    for mode in ("page", "lines", "far"):
         r = run("-c", "import llmbench, llmbench._core as c; print(c.simd_info()['prefetch'])",
                 env={**os.environ, "LLMBENCH_PREFETCH": mode.upper()})
         assert r.returncode == 0 and r.stdout.strip() == mode, r.stderr

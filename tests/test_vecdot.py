@@ -153,19 +153,21 @@ def test_interleaved(t: str):
     wi7, _ = _core.vec_dot_repack(tid, w7)
     before = _core.simd_info()["prefetch"]
     try:
-        for prefetch in ("page", "lines"):   # how one token's kernels prefetch: never what they compute
+        # how one token's kernels prefetch (and whether the weights stream from DRAM, which 'far' prefetches
+        # further ahead for): never what they compute
+        for prefetch, stream in (("page", False), ("lines", False), ("far", False), ("far", True)):
             _core.prefetch_set(prefetch)
             for ntok in (1, 2, 3, 5, 6, 8, 9, 11, 262):
                 xs = np.ascontiguousarray(x[:ntok])
                 plain = _core.vec_dot(tid, w, xs)
                 for nthreads in (1, 2):
-                    y = _core.vec_dot(tid, wi, xs, nthreads=nthreads, interleave=g)
-                    assert np.array_equal(y, plain), (prefetch, ntok, nthreads)
+                    y = _core.vec_dot(tid, wi, xs, nthreads=nthreads, interleave=g, stream=stream)
+                    assert np.array_equal(y, plain), (prefetch, stream, ntok, nthreads)
             for groups in range(1, 8):
                 plain = _core.vec_dot(tid, w7[: groups * group], x7)
                 for nthreads in (1, 2, 3):
-                    y = _core.vec_dot(tid, wi7[: groups * group], x7, nthreads=nthreads, interleave=g)
-                    assert np.array_equal(y, plain), (prefetch, groups, nthreads)
+                    y = _core.vec_dot(tid, wi7[: groups * group], x7, nthreads=nthreads, interleave=g, stream=stream)
+                    assert np.array_equal(y, plain), (prefetch, stream, groups, nthreads)
     finally:
         _core.prefetch_set(before)
 

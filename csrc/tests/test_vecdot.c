@@ -292,13 +292,15 @@ static void check_interleaved(int t, int64_t n) {
         for (int c = 0; c < PT; c++)
             for (int r = 0; r < IR; r++) dot(n, &one[c * IR + r], w + r * ws, xq + c * xs);
         for (int nt = 1; nt <= 2; nt++)
-            for (int ntok = 1; ntok <= PT; ntok += ntok == 12 ? PT - 13 : 1) {   // 1..12, 261, 262
-                const llmb_matmul_part parts[2] = {{t, wi, ws, IR, y, IR, G}, {t, w, ws, IR, y2, IR, 0}};
-                llmb_vec_dot_matmul_parts(n, parts, 2, xq, xs, ntok, nt);
-                CHECK(memcmp(y, one, sizeof(float) * IR * ntok) == 0 && memcmp(y2, one, sizeof(float) * IR * ntok) == 0,
-                      "%s %s n=%lld: interleaved matmul of %d x %d on %d threads differs from the single dot",
-                      llmb_simd_name(levels[k]), tname(t), (long long)n, IR, ntok, nt);
-            }
+            for (int st = 0; st <= 1; st++)   // weights from DRAM or not: how far one token prefetches, same bits
+                for (int ntok = 1; ntok <= PT; ntok += ntok == 12 ? PT - 13 : 1) {   // 1..12, 261, 262
+                    const llmb_matmul_part parts[2] = {{t, wi, ws, IR, y, IR, G, st}, {t, w, ws, IR, y2, IR, 0, st}};
+                    llmb_vec_dot_matmul_parts(n, parts, 2, xq, xs, ntok, nt);
+                    CHECK(memcmp(y, one, sizeof(float) * IR * ntok) == 0 &&
+                              memcmp(y2, one, sizeof(float) * IR * ntok) == 0,
+                          "%s %s n=%lld: interleaved matmul of %d x %d on %d threads (stream %d) differs from the "
+                          "single dot", llmb_simd_name(levels[k]), tname(t), (long long)n, IR, ntok, nt, st);
+                }
     }
     llmb_simd_set(llmb_simd_detected());
     free(w), free(wi), free(back), free(xq), free(x), free(one), free(y), free(y2);
@@ -531,6 +533,8 @@ int main(void) {
     CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(10) && !llmb_vec_dot_get(-1) &&
               llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_K, 100) == 0 && llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_1, 64) == 80,
           "unsupported types and sizes");
+    CHECK(!llmb_cache_holds(SIZE_MAX) && llmb_cache_holds(1) >= llmb_cache_holds((size_t)1 << 40),
+          "llmb_cache_holds: no cache holds everything, and one that holds 1 TiB holds a byte");
     printf("SIMD levels here: best %s; vnni %d; bf16 %d\nlargest |simd - ref| / sum|w x| (bound %.0e):\n",
            llmb_simd_name(llmb_simd_detected()), llmb_cpu_has("avx512vnni"), llmb_cpu_has("avx512bf16"), RTOL);
     for (size_t ti = 0; ti < NTYPES; ti++) printf("  %-5s %.2e\n", tname(types[ti]), worst[ti]);
