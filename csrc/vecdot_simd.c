@@ -1016,6 +1016,12 @@ L0_PANEL(q5_0, LLMB_TYPE_Q5_0)
 // 32 KiB 1.09x / 1.12x (2 threads 1.11x / 0.99x). One group with no prefetch 0.88x, into L1 0.80-0.83x.
 #define Q8I_PF_AHEAD 32768
 #define Q8I_NG1 4   // groups side by side at one token
+// Weights streaming from DRAM under LLMB_PREFETCH_FAR (llmb_prefetch_mode; the default on Intel CPUs) run
+// one token 2 groups side by side and prefetch every line as the Q4_K / Q6_K kernels do (pf_line: 4 KiB
+// ahead into L1, 16 KiB into L2), besides the page-wise prefetch. Engine tg32 of llama-1b Q8_0 alternated
+// in one process (benchmarks/ab_builds.py) on the Intel Xeon host, B/A: 1.05x at 1 thread, 1.06x at 2
+// (4 groups with every line: 1.05x; every line into L2 alone: 0.96x).
+#define Q8I_NG1_FAR 2
 #ifndef LLMB_Q8I_TOKS   // (token, block) entries of the q8i_tok table on the stack (the C tests: 256, so that
 #define LLMB_Q8I_TOKS (128 * 1024 / 8)   // their rows and tokens run several chunks and ranges)
 #endif
@@ -1039,7 +1045,8 @@ INLINE VNNI512 void q8i_toks(const uint8_t *x, size_t xs, int nc, int64_t i0, in
         }
 }
 
-// NG groups (gs bytes apart) x NC tokens over blocks i0 .. i0 + bn - 1 of nb, from y where !first
+// NG groups (gs bytes apart) x NC tokens over blocks i0 .. i0 + bn - 1 of nb, from y where !first; pf: 0 no
+// prefetch, 1 one token page-wise (more tokens: every line into L2), 2 one token, every line too (pf_line)
 INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0, int64_t bn, const uint8_t *x,
                              size_t xs, const q8i_tok *xt, float *y, int64_t ldy, const int first, const int pf,
                              const int NG, const int NC) {
@@ -1061,7 +1068,10 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i wv[4];
-            for (int q = 0; q < NG; q++) wv[q] = _mm512_loadu_si512(v + q * gs + 64 * k);
+            for (int q = 0; q < NG; q++) {
+                wv[q] = _mm512_loadu_si512(v + q * gs + 64 * k);
+                if (pf == 2) pf_line(v + q * gs + 64 * k, 2);   // one token from DRAM: every line too (Q8I_NG1_FAR)
+            }
             for (int c = 0; c < NC; c++) {
                 int32_t a;
                 memcpy(&a, ((const llmb_block_q8_0 *)(x + c * xs) + i0 + i)->qs + 4 * k, 4);
@@ -1090,11 +1100,11 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
 // tokens (prefill: each token's broadcast feeds 2 vpdpbusd), Q8I_NG1 at one token, one otherwise
 VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                     float *y, int64_t ldy, int stream) {
-    (void)stream;   // one token: 4 streams page-wise, tuned apart (Q8I_PF_AHEAD)
+    const int far = nc == 1 && stream && llmb_prefetch_mode() == LLMB_PREFETCH_FAR;   // Q8I_NG1_FAR
     const uint8_t *w = vw, *x = vx;
     const int64_t nb = n / LLMB_QK, br = nb < Q8I_TOKS ? nb : Q8I_TOKS;
     const size_t gs = Q8I_G * ws;
-    const int tc = (int)(Q8I_TOKS / br), ng = nc > LLMB_SMALL_TOKENS ? 2 : nc == 1 ? Q8I_NG1 : 1;
+    const int tc = (int)(Q8I_TOKS / br), ng = nc > LLMB_SMALL_TOKENS ? 2 : nc == 1 ? (far ? Q8I_NG1_FAR : Q8I_NG1) : 1;
     q8i_tok xt[Q8I_TOKS];
     for (int c0 = 0; c0 < nc; c0 += tc) {
         const int cn = nc - c0 < tc ? nc - c0 : tc;
@@ -1108,7 +1118,7 @@ VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
                     const uint8_t *xc = x + (c0 + t0) * xs;
                     const q8i_tok *xtc = xt + t0 * bn;
                     float *yc = y + (c0 + t0) * ldy + r0;
-                    const int first = i0 == 0, pf = t0 == 0;
+                    const int first = i0 == 0, pf = t0 == 0 ? 1 + far : 0;   // q8i_body's pf
                     if (k == 4) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 4, 1);
                     else if (k == 2) {
 #define Q8I_RUN2(t) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 2, t)
