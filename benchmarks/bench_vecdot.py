@@ -69,7 +69,8 @@ def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads
         copies = [wl.copy() for _ in range(ncopies)]
         r: dict = {"type": name, "rows": rows, "cols": cols, "weight_bytes": w.nbytes, "copies": ncopies}
         for n in threads:
-            r[f"matvec_{n}"] = samples(lambda k: _core.matvec(tid, copies[k], x, n, interleave=group, stream=stream), ncopies, reps)
+            r[f"matvec_{n}"] = samples(lambda k: _core.matvec(tid, copies[k], x, n, interleave=group, stream=stream),
+                                       ncopies, reps)
             r[f"memcpy_{n}"] = samples(lambda k: _core.mem_bench(True, copies[k], n, dst), ncopies, reps)
             r[f"read_{n}"] = samples(lambda k: _core.mem_bench(False, copies[k], n, None), ncopies, reps)
         out.append(r)

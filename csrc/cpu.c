@@ -77,7 +77,9 @@ static void detect(void) {
 int llmb_prefetch_mode(void) { detect(); return prefetch_mode; }
 void llmb_prefetch_set(int mode) {
     detect();
-    prefetch_mode = mode < LLMB_PREFETCH_PAGE ? LLMB_PREFETCH_PAGE : mode > LLMB_PREFETCH_FAR ? LLMB_PREFETCH_FAR : mode;
+    prefetch_mode = mode < LLMB_PREFETCH_PAGE  ? LLMB_PREFETCH_PAGE
+                    : mode > LLMB_PREFETCH_FAR ? LLMB_PREFETCH_FAR
+                                               : mode;
 }
 
 int llmb_cache_holds(size_t bytes) {

@@ -547,8 +547,8 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
         const int tb = ntok <= LLMB_SMALL_TOKENS ? ntok : panel_tokens(x_stride);
         for (int t0 = 0; t0 < ntok; t0 += tb)
             kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il),
-                (const char *)xq + t0 * x_stride, x_stride, ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g0 * il, ldy,
-                stream);
+                (const char *)xq + t0 * x_stride, x_stride, ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g0 * il,
+                ldy, stream);
         return;
     }
     if (ntok >= 2 && ntok <= LLMB_SMALL_TOKENS && k->small) {   // batched decode: this thread's rows, streamed once

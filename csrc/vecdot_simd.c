@@ -134,16 +134,16 @@ INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of 
     for (uintptr_t q = a; q < (uintptr_t)p + bytes; q += STREAM_PF_PAGE) _mm_prefetch((const char *)q, STREAM_PF_HINT);
 }
 // With LLMB_PREFETCH_LINES or _FAR (llmb_prefetch_mode; _FAR is the default on Intel CPUs), one token of
-// interleaved Q4_K / Q6_K also prefetches every line it reads LINE_PF_AHEAD bytes ahead into L1, one prefetch beside each load (a
-// burst of a super-block's prefetches at once gained nothing). On the Intel Xeon host (2 cores, 17 GB/s
-// read at 1 thread) the page-wise prefetch alone left the kernels at 72-78% of the read bandwidth: the
-// L2 streamer falls behind a kernel that computes between loads (a C loop of the Q4_K body's and / andnot
-// / vpdpbusd over 1 GiB: 10.4 GB/s page-wise, 14.4-15.0 every line 4-9 KiB ahead into L2, 16 with no
-// compute). Alternated in one process (benchmarks/ab_builds.py, 300 copies of the weights, 1 thread),
-// B/A: Q4_K 2048x2048 / 2048x8192 1.12x / 1.11x (page-wise kept at STREAM_PF_AHEAD; every line alone
-// into L1 1.04-1.08x, into L2 at 4-32 KiB 0.98-1.08x); Q6_K 1.10x / 1.07x; llama-1b Q4_K_M tg64 1.10x at
-// 1 thread, 1.13x at 2. On the AMD EPYC (Zen 4) host one prefetch per line capped a stream near 21 GB/s
-// (above), so elsewhere the page-wise prefetch stays alone; llmb_prefetch_set switches it for A/B runs.
+// interleaved Q4_K / Q6_K also prefetches every line it reads LINE_PF_AHEAD bytes ahead into L1, one prefetch
+// beside each load (a burst of a super-block's prefetches at once gained nothing). On the Intel Xeon host (2
+// cores, 17 GB/s read at 1 thread) the page-wise prefetch alone left the kernels at 72-78% of the read
+// bandwidth: the L2 streamer falls behind a kernel that computes between loads (a C loop of the Q4_K body's
+// and / andnot / vpdpbusd over 1 GiB: 10.4 GB/s page-wise, 14.4-15.0 every line 4-9 KiB ahead into L2, 16 with
+// no compute). Alternated in one process (benchmarks/ab_builds.py, 300 copies of the weights, 1 thread), B/A:
+// Q4_K 2048x2048 / 2048x8192 1.12x / 1.11x (page-wise kept at STREAM_PF_AHEAD; every line alone into L1
+// 1.04-1.08x, into L2 at 4-32 KiB 0.98-1.08x); Q6_K 1.10x / 1.07x; llama-1b Q4_K_M tg64 1.10x at 1 thread,
+// 1.13x at 2. On the AMD EPYC (Zen 4) host one prefetch per line capped a stream near 21 GB/s (above), so
+// elsewhere the page-wise prefetch stays alone; llmb_prefetch_set switches it for A/B runs.
 #define LINE_PF_AHEAD 4096
 // Where the weights stream from DRAM (llmb_matmul_part.stream: the model's matrices outweigh the last-level
 // cache), each line is also prefetched FAR_PF_AHEAD ahead into L2 (lines = 2): the L1 prefetches alone
