@@ -147,10 +147,12 @@ INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of 
 #define LINE_PF_AHEAD 4096
 // Where the weights stream from DRAM (llmb_matmul_part.stream: the model's matrices outweigh the last-level
 // cache), each line is also prefetched FAR_PF_AHEAD ahead into L2 (lines = 2): the L1 prefetches alone
-// left the kernels at 83-88% of the read bandwidth (benchmarks/bench_vecdot.py, 1 and 2 threads), the
+// left the kernels at 73-88% of the read bandwidth (benchmarks/bench_vecdot.py, 1 and 2 threads), the
 // L2's own streamer not far enough ahead of them. Engine tg64 of llama-1b Q4_K_M alternated in one process
-// (benchmarks/ab_builds.py) on the Intel Xeon host, B/A: 1.11x and 1.11x at 2 threads, 1.10x at 1 (35.5 ->
-// 40.1 t/s at 2: 93% of the read bandwidth); 8, 24 and 32 KiB ahead measured as 16 (1.005, 0.997, 0.995).
+// (benchmarks/ab_builds.py) on the Intel Xeon host, B/A: 1.11x, 1.11x and 1.13x at 2 threads, 1.10x at 1;
+// 8, 24 and 32 KiB ahead measured as 16 (1.005, 0.997, 0.995). The kernels alone (bench_vecdot.py, 8192 x
+// 2048) then read at 0.92 / 0.86 (Q4_K / Q6_K) of the read bandwidth on 2 threads, 0.92 / 0.94 on 1; the
+// engine's decode (bench_engine.py) at 81-87% on 2 threads, 88-90% on 1.
 // From the caches the second prefetch is only cost: llama-125m Q4_K_M (in the L3) tg128 0.95x at 1 and 2
 // threads. A plain read with the same prefetch (two streams a thread) gained 0-2%: the read bandwidth
 // stays the limit.
