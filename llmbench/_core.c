@@ -551,7 +551,7 @@ static PyMethodDef methods[] = {
     {"simd_info", simd_info, METH_NOARGS, "Detected and active SIMD level, CPU features."},
     {"simd_set", simd_set, METH_O, "Force the SIMD level (scalar or a level the CPU has)."},
     {"prefetch_set", prefetch_set, METH_O,
-     "Decode prefetch of the AVX-512 interleaved Q4_K / Q6_K kernels: 'page', 'lines' or 'far' (same results)."},
+     "Decode prefetch of the AVX-512 interleaved kernels: 'page', 'lines' or 'far' (same results)."},
     {"max_threads", max_threads, METH_NOARGS, "OpenMP threads the core will use."},
     {"now_ns", now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (the core's clock)."},
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},
