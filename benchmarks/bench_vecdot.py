@@ -61,7 +61,7 @@ def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads
     if group and rows % group == 0:
         layouts.append((f"{t} (interleaved)", *_core.vec_dot_repack(tid, w)))
     ncopies = max(2, -(-pool_bytes // w.nbytes))
-    stream = ncopies * w.nbytes > (llc_bytes() or 0)   # from DRAM, as the engine flags it (llmb_weight.stream)
+    stream = not _core.cache_holds(ncopies * w.nbytes)   # from DRAM, as the engine judges (llmb_weight.stream)
     dst = np.empty_like(w)
     x = rng.standard_normal((1, cols), dtype=np.float32)
     out = []

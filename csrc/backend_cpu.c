@@ -123,23 +123,19 @@ static int repack_model(llmb_backend *b, const llmb_model *m) {
     if (!b->layers) return 0;
     memcpy(b->layers, m->layers, (size_t)n_layer * sizeof *b->layers);
     b->output = m->output;
-    // matrices that outweigh the last-level cache come from DRAM at every step: their decode kernels
-    // prefetch further ahead (llmb_weight.stream; vecdot_simd.c, FAR_PF_AHEAD)
-    size_t read = (size_t)b->output.ne1 * b->output.row_bytes;
+    // a step reads every matrix once (read bytes); where they outweigh the last-level cache they come from
+    // DRAM at every step, and the copies' decode kernels prefetch further ahead (llmb_weight.stream)
+    size_t total = repacked_bytes(b, &b->output), read = (size_t)b->output.ne1 * b->output.row_bytes, at = 0;
     for (int l = 0; l < n_layer; l++)
         for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++)
-            read += (size_t)(*w)->ne1 * (*w)->row_bytes;
-    const int stream = !llmb_cache_holds(read);
-    b->output.stream = stream;
-    for (int l = 0; l < n_layer; l++)
-        for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++) (*w)->stream = stream;
-    size_t total = repacked_bytes(b, &b->output), at = 0;
-    for (int l = 0; l < n_layer; l++)
-        for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++) total += repacked_bytes(b, *w);
+            total += repacked_bytes(b, *w), read += (size_t)(*w)->ne1 * (*w)->row_bytes;
     if (!total) return 1;
     if (!(b->packed = llmb_alloc_stream(total))) return 0;
+    const int stream = !llmb_cache_holds(read);
     for (int l = 0; l < n_layer; l++)
-        for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++) repack(b, *w, &at);
+        for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++)
+            (*w)->stream = stream, repack(b, *w, &at);
+    b->output.stream = stream;
     repack(b, &b->output, &at);
     return 1;
 }
@@ -327,9 +323,9 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
 // reading, at the end of two steps in a row, sends the next steps to one thread (the same bits on any
 // thread count) for SOLO_MIN_NS; the first step after that tries all of them again, and if it waited as
 // long, the steps go back to one thread at once, for twice as long as before (at most SOLO_MAX_NS): a step
-// on contended cores with spinning waiters costs tens of milliseconds. On the 2-core Intel host the engine's calling thread waited 0% of a
-// llama-1b or llama-125m decode step on 2 threads alone (at most 6% and 24% of one step in 128), and 29-60%
-// beside two busy processes.
+// on contended cores with spinning waiters costs tens of milliseconds. On the 2-core Intel host the
+// engine's calling thread waited 0% of a llama-1b or llama-125m decode step on 2 threads alone (at most 6%
+// and 24% of one step in 128), and 29-60% beside two busy processes.
 #define SOLO_MIN_NS 500000000ull
 #define SOLO_MAX_NS 8000000000ull
 uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_ns) {

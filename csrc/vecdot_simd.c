@@ -161,12 +161,11 @@ INLINE void pf_line(const void *p, const int lines) {
     _mm_prefetch((const char *)p + LINE_PF_AHEAD, _MM_HINT_T0);
     if (lines > 1) _mm_prefetch((const char *)p + FAR_PF_AHEAD, _MM_HINT_T1);
 }
+// 1 where one token prefetches every line far ahead: weights from DRAM (stream) under LLMB_PREFETCH_FAR
+INLINE int far_pf(const int stream) { return stream && llmb_prefetch_mode() == LLMB_PREFETCH_FAR; }
 // q4i_one's pf for llmb_prefetch_mode (llmb.h) and the weights' stream flag: 1 page-wise, 2 every line
 // too, 3 every line far ahead as well
-INLINE int decode_pf(const int stream) {
-    const int m = llmb_prefetch_mode();
-    return 1 + (m >= LLMB_PREFETCH_LINES) + (m == LLMB_PREFETCH_FAR && stream);
-}
+INLINE int decode_pf(const int stream) { return 1 + (llmb_prefetch_mode() >= LLMB_PREFETCH_LINES) + far_pf(stream); }
 
 // 8 weights as floats
 AVX2 INLINE __m256 load_w8(const int type, const uint8_t *p) {
@@ -1102,7 +1101,7 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
 // tokens (prefill: each token's broadcast feeds 2 vpdpbusd), Q8I_NG1 at one token, one otherwise
 VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                     float *y, int64_t ldy, int stream) {
-    const int far = nc == 1 && stream && llmb_prefetch_mode() == LLMB_PREFETCH_FAR;   // Q8I_NG1_FAR
+    const int far = nc == 1 && far_pf(stream);   // Q8I_NG1_FAR
     const uint8_t *w = vw, *x = vx;
     const int64_t nb = n / LLMB_QK, br = nb < Q8I_TOKS ? nb : Q8I_TOKS;
     const size_t gs = Q8I_G * ws;

@@ -339,6 +339,12 @@ static PyObject *prefetch_set(PyObject *m, PyObject *arg) {
     return PyErr_Format(PyExc_ValueError, "unknown decode prefetch %R: expected 'page', 'lines' or 'far'", arg);
 }
 
+static PyObject *cache_holds(PyObject *m, PyObject *arg) {
+    const unsigned long long bytes = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(llmb_cache_holds((size_t)bytes));
+}
+
 static PyObject *simd_set(PyObject *m, PyObject *arg) {
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name) return NULL;
@@ -552,6 +558,9 @@ static PyMethodDef methods[] = {
     {"simd_set", simd_set, METH_O, "Force the SIMD level (scalar or a level the CPU has)."},
     {"prefetch_set", prefetch_set, METH_O,
      "Decode prefetch of the AVX-512 interleaved kernels: 'page', 'lines' or 'far' (same results)."},
+    {"cache_holds", cache_holds, METH_O,
+     "cache_holds(nbytes) -> bool: whether nbytes fit in the last-level cache, as the CPU engine judges whether a "
+     "model's matrices come from DRAM at every step (llmb_cache_holds)."},
     {"max_threads", max_threads, METH_NOARGS, "OpenMP threads the core will use."},
     {"now_ns", now_ns, METH_NOARGS, "CLOCK_MONOTONIC in nanoseconds (the core's clock)."},
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},

@@ -113,6 +113,17 @@ def test_decode_prefetch_default_and_switch():
     assert r.returncode != 0 and "LLMBENCH_PREFETCH" in r.stderr
 
 
+def test_cache_holds():
+    # the engine's judgement of whether a model's matrices stream from DRAM (llmb_cache_holds): nothing
+    # holds 2^63 bytes, a cache that holds 1 TiB holds a byte, and a size must be a non-negative int
+    assert _core.cache_holds(2**63) is False
+    assert _core.cache_holds(1) >= _core.cache_holds(2**40)
+    with pytest.raises(OverflowError):
+        _core.cache_holds(-1)
+    with pytest.raises(TypeError):
+        _core.cache_holds("1")
+
+
 def test_monotonic_clock():
     a = _core.now_ns()
     b = _core.now_ns()
