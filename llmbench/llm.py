@@ -379,7 +379,8 @@ class LLM:
         finally:
             self.engine.release(seq)
 
-    def loglikelihood(self, pairs: Sequence[tuple[str, str]], add_bos: bool | None = None) -> list[tuple[float, bool]]:
+    def loglikelihood(self, pairs: Sequence[tuple[str, str]], add_bos: bool | None = None,
+                      share_prefix: bool = True) -> list[tuple[float, bool]]:
         """(sum of log-probabilities of the continuation, whether it is the greedy continuation) for
         each (context, continuation) pair, as lm-evaluation-harness defines it: trailing spaces of the
         context move to the continuation; the model reads encode(context) followed by the tokens of
@@ -387,7 +388,8 @@ class LLM:
         the harness scores it); an empty context is the BOS token (EOS where there is none). A
         prefix shared by several contexts, such as a few-shot header, is computed once (score_tokens).
         A sequence longer than ``ctx`` + 1 keeps its last ``ctx`` + 1 tokens, as the harness does with
-        ``max_length``: the last token is scored, never fed."""
+        ``max_length``: the last token is scored, never fed. ``share_prefix=False`` computes every
+        request whole (for comparisons; the same numbers)."""
         tok = self._tok()
         reqs = []
         for context, continuation in pairs:
@@ -404,10 +406,11 @@ class LLM:
                 raise ValueError(f"continuation {continuation!r} encodes to no tokens")
             ids = (ctx_ids + cont_ids)[-(self.ctx + 1):]  # truncated on the left, as the harness does
             reqs.append((ids, len(ids) - len(cont_ids)))
-        return self.score_tokens(reqs)
+        return self.score_tokens(reqs, share_prefix)
 
     @_exclusive
-    def score_tokens(self, reqs: Sequence[tuple[Sequence[int], int]]) -> list[tuple[float, bool]]:
+    def score_tokens(self, reqs: Sequence[tuple[Sequence[int], int]],
+                     share_prefix: bool = True) -> list[tuple[float, bool]]:
         """For (token ids, n_context) requests: (sum logprob of ids[n_context:], all greedy). The last
         token is only scored, never fed, so a request may hold ``ctx`` + 1 tokens.
 
@@ -417,7 +420,8 @@ class LLM:
         forked from the longest held prefix of itself, and each request forks the longest held
         prefix of its context (copy on write). Requests run in sorted order, ``max_seqs`` at a time,
         holding the prefixes that chunk needs; a prefix is released once the requests below it are
-        done, so the KV cache never holds more than one chunk's branch of the tree."""
+        done, so the KV cache never holds more than one chunk's branch of the tree. ``share_prefix=False``
+        holds nothing: each request is computed whole."""
         reqs = [(list(ids), int(n)) for ids, n in reqs]
         for ids, n in reqs:
             if not 1 <= n < len(ids):
@@ -426,7 +430,7 @@ class LLM:
         order = sorted(range(len(reqs)), key=keys.__getitem__)
         ctxs = [keys[i] for i in order]
         branches = set()
-        for a, b in itertools.pairwise(ctxs):
+        for a, b in itertools.pairwise(ctxs if share_prefix else []):
             k, m = 0, min(len(a), len(b))
             while k < m and a[k] == b[k]:
                 k += 1

@@ -115,26 +115,32 @@ def _gpu_name(llm: LLM) -> str | None:
     return cuda.devices()[llm.device].name
 
 
-def environment(llm: LLM, cfg: BenchConfig) -> dict:
-    """The environment block of a result for the local engine."""
+def engine_environment(llm: LLM, model: str, prefix_cache: bool) -> dict:
+    """The environment block of a result for the local engine; ``model`` as the user named it (a path
+    or a dummy preset)."""
     path = str(llm.path)
     st = os.stat(path)
     key = (path, st.st_mtime, st.st_size)
     if key not in _SHA_CACHE:
         _SHA_CACHE[key] = _sha256(path)
-    name = cfg.model if not os.path.exists(cfg.model) else os.path.basename(path)
+    name = model if not os.path.exists(model) else os.path.basename(path)
     simd = _core.simd_info()
     return {
-        "model": {"file": os.path.basename(path), "name": name, "dummy": not os.path.exists(cfg.model),
+        "model": {"file": os.path.basename(path), "name": name, "dummy": not os.path.exists(model),
                   "size_bytes": st.st_size, "sha256": _SHA_CACHE[key],
                   "weight_types": sorted({t.type for t in llm.file.tensors.values()})},
-        "kv_dtype": cfg.kv_dtype, "backend": llm.backend, "threads": llm.threads, "cpu_model": cpu_model(),
+        "kv_dtype": llm.kv_dtype, "backend": llm.backend, "threads": llm.threads, "cpu_model": cpu_model(),
         "gpu_name": _gpu_name(llm), "build_flags": _core.build_info()["cflags"],
         "cuda_graphs": llm.engine.stats()["graph_replays"] > 0 if llm.backend == "cuda" else None,
-        "prefix_cache": any(d > 0 for d in cfg.depth) if (cfg.pp or cfg.tg) else False,
+        "prefix_cache": prefix_cache,
         "simd": simd["active"], "prefetch": simd["prefetch"], "activations": llm.activations,
         "omp": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND")},
     }
+
+
+def environment(llm: LLM, cfg: BenchConfig) -> dict:
+    """The environment block of a result for the local engine."""
+    return engine_environment(llm, cfg.model, any(d > 0 for d in cfg.depth) if (cfg.pp or cfg.tg) else False)
 
 
 def header() -> dict:

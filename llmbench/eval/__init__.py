@@ -1,0 +1,216 @@
+"""llmbench's evaluations: tasks (MMLU, C-Eval, CMMLU, perplexity, KL divergence) run on the embedded
+engine or any OpenAI-compatible server, with lm-evaluation-harness's and llama-perplexity's definitions.
+
+>>> res = llmbench.evaluate("SmolLM2-135M-Instruct.Q4_1.gguf", "mmlu", limit=10, threads=2)   # doctest: +SKIP
+>>> res["mmlu"].metric("acc"), res.to_dataframe()                                         # doctest: +SKIP
+
+The layers: `api` (requests, answers, the Task and Adapter protocols), `tasks/` (one module per task
+family), `adapters` (the engine) and `openai_adapter` (servers), `runner` (chunks, per-sample records,
+resume), `metrics` (lm-eval's aggregation and standard errors), `results`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import LLMBenchError
+from .api import Adapter, Task
+from .results import EvalResults
+
+# name -> (module, class); each class takes (shots, limit, subjects, data_dir)
+TASKS: dict[str, tuple[str, str]] = {
+    "mmlu": ("llmbench.eval.tasks.mmlu", "MMLU"),
+    "ceval": ("llmbench.eval.tasks.ceval", "CEval"),
+    "cmmlu": ("llmbench.eval.tasks.cmmlu", "CMMLU"),
+}
+# Tasks on the engine's logits rather than requests (llama-perplexity's method).
+TEXT_TASKS = ("perplexity", "kld")
+DEFAULT_SHOTS = {"mmlu": 5, "ceval": 5, "cmmlu": 5}
+
+__all__ = ["TASKS", "TEXT_TASKS", "EvalResults", "evaluate", "make_adapter", "make_task"]
+
+
+def task_names() -> list[str]:
+    return list(TASKS) + list(TEXT_TASKS)
+
+
+def make_task(name: str, *, shots: int | None = None, limit: int | None = None,
+              subjects: Sequence[str] | None = None, data_dir: str | os.PathLike[str] | None = None) -> Task:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r} (tasks: {', '.join(task_names())})")
+    mod, cls = TASKS[name]
+    return getattr(importlib.import_module(mod), cls)(shots=DEFAULT_SHOTS.get(name, 0) if shots is None else shots,
+                                                      limit=limit, subjects=subjects, data_dir=data_dir)
+
+
+def make_adapter(model: Any, *, backend: str = "engine", base_url: str | None = None, api_key: str | None = None,
+                 share_prefix: bool = True, **llm_options: Any) -> Adapter:
+    """An adapter for ``model``: an `Adapter` is returned as is; with ``backend="openai"`` ``model`` is the
+    server's model name; else a GGUF path, dummy preset or `LLM` for the engine."""
+    if isinstance(model, Adapter):
+        return model
+    if backend == "openai":
+        if not base_url:
+            raise ValueError("backend 'openai' needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        from .openai_adapter import OpenAIAdapter
+
+        return OpenAIAdapter(base_url, str(model), api_key=api_key)
+    if backend not in ("engine", "cpu", "cuda"):
+        raise ValueError(f"backend must be 'engine' (cpu), 'cuda' or 'openai', got {backend!r}")
+    from .adapters import EngineAdapter
+
+    if backend == "cuda":
+        llm_options["backend"] = "cuda"
+    return EngineAdapter(model, share_prefix=share_prefix, **llm_options)
+
+
+def _comparable(settings: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    """The settings and model identity that decide the numbers (threads and chunking do not)."""
+    keep = {k: v for k, v in settings.items() if k not in ("chunk", "threads", "out", "progress")}
+    model = env.get("model", {})
+    keep["model_sha256"] = model.get("sha256") if isinstance(model, dict) else None
+    keep["model_name"] = model.get("name") if isinstance(model, dict) else model
+    keep["activations"] = env.get("activations")
+    return keep
+
+
+def _check_resume(out: Path, settings: dict[str, Any], env: dict[str, Any]) -> None:
+    path = out / "run.json"
+    if not path.exists():
+        return
+    before = json.loads(path.read_text())
+    a, b = _comparable(before["settings"], before["environment"]), _comparable(settings, env)
+    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if diff:
+        what = "; ".join(f"{k}: {a.get(k)!r} there, {b.get(k)!r} now" for k in diff)
+        raise LLMBenchError(f"{out} holds a run with other settings ({what}); resume with the same options, "
+                            "or use a new --out DIR")
+
+
+def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None, limit: int | None = None,
+             subjects: Sequence[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
+             out: str | os.PathLike[str] | None = None, resume: bool = False, backend: str = "engine",
+             base_url: str | None = None, api_key: str | None = None, threads: int | None = None,
+             ctx: int | None = None, activations: str = "q8", share_prefix: bool = True,
+             precision_check: int = 0, chunk: int = 256, seed: int = 0,
+             base_model: str | None = None, text: str | os.PathLike[str] | None = None, max_chunks: int | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> EvalResults:
+    """Run ``tasks`` (a name, comma-separated names or a list) on ``model`` and return the results.
+
+    ``model``: a GGUF path or dummy preset (the engine, with ``threads``, ``ctx``, ``activations``), an
+    `LLM`, an `Adapter`, or with ``backend="openai"`` the model name a server at ``base_url`` serves.
+    ``shots`` (default: each task's, 5 for MMLU, C-Eval and CMMLU), ``limit`` documents per subject,
+    ``subjects`` names or groups. ``out``: a folder for per-sample records and results.json;
+    ``resume=True`` continues the run in ``out``. ``precision_check=N`` re-scores N random documents of
+    each log-likelihood task with f32 activations (engine only). ``share_prefix=False`` computes every
+    request whole (for measuring what sharing buys). ``perplexity``/``kld`` take ``text`` (default
+    WikiText-2), ``ctx`` (default 512) and, for ``kld``, ``base_model``.
+    ``progress(task, done, total)`` is called as documents finish."""
+    from .runner import precision_check as run_check
+    from .runner import run_task
+
+    names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
+    if not names:
+        raise ValueError("no task given (tasks: " + ", ".join(task_names()) + ")")
+    for n in names:
+        if n not in TASKS and n not in TEXT_TASKS:
+            raise ValueError(f"unknown task {n!r} (tasks: {', '.join(task_names())})")
+    if precision_check < 0:
+        raise ValueError(f"precision_check must be >= 0, got {precision_check}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    if resume and out is None:
+        raise ValueError("resume needs out (the folder of the run to continue)")
+    if "kld" in names and base_model is None:
+        raise ValueError("the kld task needs base_model (the model the KL divergence is measured against)")
+    task_objs = [make_task(n, shots=shots, limit=limit, subjects=subjects, data_dir=data_dir)
+                 for n in names if n in TASKS]
+    llm_options: dict[str, Any] = {"activations": activations}
+    if threads is not None:
+        llm_options["threads"] = threads
+    if ctx is not None and not any(n in TEXT_TASKS for n in names):
+        llm_options["ctx"] = ctx
+    adapter = make_adapter(model, backend=backend, base_url=base_url, api_key=api_key,
+                           share_prefix=share_prefix, **llm_options)
+    from ..perf.bench import header
+
+    settings = {"tasks": names, "shots": shots, "limit": limit, "subjects": list(subjects) if subjects else None,
+                "backend": adapter.name, "base_url": base_url, "share_prefix": share_prefix, "chunk": chunk,
+                "precision_check": precision_check, "seed": seed, "threads": threads}
+    if any(n in TEXT_TASKS for n in names):
+        settings.update({"ctx": ctx or 512, "text": str(text) if text else "wikitext2", "base_model": base_model,
+                         "max_chunks": max_chunks})
+    env = adapter.environment()
+    out_dir = Path(out) if out is not None else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            _check_resume(out_dir, settings, env)
+        (out_dir / "run.json").write_text(json.dumps({"settings": settings, "environment": env,
+                                                      "model": str(model) if not isinstance(model, Adapter) else None,
+                                                      "options": {k: v for k, v in llm_options.items()}},
+                                                     indent=1, default=str))
+    results = EvalResults(header(), env, settings, {})
+    for t in task_objs:
+        total, done = len(t.docs()), [0]
+
+        def on_docs(k: int, name: str = t.name, total: int = total, done: list[int] = done) -> None:
+            done[0] += k
+            if progress:
+                progress(name, done[0], total)
+
+        results.tasks[t.name] = run_task(t, adapter, out_dir, chunk=chunk, resume=resume, on_docs=on_docs)
+        if precision_check and getattr(adapter, "llm", None) is not None:
+            results.precision_check[t.name] = run_check(t, results.tasks[t.name].records,
+                                                        _f32_twin(adapter), precision_check, seed)
+    for n in names:
+        if n in TEXT_TASKS:
+            results.extra[n] = _text_task(n, adapter, base_model, text, data_dir, ctx or 512, max_chunks, llm_options)
+    results.adapter_stats = dict(getattr(adapter, "stats", {}))
+    results.header["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    if out_dir is not None:
+        tmp = out_dir / "results.json.tmp"
+        tmp.write_text(json.dumps(results.to_json(), indent=1, ensure_ascii=False, default=str))
+        tmp.replace(out_dir / "results.json")
+    return results
+
+
+_TWINS: dict[int, Adapter] = {}
+
+
+def _f32_twin(adapter: Adapter) -> Adapter:
+    """The same model on the engine with f32 activations (the precision check's reference)."""
+    from ..llm import LLM
+    from .adapters import EngineAdapter
+
+    llm = adapter.llm  # type: ignore[attr-defined]
+    if llm.activations == "f32":
+        return adapter
+    key = id(adapter)
+    if key not in _TWINS:
+        _TWINS.clear()
+        _TWINS[key] = EngineAdapter(LLM(llm.path, threads=llm.threads, ctx=llm.ctx, kv_dtype=llm.kv_dtype,
+                                        activations="f32", max_seqs=llm.max_seqs))
+    return _TWINS[key]
+
+
+def _text_task(name: str, adapter: Adapter, base_model: str | None, text: Any, data_dir: Any, ctx: int,
+               max_chunks: int | None, llm_options: dict[str, Any]) -> dict[str, Any]:
+    from . import perplexity as ppl
+
+    llm = getattr(adapter, "llm", None)
+    if llm is None:
+        raise LLMBenchError(f"{name} runs on the engine (it reads every logit); not through backend {adapter.name!r}")
+    tokens = ppl.load_text(text, data_dir)
+    if name == "perplexity":
+        return ppl.perplexity(llm, tokens, ctx=ctx, max_chunks=max_chunks).to_json()
+    from ..llm import LLM
+
+    base = LLM(base_model, **{k: v for k, v in llm_options.items() if k != "ctx"})
+    return ppl.kl_divergence(llm, base, tokens, ctx=ctx, max_chunks=max_chunks).to_json()

@@ -1,0 +1,128 @@
+"""The embedded adapter: llmbench's own engine answers evaluation requests.
+
+This is where evaluation is fast. ``loglikelihood`` hands a whole batch of requests to
+`LLM.loglikelihood`, which sorts the contexts into a tree of shared prefixes (a subject's description
+and few-shot block; the four answers of one question), computes each prefix once and forks it (copy
+on write) for the requests below it, runs up to ``max_seqs`` requests per engine pass, and asks the
+engine for log-probabilities only from the first continuation token on, so no logits row is computed
+that nobody reads. ``stats`` counts the prompt tokens the requests hold and the tokens the engine
+actually computed, the measure of what sharing saved.
+
+``loglikelihood_rolling`` follows lm-evaluation-harness: the text's tokens after a BOS (EOS where the
+model has none) are cut into windows of the context length, each window predicting its own tokens
+from the ones before it (one token of overlap), and the log-probabilities summed.
+
+Tested in tests/test_eval.py (prefix-shared against unshared scoring, MMLU end to end on stories260K).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..llm import LLM, SamplingParams
+from .api import (
+    Adapter,
+    Generation,
+    GenerateUntil,
+    LLAnswer,
+    Loglikelihood,
+    LoglikelihoodRolling,
+    RollingAnswer,
+)
+
+
+def rolling_windows(tokens: Sequence[int], prefix_token: int, max_len: int) -> list[tuple[list[int], int]]:
+    """lm-eval's rolling windows with a context of one token, made disjoint: a list of (ids,
+    n_context) whose scored parts cover ``tokens`` exactly once. The first window starts with
+    ``prefix_token``; each later one is preceded by the token before it."""
+    out: list[tuple[list[int], int]] = []
+    done = 0
+    while done < len(tokens):
+        n = min(max_len, len(tokens) - done)
+        ctx = [prefix_token] if done == 0 else [tokens[done - 1]]
+        out.append((ctx + list(tokens[done: done + n]), 1))
+        done += n
+    return out
+
+
+class EngineAdapter(Adapter):
+    """Answers requests with a loaded `LLM` (or loads one: ``EngineAdapter("model.gguf", threads=2)``).
+
+    ``share_prefix=False`` computes every request whole (the same numbers, slower: for measuring what
+    sharing buys). ``model_name`` is how results name the model (default: the path or preset given)."""
+
+    name = "engine"
+
+    def __init__(self, model: LLM | str | os.PathLike[str], *, share_prefix: bool = True,
+                 model_name: str | None = None, **llm_options: Any):
+        self.llm = model if isinstance(model, LLM) else LLM(model, **llm_options)
+        self.model_name = model_name or (str(model) if not isinstance(model, LLM) else str(self.llm.path))
+        self.share_prefix = share_prefix
+        self.precision = self.llm.activations
+        self.stats = {"prompt_tokens": 0, "computed_tokens": 0, "requests": 0}
+
+    def _count(self, before: dict[str, int], n_requests: int, n_tokens: int) -> None:
+        after = self.llm.engine.stats()
+        self.stats["requests"] += n_requests
+        self.stats["prompt_tokens"] += n_tokens
+        self.stats["computed_tokens"] += int(after["prefill_tokens"]) - int(before["prefill_tokens"])
+
+    def loglikelihood(self, reqs: Sequence[Loglikelihood]) -> list[LLAnswer]:
+        if not reqs:
+            return []
+        before = self.llm.engine.stats()
+        out = self.llm.loglikelihood([(r.context, r.continuation) for r in reqs], share_prefix=self.share_prefix)
+        tok = self.llm.tokenizer
+        n_tok = sum(len(tok.encode(r.context + r.continuation)) for r in reqs) if tok else 0
+        self._count(before, len(reqs), n_tok)
+        return [LLAnswer(lp, g) for lp, g in out]
+
+    def loglikelihood_rolling(self, reqs: Sequence[LoglikelihoodRolling]) -> list[RollingAnswer]:
+        tok = self.llm._tok()
+        start = tok.bos_id if tok.bos_id is not None else tok.eos_id
+        if start is None:
+            raise ValueError("loglikelihood_rolling needs a BOS or EOS token to start the first window")
+        flat: list[tuple[list[int], int]] = []
+        owner: list[int] = []
+        lengths = []
+        for i, r in enumerate(reqs):
+            ids = tok.encode(r.text, add_bos=False)
+            lengths.append(len(ids))
+            for w in rolling_windows(ids, start, self.llm.ctx):
+                flat.append(w)
+                owner.append(i)
+        before = self.llm.engine.stats()
+        scores = self.llm.score_tokens(flat, self.share_prefix) if flat else []
+        self._count(before, len(flat), sum(len(w) for w, _ in flat))
+        total = [0.0] * len(reqs)
+        for i, (lp, _) in zip(owner, scores):
+            total[i] += lp
+        return [RollingAnswer(t, n) for t, n in zip(total, lengths)]
+
+    def generate_until(self, reqs: Sequence[GenerateUntil]) -> list[Generation]:
+        out: list[Generation] = []
+        # One engine run per distinct set of parameters (all requests of a task share them).
+        params = [SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
+                                 seed=r.seed, max_tokens=r.max_tokens, stop=list(r.until), logprobs=r.logprobs)
+                  for r in reqs]
+        tok = self.llm._tok()
+        prompts = [tok.encode(tok.apply_chat_template(list(r.context), True)) if isinstance(r.context, tuple)
+                   else r.context for r in reqs]
+        if not reqs:
+            return out
+        done = self.llm.generate(prompts, params)
+        for r, c in zip(reqs, done):
+            top = None
+            if r.logprobs:
+                top = [{tok.decode([i], skip_special=False): v for i, v in d.items()} for d in c.top_logprobs or []]
+            out.append(Generation(c.text, c.finish_reason, len(c.token_ids), list(c.logprobs), top))
+        return out
+
+    def environment(self) -> dict[str, Any]:
+        from ..perf.bench import engine_environment, header
+
+        env = engine_environment(self.llm, self.model_name, self.share_prefix)
+        env["ctx"] = self.llm.ctx
+        return {**{k: v for k, v in header().items() if k != "schema_version"}, **env}

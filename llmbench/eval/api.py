@@ -1,0 +1,183 @@
+"""What tasks and models exchange: lm-evaluation-harness's three request kinds, their answers, and
+the two protocols the evaluation layer is built on.
+
+A `Task` turns documents into requests and scores the answers; an `Adapter` answers requests. No task
+knows which adapter runs it, so MMLU runs the same on llmbench's engine (`EngineAdapter`) and on any
+OpenAI-compatible server (`OpenAIAdapter`).
+
+- ``Loglikelihood(context, continuation)`` -> ``LLAnswer(logprob, greedy)``: the summed log-probability
+  of the continuation's tokens after the context, and whether each was the greedy choice.
+- ``LoglikelihoodRolling(text)`` -> ``RollingAnswer(logprob, n_tokens)``: the whole text's
+  log-probability, scored in windows of the model's context as lm-eval does.
+- ``GenerateUntil(context, until, ...)`` -> ``Generation``: text sampled until a stop string, EOS or
+  ``max_tokens``, with per-token log-probabilities when asked for.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Union
+
+
+@dataclass(frozen=True)
+class Loglikelihood:
+    context: str
+    continuation: str
+    kind: ClassVar[str] = "loglikelihood"
+
+
+@dataclass(frozen=True)
+class LoglikelihoodRolling:
+    text: str
+    kind: ClassVar[str] = "loglikelihood_rolling"
+
+
+@dataclass(frozen=True)
+class GenerateUntil:
+    """``context``: prompt text, or chat messages ([{"role", "content"}]) sent through the model's
+    chat template. Greedy by default, as lm-eval's generative tasks are."""
+
+    context: str | tuple[dict[str, str], ...]
+    until: tuple[str, ...] = ()
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    logprobs: int | None = None          # top-n log-probabilities per output token (0..20)
+    kind: ClassVar[str] = "generate_until"
+
+
+Request = Union[Loglikelihood, LoglikelihoodRolling, GenerateUntil]
+
+
+@dataclass
+class LLAnswer:
+    logprob: float
+    greedy: bool
+
+
+@dataclass
+class RollingAnswer:
+    logprob: float
+    n_tokens: int
+
+
+@dataclass
+class Generation:
+    text: str
+    finish_reason: str                                   # "stop", "length" or "abort"
+    n_tokens: int | None = None
+    token_logprobs: list[float] | None = None
+    top_logprobs: list[dict[str, float]] | None = None   # token text -> logprob, per output token
+
+
+Answer = Union[LLAnswer, RollingAnswer, Generation]
+
+
+def request_json(r: Request) -> dict[str, Any]:
+    """A request as a per-sample record holds it."""
+    d = asdict(r)
+    d["kind"] = r.kind
+    return d
+
+
+def answer_json(a: Answer) -> dict[str, Any]:
+    return asdict(a)
+
+
+class AdapterError(RuntimeError):
+    """An adapter could not answer (a server without echo/logprobs, every retry failed, ...): the
+    message says what to do."""
+
+
+class Adapter(ABC):
+    """Answers requests. ``answer`` takes a mixed list and returns the answers in the same order;
+    subclasses implement the three kinds, each over a list (so they can batch and share prefixes)."""
+
+    name: str = "?"
+    #: the activation precision of the numbers this adapter returns ("q8", "f32", "server", ...)
+    precision: str = "?"
+
+    def answer(self, reqs: Sequence[Request], progress: Callable[[int], None] | None = None) -> list[Answer]:
+        out: list[Answer | None] = [None] * len(reqs)
+        by_kind: dict[str, list[int]] = {}
+        for i, r in enumerate(reqs):
+            by_kind.setdefault(r.kind, []).append(i)
+        for kind, idx in by_kind.items():
+            fn = getattr(self, kind)
+            for i, a in zip(idx, fn([reqs[i] for i in idx])):
+                out[i] = a
+            if progress:
+                progress(len(idx))
+        return out  # type: ignore[return-value]
+
+    @abstractmethod
+    def loglikelihood(self, reqs: Sequence[Loglikelihood]) -> list[LLAnswer]: ...
+
+    @abstractmethod
+    def loglikelihood_rolling(self, reqs: Sequence[LoglikelihoodRolling]) -> list[RollingAnswer]: ...
+
+    @abstractmethod
+    def generate_until(self, reqs: Sequence[GenerateUntil]) -> list[Generation]: ...
+
+    @abstractmethod
+    def environment(self) -> dict[str, Any]:
+        """What produced the numbers: the `environment` block of results.json."""
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Doc:
+    """One document of a task: ``id`` is its stable index within the task (resume keys on
+    (subject, id)), ``subject`` the subtask it belongs to ("" when the task has none)."""
+
+    id: int
+    subject: str
+    data: dict[str, Any]
+
+
+@dataclass
+class Scored:
+    """A task's verdict on one document: metric values, and what the per-sample record shows."""
+
+    metrics: dict[str, float]
+    target: Any = None
+    pred: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """A task: documents, their requests, and how answers score. ``groups`` maps each subject to the
+    group it is aggregated in (lm-eval's), or is empty."""
+
+    name: str = "?"
+    version: str = "0"
+    #: metric name -> higher is better
+    metrics: ClassVar[dict[str, bool]] = {"acc": True}
+
+    @abstractmethod
+    def docs(self) -> list[Doc]: ...
+
+    @abstractmethod
+    def requests(self, doc: Doc) -> list[Request]: ...
+
+    @abstractmethod
+    def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored: ...
+
+    def prompt(self, doc: Doc) -> str:
+        """The prompt of a document as the sample record shows it."""
+        r = self.requests(doc)[0]
+        return r.context if isinstance(getattr(r, "context", None), str) else str(getattr(r, "text", r))
+
+    def groups(self) -> dict[str, str]:
+        return {}
+
+    def settings(self) -> dict[str, Any]:
+        """What the task was run with (shots, split, limit, ...), for results.json."""
+        return {}

@@ -1,0 +1,138 @@
+"""What an evaluation returns: per task, subject and group, each metric with its standard error;
+converts to JSON (``results.json``), a pandas DataFrame, a rich table and markdown.
+
+results.json:
+    schema_version, llmbench_version, commit, created
+    environment   what produced the numbers (the benchmarks' block: model file, sha256, weight types,
+                  backend, threads, activations, ... or the server's URL and model)
+    settings      the run's options (tasks, shots, limit, subjects, chunk, ...)
+    tasks         {task: {version, settings, timing, subjects, groups, metrics}}, each metric as
+                  {value, stderr, n} (groups and the task also macro, and a 95% Wilson interval)
+    precision_check   {task: flip rate, accuracy change with its interval, log-likelihood moves}
+    adapter_stats     the adapter's counters (engine: prompt tokens held vs computed; server: retries)
+Validated against `SCHEMA` in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+_ENTRY = {"type": "object", "required": ["value", "stderr", "n"],
+          "properties": {"value": {"type": ["number", "null"]}, "stderr": {"type": ["number", "null"]},
+                         "n": {"type": "integer", "minimum": 0}, "macro": {"type": ["number", "null"]},
+                         "ci95": {"type": ["array", "null"], "items": {"type": "number"}}}}
+_METRICS = {"type": "object", "additionalProperties": _ENTRY}
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "llmbench eval results",
+    "type": "object",
+    "required": ["schema_version", "llmbench_version", "created", "environment", "settings", "tasks"],
+    "properties": {
+        "schema_version": {"const": 1},
+        "llmbench_version": {"type": "string"},
+        "commit": {"type": ["string", "null"]},
+        "created": {"type": "string"},
+        "environment": {"type": "object", "required": ["backend", "model"]},
+        "settings": {"type": "object"},
+        "tasks": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["version", "settings", "timing", "subjects", "groups", "metrics"],
+            "properties": {"version": {"type": "string"}, "settings": {"type": "object"},
+                           "timing": {"type": "object", "required": ["wall_s", "docs_computed", "docs_resumed"]},
+                           "subjects": {"type": "object", "additionalProperties": _METRICS},
+                           "groups": {"type": "object", "additionalProperties": _METRICS},
+                           "metrics": _METRICS}}},
+        "precision_check": {"type": "object"},
+        "adapter_stats": {"type": "object"},
+    },
+}
+
+
+@dataclass
+class TaskResult:
+    name: str
+    version: str
+    settings: dict[str, Any]
+    aggregate: dict[str, Any]          # metrics.aggregate's output
+    records: list[dict[str, Any]] = field(repr=False)
+    timing: dict[str, Any] = field(default_factory=dict)
+
+    def metric(self, name: str = "acc") -> float | None:
+        return self.aggregate["metrics"][name]["value"]
+
+    def to_json(self) -> dict[str, Any]:
+        a = self.aggregate
+        return {"version": self.version, "settings": self.settings, "timing": self.timing,
+                "subjects": a["subjects"], "groups": a["groups"], "metrics": a["metrics"]}
+
+
+@dataclass
+class EvalResults:
+    """Returned by `llmbench.evaluate`: ``results["mmlu"].metric("acc")``, ``results.to_dataframe()``."""
+
+    header: dict[str, Any]
+    environment: dict[str, Any]
+    settings: dict[str, Any]
+    tasks: dict[str, TaskResult]
+    precision_check: dict[str, Any] = field(default_factory=dict)
+    adapter_stats: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)    # perplexity / KLD results, by name
+
+    def __getitem__(self, task: str) -> TaskResult:
+        return self.tasks[task]
+
+    def to_json(self) -> dict[str, Any]:
+        out = {**self.header, "environment": self.environment, "settings": self.settings,
+               "tasks": {k: t.to_json() for k, t in self.tasks.items()}}
+        if self.precision_check:
+            out["precision_check"] = self.precision_check
+        if self.adapter_stats:
+            out["adapter_stats"] = self.adapter_stats
+        out.update(self.extra)
+        return out
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per (task, level, name, metric): level is "task", "group" or "subject"."""
+        out = []
+        for tname, t in self.tasks.items():
+            a = t.aggregate
+            levels = [("task", {tname: a["metrics"]}), ("group", a["groups"]), ("subject", a["subjects"])]
+            for level, entries in levels:
+                for name, metrics in entries.items():
+                    for m, e in metrics.items():
+                        out.append({"task": tname, "level": level, "name": name, "metric": m, "value": e["value"],
+                                    "stderr": e["stderr"], "n": e["n"], "macro": e.get("macro")})
+        return out
+
+    def to_dataframe(self):
+        """A pandas DataFrame of `rows` (pandas is imported here, only when asked for)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    def markdown(self, subjects: bool = False) -> str:
+        lines = ["| task | group / subject | metric | value | ± stderr | n |", "|---|---|---|---|---|---|"]
+        for r in self.rows():
+            if r["level"] == "subject" and not subjects:
+                continue
+            name = "" if r["level"] == "task" else ("  " if r["level"] == "subject" else "") + r["name"]
+            se = f"{r['stderr']:.4f}" if r["stderr"] is not None else "-"
+            val = f"{r['value']:.4f}" if r["value"] is not None else "-"
+            lines.append(f"| {r['task']} | {name} | {r['metric']} | {val} | {se} | {r['n']} |")
+        return "\n".join(lines)
+
+    def table(self, subjects: bool = False):
+        """A rich Table of the results (groups always, subjects when asked)."""
+        from rich.table import Table
+
+        t = Table(title="llmbench eval", show_lines=False)
+        for c in ("task", "group / subject", "metric", "value", "± stderr", "n"):
+            t.add_column(c, justify="right" if c in ("value", "± stderr", "n") else "left")
+        for r in self.rows():
+            if r["level"] == "subject" and not subjects:
+                continue
+            name = "" if r["level"] == "task" else ("  " if r["level"] == "subject" else " ") + r["name"]
+            t.add_row(r["task"] if r["level"] == "task" else "", name, r["metric"],
+                      f"{r['value']:.4f}" if r["value"] is not None else "-",
+                      f"{r['stderr']:.4f}" if r["stderr"] is not None else "-", str(r["n"]))
+        return t

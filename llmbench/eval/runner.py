@@ -1,0 +1,155 @@
+"""The evaluation runner: tasks' documents to requests, requests to an adapter, answers back to the
+tasks, scores to per-sample records and aggregated results.
+
+Documents run a subject at a time, in chunks of up to ``chunk`` documents whose requests go to the
+adapter together, so the engine shares their prefixes and batches them. After each chunk its
+per-sample records are appended to ``DIR/samples_TASK.jsonl`` and flushed. ``resume=DIR`` reads
+those records back (a last line cut by a kill is dropped and recomputed), runs only the documents not
+there, and aggregates old and new records as one run would: same final numbers.
+
+``DIR/run.json`` holds the run's settings (written first, so an interrupted run can be resumed from
+its folder alone) and ``DIR/results.json`` the results (schema: `llmbench.eval.results`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import LLMBenchError
+from .api import Adapter, Doc, Loglikelihood, Task, answer_json, request_json
+from .metrics import aggregate, mean_stderr
+from .results import EvalResults, TaskResult
+
+SAMPLES = "samples_{}.jsonl"
+
+
+def read_samples(path: Path) -> list[dict[str, Any]]:
+    """Records of a samples file; a last line without its newline (cut by a kill) is dropped, and the
+    file truncated to the whole lines before it so appending goes on cleanly."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    keep = raw[: raw.rfind(b"\n") + 1]
+    if len(keep) != len(raw):
+        with open(path, "r+b") as f:
+            f.truncate(len(keep))
+    out = []
+    for i, line in enumerate(keep.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError as e:
+            raise LLMBenchError(f"{path}:{i}: not a JSON record ({e}); remove the line or the file to "
+                                "recompute it") from e
+    return out
+
+
+def _record(task: Task, doc: Doc, reqs, answers, scored, precision: str) -> dict[str, Any]:
+    prompt = task.prompt(doc)
+    rq = []
+    for r in reqs:
+        d = request_json(r)
+        if d.get("context") == prompt:   # the prompt is stored once per record, not once per request
+            del d["context"]
+        rq.append(d)
+    return {"task": task.name, "subject": doc.subject, "doc_id": doc.id, "prompt": prompt, "requests": rq,
+            "answers": [answer_json(a) for a in answers], "target": scored.target, "pred": scored.pred,
+            "metrics": scored.metrics, "precision": precision, **scored.extra}
+
+
+def _chunks(docs: list[Doc], size: int) -> list[list[Doc]]:
+    out: list[list[Doc]] = []
+    for d in docs:
+        if out and out[-1][0].subject == d.subject and len(out[-1]) < size:
+            out[-1].append(d)
+        else:
+            out.append([d])
+    return out
+
+
+def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int = 256, resume: bool = False,
+             on_docs: Callable[[int], None] | None = None) -> TaskResult:
+    """Run one task; records go to ``out_dir`` (when given) as each chunk finishes."""
+    docs = task.docs()
+    path = out_dir / SAMPLES.format(task.name) if out_dir else None
+    old: dict[tuple[str, int], dict[str, Any]] = {}
+    if path is not None and resume:
+        wanted = {(d.subject, d.id) for d in docs}
+        for r in read_samples(path):
+            if (r.get("subject"), r.get("doc_id")) in wanted:
+                old[(r["subject"], r["doc_id"])] = r
+    elif path is not None and path.exists():
+        path.unlink()
+    todo = [d for d in docs if (d.subject, d.id) not in old]
+    if on_docs and old:
+        on_docs(len(old))
+    new: dict[tuple[str, int], dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    f = open(path, "a", encoding="utf-8") if path is not None else None
+    try:
+        for group in _chunks(todo, chunk):
+            per_doc = [task.requests(d) for d in group]
+            flat = [r for rs in per_doc for r in rs]
+            answers = adapter.answer(flat)
+            k = 0
+            for d, rs in zip(group, per_doc):
+                rec = _record(task, d, rs, answers[k: k + len(rs)], task.score(d, answers[k: k + len(rs)]),
+                              adapter.precision)
+                k += len(rs)
+                new[(d.subject, d.id)] = rec
+                if f is not None:
+                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            if f is not None:
+                f.flush()
+                os.fsync(f.fileno())
+            if on_docs:
+                on_docs(len(group))
+    finally:
+        if f is not None:
+            f.close()
+    wall = time.perf_counter() - t0
+    records = [old.get((d.subject, d.id)) or new[(d.subject, d.id)] for d in docs]
+    agg = aggregate(records, list(task.metrics), task.groups(), task.name)
+    return TaskResult(task.name, task.version, task.settings(), agg, records,
+                      {"wall_s": wall, "docs_computed": len(todo), "docs_resumed": len(old),
+                       "docs_per_s": len(todo) / wall if wall > 0 and todo else None,
+                       "requests": sum(len(r["requests"]) for r in records)})
+
+
+def precision_check(task: Task, records: Sequence[dict[str, Any]], reference: Adapter, n: int,
+                    seed: int = 0) -> dict[str, Any] | None:
+    """Re-score ``n`` random documents of a log-likelihood task with ``reference`` (the engine with f32
+    activations) and compare with the records: how often the chosen answer flips, how accuracy moves
+    (paired, with its standard error and a 95% interval), how far log-likelihoods move."""
+    docs = [d for d in task.docs()]
+    if not docs or not isinstance(task.requests(docs[0])[0], Loglikelihood):
+        return None
+    by_key = {(r["subject"], r["doc_id"]): r for r in records}
+    pick = random.Random(seed).sample(docs, min(n, len(docs)))
+    pick.sort(key=lambda d: (list(task.subjects).index(d.subject) if hasattr(task, "subjects") else 0, d.id))
+    per_doc = [task.requests(d) for d in pick]
+    answers = reference.answer([r for rs in per_doc for r in rs])
+    flips, deltas, diffs = 0, [], []
+    k = 0
+    for d, rs in zip(pick, per_doc):
+        ans = answers[k: k + len(rs)]
+        k += len(rs)
+        ref = task.score(d, ans)
+        rec = by_key[(d.subject, d.id)]
+        flips += ref.pred != rec["pred"]
+        deltas.append(ref.metrics["acc"] - rec["metrics"]["acc"])
+        diffs += [abs(a.logprob - b["logprob"]) for a, b in zip(ans, rec["answers"])]
+    m = len(pick)
+    d_mean = sum(deltas) / m
+    se = mean_stderr(deltas) or 0.0
+    return {"docs": m, "reference": reference.precision, "flip_rate": flips / m, "flips": flips,
+            "acc_change": d_mean, "acc_change_stderr": se,
+            "acc_change_ci95": [d_mean - 1.96 * se, d_mean + 1.96 * se],
+            "max_abs_logprob_diff": max(diffs), "mean_abs_logprob_diff": sum(diffs) / len(diffs)}

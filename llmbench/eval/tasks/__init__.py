@@ -1,0 +1,1 @@
+"""The evaluation tasks, by name (see `TASKS` in llmbench.eval.registry)."""

@@ -1,0 +1,94 @@
+"""MMLU (Hendrycks et al.) as lm-evaluation-harness's ``mmlu`` task (default template, version 1.0).
+
+Prompt: "The following are multiple choice questions (with answers) about {subject with spaces}.\n\n",
+then the first ``shots`` dev questions with their answers, then the test question::
+
+    {question.strip()}
+    A. {choices[0]}
+    B. {choices[1]}
+    C. {choices[2]}
+    D. {choices[3]}
+    Answer:
+
+scored by the log-likelihood of " A" .. " D" (``acc``). Subjects aggregate into lm-eval's four groups
+(``GROUPS``: stem, humanities, social sciences, other; note lm-eval puts anatomy in stem, unlike the
+authors' categories.py) and the groups into ``mmlu``, each weighted by question count.
+
+Data: the authors' CSV layout (``mmlu/dev/{subject}_dev.csv``, ``mmlu/test/{subject}_test.csv``, no
+header: question, A, B, C, D, answer letter) or the Hugging Face ``cais/mmlu`` layout
+(``mmlu/{subject}/dev-*.parquet``, ``test-*.parquet``: question, choices, answer index).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from .. import data
+from .choice import LETTERS, LetterChoiceTask, Question, Subject
+
+# lm-eval's lm_eval/tasks/mmlu/default/mmlu_{subject}.yaml tags: subject -> group.
+GROUPS = {"abstract_algebra": "stem", "anatomy": "stem", "astronomy": "stem", "business_ethics": "other", "clinical_knowledge": "other", "college_biology": "stem", "college_chemistry": "stem", "college_computer_science": "stem", "college_mathematics": "stem", "college_medicine": "other", "college_physics": "stem", "computer_security": "stem", "conceptual_physics": "stem", "econometrics": "social_sciences", "electrical_engineering": "stem", "elementary_mathematics": "stem", "formal_logic": "humanities", "global_facts": "other", "high_school_biology": "stem", "high_school_chemistry": "stem", "high_school_computer_science": "stem", "high_school_european_history": "humanities", "high_school_geography": "social_sciences", "high_school_government_and_politics": "social_sciences", "high_school_macroeconomics": "social_sciences", "high_school_mathematics": "stem", "high_school_microeconomics": "social_sciences", "high_school_physics": "stem", "high_school_psychology": "social_sciences", "high_school_statistics": "stem", "high_school_us_history": "humanities", "high_school_world_history": "humanities", "human_aging": "other", "human_sexuality": "social_sciences", "international_law": "humanities", "jurisprudence": "humanities", "logical_fallacies": "humanities", "machine_learning": "stem", "management": "other", "marketing": "other", "medical_genetics": "other", "miscellaneous": "other", "moral_disputes": "humanities", "moral_scenarios": "humanities", "nutrition": "other", "philosophy": "humanities", "prehistory": "humanities", "professional_accounting": "other", "professional_law": "humanities", "professional_medicine": "other", "professional_psychology": "social_sciences", "public_relations": "social_sciences", "security_studies": "social_sciences", "sociology": "social_sciences", "us_foreign_policy": "social_sciences", "virology": "other", "world_religions": "humanities"}
+
+GROUP_NAMES = {"stem": "stem", "humanities": "humanities", "social_sciences": "social sciences", "other": "other"}
+
+
+def _csv_questions(path: Path) -> list[Question]:
+    out = []
+    for row in data.read_csv(path, header=False):
+        if len(row) != 6 or row[5].strip() not in LETTERS:
+            raise data.LLMBenchError(f"{path}: expected rows of question,A,B,C,D,answer letter; got {row[:6]!r}")
+        out.append(Question(row[0], row[1:5], LETTERS.index(row[5].strip())))
+    return out
+
+
+def _parquet_questions(folder: Path, split: str) -> list[Question]:
+    files = sorted(folder.glob(f"{split}-*.parquet"))
+    rows = [r for f in files for r in data.read_parquet(f)]
+    return [Question(r["question"], [str(c) for c in r["choices"]], int(r["answer"])) for r in rows]
+
+
+def load_subject(root: Path, subject: str) -> Subject:
+    if (root / "test" / f"{subject}_test.csv").exists():
+        return Subject(subject, _csv_questions(root / "dev" / f"{subject}_dev.csv"),
+                       _csv_questions(root / "test" / f"{subject}_test.csv"))
+    if (root / subject).is_dir():
+        return Subject(subject, _parquet_questions(root / subject, "dev"), _parquet_questions(root / subject, "test"))
+    raise data.DataNotFoundError(f"{root}: no MMLU files for {subject} (expected test/{subject}_test.csv "
+                                 f"or {subject}/test-*.parquet)")
+
+
+def parse_subjects(subjects: Sequence[str] | None, known: dict[str, str], task: str) -> list[str]:
+    """Subjects to run: all of them, or those named (a group name stands for its subjects)."""
+    if not subjects:
+        return list(known)
+    out: list[str] = []
+    for s in subjects:
+        s = s.strip()
+        members = [k for k, g in known.items() if g == s]
+        if s in known:
+            out.append(s)
+        elif members:
+            out += members
+        else:
+            raise ValueError(f"{task}: unknown subject {s!r} (subjects: {', '.join(known)}; "
+                             f"groups: {', '.join(sorted(set(known.values())))})")
+    return list(dict.fromkeys(out))
+
+
+class MMLU(LetterChoiceTask):
+    name = "mmlu"
+    version = "1.0"
+
+    def __init__(self, shots: int = 5, limit: int | None = None, subjects: Sequence[str] | None = None,
+                 data_dir: str | os.PathLike[str] | None = None):
+        root = data.find("mmlu", data_dir)
+        super().__init__([load_subject(root, s) for s in parse_subjects(subjects, GROUPS, "mmlu")], shots, limit)
+        self.root = root
+
+    def description(self, subject: str) -> str:
+        return f"The following are multiple choice questions (with answers) about {' '.join(subject.split('_'))}.\n\n"
+
+    def groups(self) -> dict[str, str]:
+        return {s: GROUP_NAMES[GROUPS[s]] for s in self.subjects}
