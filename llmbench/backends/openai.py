@@ -17,7 +17,12 @@ One request = one POST to /v1/completions or /v1/chat/completions with ``stream:
 Nothing a server does (HTTP error, dropped connection, malformed event, error event, timeout) raises:
 it lands in ``error`` with a message, and the timings gathered so far are kept.
 
-Tested against a real local HTTP server in tests/test_openai_backend.py (tests/sse_server.py).
+``OpenAIClient.complete`` (one non-streaming request, its JSON answer) and ``get_json`` (GET /v1/models)
+serve the evaluation adapter (llmbench/eval/openai_adapter.py): they raise `ServerError`, which says
+whether sending the request again may help (5xx, 429, no response) or not (any other 4xx).
+
+Tested against a real local HTTP server in tests/test_openai_backend.py (tests/sse_server.py); the
+non-streaming calls in tests/test_eval_openai.py (tests/eval_server.py).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any, Literal
 
 import httpx
 
-__all__ = ["OpenAIClient", "RequestResult", "SSEParser"]
+__all__ = ["OpenAIClient", "RequestResult", "SSEParser", "ServerError"]
 
 
 @dataclass
@@ -125,13 +130,18 @@ class SSEParser:
 
 # ---- client ----
 
-def _endpoint(base_url: str, api: str) -> str:
+def _api_base(base_url: str) -> str:
+    """The server's API root, ending in /v1, from a URL with or without /v1 or an endpoint path."""
     url = base_url.rstrip("/")
     for suffix in ("/chat/completions", "/completions"):
         url = url.removesuffix(suffix)
     if not url.endswith("/v1"):
         url += "/v1"
-    return url + ("/chat/completions" if api == "chat" else "/completions")
+    return url
+
+
+def _endpoint(base_url: str, api: str) -> str:
+    return _api_base(base_url) + ("/chat/completions" if api == "chat" else "/completions")
 
 
 def _error_message(body: bytes) -> str:
@@ -144,6 +154,31 @@ def _error_message(body: bytes) -> str:
         return str(err)
     except ValueError:
         return text[:500]
+
+
+class ServerError(Exception):
+    """A non-streaming request got no usable answer. ``status`` is the HTTP status, None when no
+    response came (dropped connection, timeout, refused connection); ``message`` the server's own
+    words where it gave any; ``retry_after`` the seconds a 429/503 asked to wait, if it said."""
+
+    def __init__(self, url: str, message: str, status: int | None = None, reason: str = "",
+                 retry_after: float | None = None) -> None:
+        self.url, self.message, self.status, self.reason = url, message, status, reason
+        self.retry_after = retry_after
+        head = f"HTTP {status} {reason}".rstrip() if status is not None else "no response"
+        super().__init__(f"{url}: {head}: {message}")
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same request may succeed later: 5xx, 429 or no response at all."""
+        return self.status is None or self.status == 429 or self.status >= 500
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:                          # an HTTP date: not worth parsing for a short backoff
+        return None
 
 
 class OpenAIClient:
@@ -236,6 +271,54 @@ class OpenAIClient:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         return body
+
+    @property
+    def api_base(self) -> str:
+        """The server's API root (``.../v1``)."""
+        return self.url.removesuffix("/chat/completions").removesuffix("/completions")
+
+    async def complete(self, body: dict[str, Any], *, api: Literal["completions", "chat"] | None = None
+                       ) -> dict[str, Any]:
+        """POST ``body`` as is (non-streaming) to /v1/completions or /v1/chat/completions (``api``,
+        default the client's) and return the answer's JSON. Raises `ServerError` for an HTTP error,
+        an error object in the answer, a body that is not JSON, a dropped connection or a timeout
+        (``timeout`` bounds the whole request)."""
+        url = _endpoint(self.api_base, api or self.api)
+        return await self._request("POST", url, {**body, "stream": False})
+
+    async def get_json(self, path: str) -> dict[str, Any]:
+        """GET ``path`` under the API root (``"/models"``) and return its JSON; raises `ServerError`."""
+        return await self._request("GET", self.api_base + "/" + path.lstrip("/"), None)
+
+    async def _request(self, method: str, url: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        headers = {**self.headers, "Accept": "application/json"}
+        try:
+            resp = await asyncio.wait_for(self._client.request(method, url, json=body, headers=headers),
+                                          self.timeout)
+        except (asyncio.TimeoutError, httpx.TimeoutException) as e:
+            raise ServerError(url, f"timed out after {self.timeout:g} s ({type(e).__name__})") from None
+        except httpx.ConnectError as e:
+            raise ServerError(url, f"cannot connect ({e}); is the server running?") from None
+        except httpx.TransportError as e:      # dropped mid-answer, reset, protocol error
+            raise ServerError(url, f"connection dropped before a complete answer ({type(e).__name__}: {e})") from None
+        if resp.status_code != 200:
+            raise ServerError(url, _error_message(resp.content), resp.status_code, resp.reason_phrase,
+                              _retry_after(resp.headers.get("retry-after")))
+        try:
+            obj = resp.json()
+        except ValueError:
+            raise ServerError(url, f"the answer is not JSON: {resp.text[:200]!r}", 200, "OK") from None
+        if not isinstance(obj, dict):
+            raise ServerError(url, f"the answer is not a JSON object: {resp.text[:200]!r}", 200, "OK")
+        err = obj.get("error")
+        if err and "choices" not in obj and "data" not in obj:
+            # some servers answer 200 with an error object: its code, when an HTTP status, decides
+            # retries; any other is taken as final (status 200 is not retryable)
+            code = err.get("code") if isinstance(err, dict) else None
+            status = code if isinstance(code, int) and 400 <= code < 600 else 200
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise ServerError(url, f"error in a 200 answer: {msg}", status, "(in body)")
+        return obj
 
     async def send(
         self,
