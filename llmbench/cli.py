@@ -464,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--json", action="store_true", help="print JSON")
     mb.set_defaults(func=cmd_membw)
     _add_model_commands(sub)
+    from .eval.cli import add_parser as add_eval
+
+    add_eval(sub)
     return p
 
 

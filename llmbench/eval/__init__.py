@@ -173,6 +173,7 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         if n in TEXT_TASKS:
             results.extra[n] = _text_task(n, adapter, base_model, text, data_dir, ctx or 512, max_chunks, llm_options)
     results.adapter_stats = dict(getattr(adapter, "stats", {}))
+    results.environment = adapter.environment()   # again: a server adapter's counters are final now
     results.header["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     if out_dir is not None:
         tmp = out_dir / "results.json.tmp"

@@ -1,7 +1,8 @@
 """Where evaluation data lives, and readers for the formats it comes in.
 
-A data set named ``mmlu`` is looked for in this order: the ``data_dir`` argument (``--data-dir``),
-``$LLMBENCH_DATA``, then ``../shared/data`` beside the current directory and beside this checkout.
+A data set named ``mmlu`` is looked for in the ``data_dir`` argument (``--data-dir``) when it is given,
+and only there; otherwise in ``$LLMBENCH_DATA``, then ``../shared/data`` beside the current directory
+and beside this checkout.
 Each holds one folder per set, in its original layout (MMLU's CSV files, C-Eval's and CMMLU's CSV
 with a header, GSM8K's JSON lines) or in the Hugging Face layout (``cais/mmlu``'s parquet files).
 Nothing is downloaded: a missing set raises `DataNotFoundError` saying where it looked and how to
@@ -36,9 +37,9 @@ class DataNotFoundError(LLMBenchError, FileNotFoundError):
 
 
 def search_roots(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
-    roots: list[Path] = []
     if data_dir is not None:
-        roots.append(Path(data_dir))
+        return [Path(data_dir)]
+    roots: list[Path] = []
     if os.environ.get("LLMBENCH_DATA"):
         roots.append(Path(os.environ["LLMBENCH_DATA"]))
     roots += [Path.cwd().parent / "shared" / "data", _CHECKOUT.parent / "shared" / "data"]

@@ -88,7 +88,8 @@ def aggregate(records: Sequence[dict[str, Any]], metrics: Sequence[str], groups:
             if subjects else None
         vals = [e[m]["value"] * e[m]["n"] for e in subjects.values() if e[m]["n"]]
         n = top[m]["n"]
-        top[m]["ci95"] = wilson(sum(vals), n) if n and _is_proportion(records, m) else None
+        ci = wilson(sum(vals), n) if n and _is_proportion(records, m) else None
+        top[m]["ci95"] = list(ci) if ci else None
     return {"task": task, "subjects": subjects, "groups": group_res, "metrics": top}
 
 
