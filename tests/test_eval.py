@@ -261,3 +261,27 @@ def test_cli_eval_and_errors(stories_path, mmlu_data, tmp_path):
         r = subprocess.run(_eval_cmd(*args), cwd=ROOT, capture_output=True, text=True, timeout=60,
                            env={**os.environ, "LLMBENCH_DATA": str(tmp_path / "none")})
         assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+# ---- the same task through a server ----
+
+def test_mmlu_through_an_openai_server(mmlu_data, tmp_path):
+    """The runner and MMLU do not know which adapter answers: through the test server (whose table
+    gives every answer letter -1.0, so each question ties and picks A) the records hold the server's
+    sums, and the CLI reports a server without prompt log-probabilities in one line."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from eval_server import MODEL, EvalServer
+
+    with EvalServer() as srv:
+        res = evaluate(MODEL, "mmlu", backend="openai", base_url=srv.base_url, shots=1, limit=2,
+                       subjects=["virology"], data_dir=mmlu_data, out=tmp_path)
+        recs = res["mmlu"].records
+        assert len(recs) == 2 and all(r["precision"] == "server" for r in recs)
+        assert all(a["logprob"] == -1.0 for r in recs for a in r["answers"])   # " A" .. " D": one token each
+        assert all(r["pred"] == "A" for r in recs)                           # a tie goes to the first letter
+        assert res.environment["backend"] == "openai" and res.environment["requests"] >= 8
+        srv.echo = "reject"
+        r = subprocess.run(_eval_cmd("mmlu", "--backend", "openai", "--base-url", srv.base_url, "--model", MODEL,
+                                     "--subjects", "virology", "--limit", "1", "--data-dir", str(mmlu_data)),
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "prompt log-probabilities" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -200,10 +200,13 @@ def test_missing_data_says_where_it_looked(tmp_path, monkeypatch, cls, name):
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
     with pytest.raises(data.DataNotFoundError) as e:
-        cls(data_dir=tmp_path / "given")
+        cls(data_dir=tmp_path / "given")            # a folder given is the only place looked in
     msg = str(e.value)
-    assert str(tmp_path / "given" / name) in msg and str(tmp_path / "shared" / "data" / name) in msg
+    assert str(tmp_path / "given" / name) in msg and str(tmp_path / "shared" / "data" / name) not in msg
     assert "--data-dir" in msg
+    with pytest.raises(data.DataNotFoundError) as e:
+        cls()
+    assert str(tmp_path / "shared" / "data" / name) in str(e.value)
 
 
 @pytest.mark.parametrize("cls, name, subject, missing", [

@@ -98,7 +98,7 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
              out: str | os.PathLike[str] | None = None, resume: bool = False, backend: str = "engine",
              base_url: str | None = None, api_key: str | None = None, threads: int | None = None,
              ctx: int | None = None, activations: str = "q8", share_prefix: bool = True,
-             precision_check: int = 0, chunk: int = 256, seed: int = 0,
+             precision_check: int | None = None, chunk: int = 256, seed: int = 0,
              base_model: str | None = None, text: str | os.PathLike[str] | None = None, max_chunks: int | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> EvalResults:
     """Run ``tasks`` (a name, comma-separated names or a list) on ``model`` and return the results.
@@ -108,7 +108,8 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     ``shots`` (default: each task's, 5 for MMLU, C-Eval and CMMLU), ``limit`` documents per subject,
     ``subjects`` names or groups. ``out``: a folder for per-sample records and results.json;
     ``resume=True`` continues the run in ``out``. ``precision_check=N`` re-scores N random documents of
-    each log-likelihood task with f32 activations (engine only). ``share_prefix=False`` computes every
+    each log-likelihood task with f32 activations (engine only); by default (None) 100 when the engine
+    runs a model with quantized matrices on 8-bit activations, where the rounding can flip answers. ``share_prefix=False`` computes every
     request whole (for measuring what sharing buys). ``perplexity``/``kld`` take ``text`` (default
     WikiText-2), ``ctx`` (default 512) and, for ``kld``, ``base_model``.
     ``progress(task, done, total)`` is called as documents finish."""
@@ -121,7 +122,7 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     for n in names:
         if n not in TASKS and n not in TEXT_TASKS:
             raise ValueError(f"unknown task {n!r} (tasks: {', '.join(task_names())})")
-    if precision_check < 0:
+    if precision_check is not None and precision_check < 0:
         raise ValueError(f"precision_check must be >= 0, got {precision_check}")
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
@@ -138,6 +139,8 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         llm_options["ctx"] = ctx
     adapter = make_adapter(model, backend=backend, base_url=base_url, api_key=api_key,
                            share_prefix=share_prefix, **llm_options)
+    if precision_check is None:
+        precision_check = AUTO_CHECK if _rounds_activations(adapter) else 0
     from ..perf.bench import header
 
     settings = {"tasks": names, "shots": shots, "limit": limit, "subjects": list(subjects) if subjects else None,
@@ -182,6 +185,21 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     return results
 
 
+# Documents the precision check re-scores by default: a flip rate of 5% is then known to about +-2%,
+# for the cost of about 3% of a full MMLU run's time.
+AUTO_CHECK = 100
+_FLOAT_TYPES = {"F32", "F16", "BF16"}
+
+
+def _rounds_activations(adapter: Adapter) -> bool:
+    """Whether the engine quantizes activations against some matrix of this model (q8 mode and a
+    quantized matrix)."""
+    llm = getattr(adapter, "llm", None)
+    if llm is None or llm.activations != "q8":
+        return False
+    return any(t.type not in _FLOAT_TYPES and len(t.shape) == 2 for t in llm.file.tensors.values())
+
+
 _TWINS: dict[int, Adapter] = {}
 
 
@@ -197,7 +215,7 @@ def _f32_twin(adapter: Adapter) -> Adapter:
     if key not in _TWINS:
         _TWINS.clear()
         _TWINS[key] = EngineAdapter(LLM(llm.path, threads=llm.threads, ctx=llm.ctx, kv_dtype=llm.kv_dtype,
-                                        activations="f32", max_seqs=llm.max_seqs))
+                                        activations="f32", max_seqs=16))
     return _TWINS[key]
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Union
 
+from .. import LLMBenchError
+
 
 @dataclass(frozen=True)
 class Loglikelihood:
@@ -89,7 +91,7 @@ def answer_json(a: Answer) -> dict[str, Any]:
     return asdict(a)
 
 
-class AdapterError(RuntimeError):
+class AdapterError(LLMBenchError, RuntimeError):
     """An adapter could not answer (a server without echo/logprobs, every retry failed, ...): the
     message says what to do."""
 
