@@ -31,12 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llamacpp_scorer import score_in_subprocess  # noqa: E402
+from llamacpp_scorer import score_in_subprocess
 
-from llmbench import LLM  # noqa: E402
-from llmbench.eval import make_task  # noqa: E402
-from llmbench.eval.adapters import EngineAdapter  # noqa: E402
-from llmbench.info import cpu_model  # noqa: E402
+from llmbench import LLM
+from llmbench.eval import make_task
+from llmbench.eval.adapters import EngineAdapter
+from llmbench.info import cpu_model
 
 SUBJECTS = ("abstract_algebra", "high_school_biology", "high_school_geography", "philosophy",
             "professional_law", "virology", "marketing", "college_physics")

@@ -15,7 +15,6 @@ import time
 import jsonschema
 import numpy as np
 import pytest
-
 from conftest import ROOT, SHARED
 
 from llmbench import LLM
@@ -150,7 +149,7 @@ def test_loglikelihood_rolling_matches_logits(llm):
     ids = llm.tokenize(text, add_bos=False)
     ad = EngineAdapter(llm)
     got = ad.answer([LoglikelihoodRolling(text)])[0]
-    full = [llm.tokenizer.bos_id] + ids
+    full = [llm.tokenizer.bos_id, *ids]
     lg = llm.logits(full).astype(np.float64)
     lp = lg - np.log(np.exp(lg - lg.max(1, keepdims=True)).sum(1, keepdims=True)) - lg.max(1, keepdims=True)
     want = sum(lp[i, full[i + 1]] for i in range(len(ids)))
@@ -223,8 +222,8 @@ def test_resume_after_kill(stories_path, mmlu_data, tmp_path):
     assert 2 <= n_before < 18, "the run should have been killed part way"
     with open(samples, "ab") as f:                         # a record cut by the kill
         f.write(b'{"task": "mmlu", "subject": "virol')
-    r = subprocess.run(_eval_cmd("--resume", str(out), "--chunk", "2", "--json"), env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(_eval_cmd("--resume", str(out), "--chunk", "2", "--json"), env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     t = doc["tasks"]["mmlu"]
@@ -240,7 +239,7 @@ def test_resume_after_kill(stories_path, mmlu_data, tmp_path):
 
 def test_resume_refuses_other_settings(stories_path, mmlu_data, tmp_path):
     evaluate(stories_path, "mmlu", shots=1, limit=1, subjects=["virology"], data_dir=mmlu_data, threads=2, out=tmp_path)
-    with pytest.raises(Exception, match="other settings.*shots"):
+    with pytest.raises(Exception, match=r"other settings.*shots"):
         evaluate(stories_path, "mmlu", shots=0, limit=1, subjects=["virology"], data_dir=mmlu_data, threads=2,
                  out=tmp_path, resume=True)
 

@@ -256,7 +256,7 @@ def test_stories260k_answers_two_docs(data_dir, stories_path, cls, subject):
     answers = [LLAnswer(lp, greedy) for lp, greedy in out]
     for k, d in enumerate(docs):
         s = t.score(d, answers[4 * k: 4 * k + 4])
-        lls = s.extra["loglikelihoods"]
+        lls = [a.logprob for a in answers[4 * k: 4 * k + 4]]
         assert len(lls) == 4 and all(math.isfinite(x) and x < 0 for x in lls)
         assert s.pred == "ABCD"[lls.index(max(lls))]
         assert s.metrics["acc"] in (0.0, 1.0) and s.metrics["acc_norm"] == s.metrics["acc"]

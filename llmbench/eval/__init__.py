@@ -109,7 +109,8 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     ``subjects`` names or groups. ``out``: a folder for per-sample records and results.json;
     ``resume=True`` continues the run in ``out``. ``precision_check=N`` re-scores N random documents of
     each log-likelihood task with f32 activations (engine only); by default (None) 100 when the engine
-    runs a model with quantized matrices on 8-bit activations, where the rounding can flip answers. ``share_prefix=False`` computes every
+    runs a model with quantized matrices on 8-bit activations, where the rounding can flip answers.
+    ``share_prefix=False`` computes every
     request whole (for measuring what sharing buys). ``perplexity``/``kld`` take ``text`` (default
     WikiText-2), ``ctx`` (default 512) and, for ``kld``, ``base_model``.
     ``progress(task, done, total)`` is called as documents finish."""

@@ -24,8 +24,8 @@ from typing import Any
 from ..llm import LLM, SamplingParams
 from .api import (
     Adapter,
-    Generation,
     GenerateUntil,
+    Generation,
     LLAnswer,
     Loglikelihood,
     LoglikelihoodRolling,

@@ -61,7 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="cpu: llmbench's engine; cuda: its GPU backend; openai: an OpenAI-compatible server")
     e.add_argument("--base-url", help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
     e.add_argument("--api-key", default=None, help="--backend openai: API key (default $OPENAI_API_KEY)")
-    e.add_argument("--judge", default=None, help="judge model or URL (generative tasks; none of the tasks here uses one)")
+    e.add_argument("--judge", default=None,
+                   help="judge model or URL (generative tasks; none of the tasks here uses one)")
     e.add_argument("--subject-table", action="store_true", help="show every subject in the table")
     e.add_argument("--markdown", action="store_true", help="print a markdown table instead of the terminal table")
     e.add_argument("--json", action="store_true", help="print results.json instead of the table")
@@ -94,7 +95,14 @@ def _resume_args(args: argparse.Namespace) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from . import evaluate
 
@@ -126,7 +134,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                            subjects=args.subjects.split(",") if args.subjects else None, data_dir=args.data_dir,
                            out=args.out, resume=bool(args.resume), backend=args.backend, base_url=args.base_url,
                            api_key=args.api_key, threads=args.threads, ctx=args.ctx, activations=args.activations,
-                           share_prefix=not args.no_prefix_sharing, chunk=args.chunk, precision_check=args.precision_check,
+                           share_prefix=not args.no_prefix_sharing, chunk=args.chunk,
+                           precision_check=args.precision_check,
                            base_model=args.base_model, text=args.text, max_chunks=args.max_chunks,
                            progress=progress)
     except KeyboardInterrupt:
@@ -156,7 +165,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             lo, hi = pc["acc_change_ci95"]
             print(f"{name} precision check ({pc['docs']} questions re-scored with f32 activations): answers flipped "
                   f"{pc['flip_rate']:.1%}, accuracy change {pc['acc_change']:+.3f} (95% CI {lo:+.3f}..{hi:+.3f}), "
-                  f"log-likelihoods moved up to {pc['max_abs_logprob_diff']:.4f} (mean {pc['mean_abs_logprob_diff']:.4f})")
+                  f"log-likelihoods moved up to {pc['max_abs_logprob_diff']:.4f} "
+                  f"(mean {pc['mean_abs_logprob_diff']:.4f})")
     for name, x in res.extra.items():
         print(f"{name}: " + ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in x.items() if not isinstance(v, (dict, list))))

@@ -13,6 +13,7 @@ its folder alone) and ``DIR/results.json`` the results (schema: `llmbench.eval.r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -24,7 +25,7 @@ from typing import Any
 from .. import LLMBenchError
 from .api import Adapter, Doc, Loglikelihood, Task, answer_json, request_json
 from .metrics import aggregate, mean_stderr
-from .results import EvalResults, TaskResult
+from .results import TaskResult
 
 SAMPLES = "samples_{}.jsonl"
 
@@ -92,8 +93,7 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
         on_docs(len(old))
     new: dict[tuple[str, int], dict[str, Any]] = {}
     t0 = time.perf_counter()
-    f = open(path, "a", encoding="utf-8") if path is not None else None
-    try:
+    with open(path, "a", encoding="utf-8") if path is not None else contextlib.nullcontext() as f:
         for group in _chunks(todo, chunk):
             per_doc = [task.requests(d) for d in group]
             flat = [r for rs in per_doc for r in rs]
@@ -111,9 +111,6 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
                 os.fsync(f.fileno())
             if on_docs:
                 on_docs(len(group))
-    finally:
-        if f is not None:
-            f.close()
     wall = time.perf_counter() - t0
     records = [old.get((d.subject, d.id)) or new[(d.subject, d.id)] for d in docs]
     agg = aggregate(records, list(task.metrics), task.groups(), task.name)

@@ -91,8 +91,7 @@ class LetterChoiceTask(Task):
         lls = [a.logprob for a in answers]  # type: ignore[union-attr]
         pred = int(np.argmax(lls))
         gold = doc.data["question"].answer
-        return Scored({"acc": float(pred == gold)}, target=LETTERS[gold], pred=LETTERS[pred],
-                      extra={"loglikelihoods": lls})
+        return Scored({"acc": float(pred == gold)}, target=LETTERS[gold], pred=LETTERS[pred])
 
     def settings(self) -> dict[str, Any]:
         return {"shots": self.shots, "limit": self.limit, "split": self.split,

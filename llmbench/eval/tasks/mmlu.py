@@ -29,7 +29,33 @@ from .. import data
 from .choice import LETTERS, LetterChoiceTask, Question, Subject
 
 # lm-eval's lm_eval/tasks/mmlu/default/mmlu_{subject}.yaml tags: subject -> group.
-GROUPS = {"abstract_algebra": "stem", "anatomy": "stem", "astronomy": "stem", "business_ethics": "other", "clinical_knowledge": "other", "college_biology": "stem", "college_chemistry": "stem", "college_computer_science": "stem", "college_mathematics": "stem", "college_medicine": "other", "college_physics": "stem", "computer_security": "stem", "conceptual_physics": "stem", "econometrics": "social_sciences", "electrical_engineering": "stem", "elementary_mathematics": "stem", "formal_logic": "humanities", "global_facts": "other", "high_school_biology": "stem", "high_school_chemistry": "stem", "high_school_computer_science": "stem", "high_school_european_history": "humanities", "high_school_geography": "social_sciences", "high_school_government_and_politics": "social_sciences", "high_school_macroeconomics": "social_sciences", "high_school_mathematics": "stem", "high_school_microeconomics": "social_sciences", "high_school_physics": "stem", "high_school_psychology": "social_sciences", "high_school_statistics": "stem", "high_school_us_history": "humanities", "high_school_world_history": "humanities", "human_aging": "other", "human_sexuality": "social_sciences", "international_law": "humanities", "jurisprudence": "humanities", "logical_fallacies": "humanities", "machine_learning": "stem", "management": "other", "marketing": "other", "medical_genetics": "other", "miscellaneous": "other", "moral_disputes": "humanities", "moral_scenarios": "humanities", "nutrition": "other", "philosophy": "humanities", "prehistory": "humanities", "professional_accounting": "other", "professional_law": "humanities", "professional_medicine": "other", "professional_psychology": "social_sciences", "public_relations": "social_sciences", "security_studies": "social_sciences", "sociology": "social_sciences", "us_foreign_policy": "social_sciences", "virology": "other", "world_religions": "humanities"}
+GROUPS = {
+    # stem
+    "abstract_algebra": "stem", "anatomy": "stem", "astronomy": "stem", "college_biology": "stem",
+    "college_chemistry": "stem", "college_computer_science": "stem", "college_mathematics": "stem",
+    "college_physics": "stem", "computer_security": "stem", "conceptual_physics": "stem",
+    "electrical_engineering": "stem", "elementary_mathematics": "stem", "high_school_biology": "stem",
+    "high_school_chemistry": "stem", "high_school_computer_science": "stem", "high_school_mathematics": "stem",
+    "high_school_physics": "stem", "high_school_statistics": "stem", "machine_learning": "stem",
+    # humanities
+    "formal_logic": "humanities", "high_school_european_history": "humanities",
+    "high_school_us_history": "humanities", "high_school_world_history": "humanities",
+    "international_law": "humanities", "jurisprudence": "humanities", "logical_fallacies": "humanities",
+    "moral_disputes": "humanities", "moral_scenarios": "humanities", "philosophy": "humanities",
+    "prehistory": "humanities", "professional_law": "humanities", "world_religions": "humanities",
+    # social_sciences
+    "econometrics": "social_sciences", "high_school_geography": "social_sciences",
+    "high_school_government_and_politics": "social_sciences", "high_school_macroeconomics": "social_sciences",
+    "high_school_microeconomics": "social_sciences", "high_school_psychology": "social_sciences",
+    "human_sexuality": "social_sciences", "professional_psychology": "social_sciences",
+    "public_relations": "social_sciences", "security_studies": "social_sciences", "sociology": "social_sciences",
+    "us_foreign_policy": "social_sciences",
+    # other
+    "business_ethics": "other", "clinical_knowledge": "other", "college_medicine": "other", "global_facts": "other",
+    "human_aging": "other", "management": "other", "marketing": "other", "medical_genetics": "other",
+    "miscellaneous": "other", "nutrition": "other", "professional_accounting": "other",
+    "professional_medicine": "other", "virology": "other",
+}
 
 GROUP_NAMES = {"stem": "stem", "humanities": "humanities", "social_sciences": "social sciences", "other": "other"}
 
