@@ -284,3 +284,17 @@ def test_mmlu_through_an_openai_server(mmlu_data, tmp_path):
                                      "--subjects", "virology", "--limit", "1", "--data-dir", str(mmlu_data)),
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 1 and "prompt log-probabilities" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_generate_until_on_the_engine(llm):
+    from llmbench import SamplingParams
+    from llmbench.eval.api import GenerateUntil
+
+    ad = EngineAdapter(llm)
+    out = ad.answer([GenerateUntil("Once upon a time", ("park",), max_tokens=40),
+                     GenerateUntil("Lily", (), max_tokens=5, logprobs=2)])
+    whole = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=40))[0].text
+    assert "park" in whole, whole                  # the model's greedy story reaches the park
+    assert out[0].text == whole[: whole.index("park")] and out[0].finish_reason == "stop"
+    assert out[1].finish_reason == "length" and out[1].n_tokens == 5 and len(out[1].token_logprobs) == 5
+    assert all(len(d) == 2 and max(d.values()) <= 0 for d in out[1].top_logprobs)
