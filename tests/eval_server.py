@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from sse_server import QuietHandler
 
 LOGPROBS = {" Paris": -0.25, " France": -0.5, " London": -2.5, "one": -0.125, " two": -0.375}
 NOT_GREEDY = {" London"}
@@ -66,16 +67,8 @@ def top_of(tok: str, shown: str, n: int = 1) -> dict[str, float]:
     return top
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(QuietHandler):
     server: EvalServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
     def _json(self, status: int, obj: object, headers: dict[str, str] | None = None) -> None:
         body = json.dumps(obj).encode()

@@ -34,9 +34,11 @@ SCENARIOS = {"ok", "role_first", "nousage", "multi", "split", "drop", "malformed
              "http500", "hang", "stall", "slow"}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class QuietHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive, no Nagle delay (events leave when written), no request log: the base of
+    the test servers' handlers."""
+
     protocol_version = "HTTP/1.1"
-    server: SSEServer
 
     def setup(self) -> None:
         super().setup()
@@ -44,6 +46,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+class _Handler(QuietHandler):
+    server: SSEServer
 
     # ---- framing ----
     def _chunk(self, data: bytes) -> None:

@@ -28,12 +28,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from .. import data
-from ..api import Answer, Doc, Scored
-from .choice import LETTERS, LetterChoiceTask, Question, Subject
-from .mmlu import parse_subjects
+from .choice import LetterChoiceTask, Subject, parse_subjects, question_from, read_split
 
 # lm-eval's lm_eval/tasks/ceval/_generate_configs.py SUBJECTS (the order of _ceval-valid.yaml): subject ->
 # the Chinese name its ceval-valid_{subject}.yaml description uses (the same as subject_mapping.json's).
@@ -80,26 +77,9 @@ GROUPS = {s: g for s in SUBJECTS for g, members in _MEMBERS.items() if s in memb
 GROUP_NAMES = {"stem": "STEM", "social_science": "Social Science", "humanities": "Humanities", "other": "Other"}
 
 
-def _question(row: dict[str, Any], where: str) -> Question:
-    answer = str(row.get("answer", "")).strip()
-    if answer not in LETTERS or "question" not in row:
-        raise data.LLMBenchError(f"{where}: expected columns question,A,B,C,D,answer (a letter); got {row!r:.200}")
-    return Question(str(row["question"]), [str(row[L]) for L in LETTERS], LETTERS.index(answer))
-
-
-def _split(root: Path, subject: str, split: str) -> list[Question] | None:
-    """A split's questions in file order, from the CSV or the parquet layout; None when neither is there."""
-    path = root / split / f"{subject}_{split}.csv"
-    if path.exists():
-        return [_question(r, f"{path}:{i + 2}") for i, r in enumerate(data.read_csv(path, header=True))]
-    files = sorted((root / subject).glob(f"{split}-*.parquet"))
-    if files:
-        return [_question(r, str(f)) for f in files for r in data.read_parquet(f)]
-    return None
-
-
 def load_subject(root: Path, subject: str, split: str = "val") -> Subject:
-    dev, docs = _split(root, subject, "dev"), _split(root, subject, split)
+    dev, docs = (read_split(root / sp / f"{subject}_{sp}.csv", sorted((root / subject).glob(f"{sp}-*.parquet")),
+                            question_from) for sp in ("dev", split))
     if dev is None or docs is None:
         raise data.DataNotFoundError(
             f"{root}: no C-Eval files for {subject} (expected dev/{subject}_dev.csv and {split}/{subject}_{split}.csv, "
@@ -124,11 +104,6 @@ class CEval(LetterChoiceTask):
 
     def description(self, subject: str) -> str:
         return f"以下是中国关于{SUBJECTS[subject]}的单项选择题，请选出其中的正确答案。\n\n"
-
-    def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored:
-        s = super().score(doc, answers)
-        s.metrics["acc_norm"] = s.metrics["acc"]  # argmax(ll / len(choice)) with every choice one letter long
-        return s
 
     def groups(self) -> dict[str, str]:
         return {s: GROUP_NAMES[GROUPS[s]] for s in self.subjects}

@@ -11,12 +11,14 @@ gold letter.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import data
 from ..api import Answer, Doc, Loglikelihood, Request, Scored, Task
 
 LETTERS = ("A", "B", "C", "D")
@@ -34,6 +36,45 @@ class Subject:
     name: str
     fewshot: list[Question]     # the few-shot split, in file order
     docs: list[Question]        # the split scored
+
+
+def question_from(row: dict[str, Any], where: str, question: str = "question", answer: str = "answer") -> Question:
+    """A question from a row with the question, A..D and the answer letter under these column names."""
+    gold = str(row.get(answer, "")).strip()
+    if gold not in LETTERS or question not in row:
+        raise data.LLMBenchError(f"{where}: expected columns {question},A,B,C,D,{answer} (a letter); got {row!r:.200}")
+    return Question(str(row[question]), [str(row[L]) for L in LETTERS], LETTERS.index(gold))
+
+
+def read_split(csv_path: Path, parquet: Sequence[Path], to_question: Callable[[dict[str, Any], str], Question],
+               header: bool = True) -> list[Question] | None:
+    """A split's questions in file order: from ``csv_path`` when it exists (rows as dicts, or as lists
+    when the file has no header), else from the ``parquet`` files (the Hugging Face layout); None when
+    there is neither."""
+    if csv_path.exists():
+        rows = data.read_csv(csv_path, header=header)
+        return [to_question(r, f"{csv_path}:{i + 1 + header}") for i, r in enumerate(rows)]  # type: ignore[arg-type]
+    if parquet:
+        return [to_question(r, str(f)) for f in parquet for r in data.read_parquet(f)]
+    return None
+
+
+def parse_subjects(subjects: Sequence[str] | None, known: dict[str, str], task: str) -> list[str]:
+    """Subjects to run: all of them, or those named (a group name stands for its subjects)."""
+    if not subjects:
+        return list(known)
+    out: list[str] = []
+    for s in subjects:
+        s = s.strip()
+        members = [k for k, g in known.items() if g == s]
+        if s in known:
+            out.append(s)
+        elif members:
+            out += members
+        else:
+            raise ValueError(f"{task}: unknown subject {s!r} (subjects: {', '.join(known)}; "
+                             f"groups: {', '.join(sorted(set(known.values())))})")
+    return list(dict.fromkeys(out))
 
 
 class LetterChoiceTask(Task):
@@ -91,7 +132,10 @@ class LetterChoiceTask(Task):
         lls = [a.logprob for a in answers]  # type: ignore[union-attr]
         pred = int(np.argmax(lls))
         gold = doc.data["question"].answer
-        return Scored({"acc": float(pred == gold)}, target=LETTERS[gold], pred=LETTERS[pred])
+        metrics = {"acc": float(pred == gold)}
+        if "acc_norm" in self.metrics:   # argmax of ll / len(choice): every choice is one letter, so acc again
+            metrics["acc_norm"] = metrics["acc"]
+        return Scored(metrics, target=LETTERS[gold], pred=LETTERS[pred])
 
     def settings(self) -> dict[str, Any]:
         return {"shots": self.shots, "limit": self.limit, "split": self.split,

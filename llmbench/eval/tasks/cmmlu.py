@@ -30,9 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import data
-from ..api import Answer, Doc, Scored
-from .choice import LETTERS, LetterChoiceTask, Question, Subject
-from .mmlu import parse_subjects
+from .choice import (
+    LetterChoiceTask,
+    Question,
+    Subject,
+    parse_subjects,
+    question_from,
+    read_split,
+)
 
 # lm-eval's lm_eval/tasks/cmmlu/_generate_configs.py SUBJECTS (the order of _cmmlu.yaml): subject -> the
 # Chinese name its cmmlu_{subject}.yaml description uses.
@@ -63,25 +68,16 @@ SUBJECTS = {
 
 
 def _question(row: dict[str, Any], where: str) -> Question:
-    answer = str(row.get("Answer", "")).strip()
-    if answer not in LETTERS or "Question" not in row:
-        raise data.LLMBenchError(f"{where}: expected columns Question,A,B,C,D,Answer (a letter); got {row!r:.200}")
-    return Question(str(row["Question"]), [str(row[L]) for L in LETTERS], LETTERS.index(answer))
+    return question_from(row, where, "Question", "Answer")
 
 
-def _split(root: Path, subject: str, split: str) -> list[Question] | None:
-    """A split's questions in file order, from the CSV or a parquet layout; None when neither is there."""
-    path = root / split / f"{subject}.csv"
-    if path.exists():
-        return [_question(r, f"{path}:{i + 2}") for i, r in enumerate(data.read_csv(path, header=True))]
-    files = sorted((root / subject).glob(f"{split}-*.parquet")) or sorted((root / subject / split).glob("*.parquet"))
-    if files:
-        return [_question(r, str(f)) for f in files for r in data.read_parquet(f)]
-    return None
+def _parquet(root: Path, subject: str, split: str) -> list[Path]:
+    return sorted((root / subject).glob(f"{split}-*.parquet")) or sorted((root / subject / split).glob("*.parquet"))
 
 
 def load_subject(root: Path, subject: str) -> Subject:
-    dev, test = _split(root, subject, "dev"), _split(root, subject, "test")
+    dev, test = (read_split(root / sp / f"{subject}.csv", _parquet(root, subject, sp), _question)
+                 for sp in ("dev", "test"))
     if dev is None or test is None:
         raise data.DataNotFoundError(
             f"{root}: no CMMLU files for {subject} (expected dev/{subject}.csv and test/{subject}.csv, "
@@ -106,8 +102,3 @@ class CMMLU(LetterChoiceTask):
 
     def description(self, subject: str) -> str:
         return f"以下是关于{SUBJECTS[subject]}的单项选择题，请直接给出正确答案的选项。\n\n"
-
-    def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored:
-        s = super().score(doc, answers)
-        s.metrics["acc_norm"] = s.metrics["acc"]  # argmax(ll / len(choice)) with every choice one letter long
-        return s

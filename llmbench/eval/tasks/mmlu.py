@@ -26,7 +26,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import data
-from .choice import LETTERS, LetterChoiceTask, Question, Subject
+from .choice import (
+    LETTERS,
+    LetterChoiceTask,
+    Question,
+    Subject,
+    parse_subjects,
+    question_from,
+    read_split,
+)
 
 # lm-eval's lm_eval/tasks/mmlu/default/mmlu_{subject}.yaml tags: subject -> group.
 GROUPS = {
@@ -60,47 +68,24 @@ GROUPS = {
 GROUP_NAMES = {"stem": "stem", "humanities": "humanities", "social_sciences": "social sciences", "other": "other"}
 
 
-def _csv_questions(path: Path) -> list[Question]:
-    out = []
-    for row in data.read_csv(path, header=False):
-        if len(row) != 6 or row[5].strip() not in LETTERS:
-            raise data.LLMBenchError(f"{path}: expected rows of question,A,B,C,D,answer letter; got {row[:6]!r}")
-        out.append(Question(row[0], row[1:5], LETTERS.index(row[5].strip())))
-    return out
+def _csv_question(row: list[str], where: str) -> Question:
+    if len(row) != 6:
+        raise data.LLMBenchError(f"{where}: expected rows of question,A,B,C,D,answer letter; got {row!r:.200}")
+    return question_from(dict(zip(("question", *LETTERS, "answer"), row)), where)
 
 
-def _parquet_questions(folder: Path, split: str) -> list[Question]:
-    files = sorted(folder.glob(f"{split}-*.parquet"))
-    rows = [r for f in files for r in data.read_parquet(f)]
-    return [Question(r["question"], [str(c) for c in r["choices"]], int(r["answer"])) for r in rows]
+def _hf_question(row: dict, where: str) -> Question:
+    return Question(row["question"], [str(c) for c in row["choices"]], int(row["answer"]))
 
 
 def load_subject(root: Path, subject: str) -> Subject:
-    if (root / "test" / f"{subject}_test.csv").exists():
-        return Subject(subject, _csv_questions(root / "dev" / f"{subject}_dev.csv"),
-                       _csv_questions(root / "test" / f"{subject}_test.csv"))
-    if (root / subject).is_dir():
-        return Subject(subject, _parquet_questions(root / subject, "dev"), _parquet_questions(root / subject, "test"))
-    raise data.DataNotFoundError(f"{root}: no MMLU files for {subject} (expected test/{subject}_test.csv "
-                                 f"or {subject}/test-*.parquet)")
-
-
-def parse_subjects(subjects: Sequence[str] | None, known: dict[str, str], task: str) -> list[str]:
-    """Subjects to run: all of them, or those named (a group name stands for its subjects)."""
-    if not subjects:
-        return list(known)
-    out: list[str] = []
-    for s in subjects:
-        s = s.strip()
-        members = [k for k, g in known.items() if g == s]
-        if s in known:
-            out.append(s)
-        elif members:
-            out += members
-        else:
-            raise ValueError(f"{task}: unknown subject {s!r} (subjects: {', '.join(known)}; "
-                             f"groups: {', '.join(sorted(set(known.values())))})")
-    return list(dict.fromkeys(out))
+    splits = [read_split(root / split / f"{subject}_{split}.csv", sorted((root / subject).glob(f"{split}-*.parquet")),
+                         _csv_question if (root / split / f"{subject}_{split}.csv").exists() else _hf_question,
+                         header=False) for split in ("dev", "test")]
+    if splits[0] is None or splits[1] is None:
+        raise data.DataNotFoundError(f"{root}: no MMLU files for {subject} (expected dev/{subject}_dev.csv and "
+                                     f"test/{subject}_test.csv, or {subject}/dev-*.parquet and test-*.parquet)")
+    return Subject(subject, splits[0], splits[1])
 
 
 class MMLU(LetterChoiceTask):
