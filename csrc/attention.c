@@ -3,10 +3,11 @@
 // per head dimension and no horizontal sums are needed). Scores, max, exp, sum and the weighted sum
 // of the values are vectorized; per query the operations depend only on that query and its own
 // number of keys, never on the other queries of the tile (their extra keys add exact zeros), so
-// attention stays batch-invariant. The AVX-512 version and the scalar one run the same operations
-// (fmaf for every fmadd, the same exp polynomial, the same 16-lane sums and reduction tree), so they
-// are bit-identical; tested by csrc/tests/test_attention.c (bit for bit, every tile shape, and
-// against a float64 softmax within tolerance) and end to end by tests/test_engine.py.
+// attention stays batch-invariant. The AVX-512 version, the AVX2+FMA one and the scalar one run the
+// same operations (fmaf for every fmadd, the same exp polynomial, the same 16-lane sums and reduction
+// tree), so they are bit-identical; tested by csrc/tests/test_attention.c (bit for bit at every SIMD
+// level this CPU has, every tile shape, and against a float64 softmax within tolerance) and end to
+// end by tests/test_engine.py.
 #include <math.h>
 #include <string.h>
 
@@ -65,6 +66,15 @@ static void attend_scalar(int nq, const float *const *q, const int *nk, const fl
     }
 }
 
+// call(..., NQ) with the tile's number of queries as a constant (the SIMD bodies' register tiles)
+#define BY_NQ(call, ...)                                                                                             \
+    switch (nq) {                                                                                                   \
+    case 1: call(__VA_ARGS__, 1); break;                                                                           \
+    case 2: call(__VA_ARGS__, 2); break;                                                                           \
+    case 3: call(__VA_ARGS__, 3); break;                                                                           \
+    default: call(__VA_ARGS__, 4); break;                                                                          \
+    }
+
 // ---- AVX-512 ----
 #if LLMB_VEXP_AVX512
 
@@ -116,14 +126,6 @@ LLMB_A512 LLMB_INLINE void pv_body(const float *sc, size_t ldk, const float *v, 
         for (int c = 0; c < ND; c++) _mm512_storeu_ps(out[i] + d0 + 16 * c, _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv[i])));
 }
 
-#define BY_NQ(call, ...)                                                                                             \
-    switch (nq) {                                                                                                   \
-    case 1: call(__VA_ARGS__, 1); break;                                                                           \
-    case 2: call(__VA_ARGS__, 2); break;                                                                           \
-    case 3: call(__VA_ARGS__, 3); break;                                                                           \
-    default: call(__VA_ARGS__, 4); break;                                                                          \
-    }
-
 LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *nk, const float *kt, size_t ldk,
                                const float *v, int hd, float scale, float *sc, float *const *out) {
     int nmax = 0;
@@ -152,6 +154,98 @@ LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *nk
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) BY_NQ(pv_body, sc, ldk, v, hd, nmax, inv, out, d0, 4);
     for (; d0 < hd; d0 += 16) BY_NQ(pv_body, sc, ldk, v, hd, nmax, inv, out, d0, 1);
+}
+#endif
+
+// ---- AVX2+FMA ----
+// The AVX-512 version with 8 lanes: the same operations per score and per output, a 16-lane sum
+// kept as two registers (lanes 0-7 and 8-15) so that sum16_tree is reproduced, the tail of each
+// query's keys masked by a compare instead of a mask register.
+#if LLMB_VEXP_AVX2
+
+LLMB_A256 LLMB_INLINE float sum16_avx2(__m256 lo, __m256 hi) {   // sum16_tree of lanes lo[0..7], hi[0..7]
+    const __m256 a = _mm256_add_ps(lo, hi);
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
+}
+
+// scores of NQ queries x 16 keys from j0 (ldk is a multiple of 64: the loads stay inside the rows)
+LLMB_A256 LLMB_INLINE void scores_body_avx2(const float *const *q, const float *kt, size_t ldk, int hd, float scale,
+                                            float *sc, int j0, const int NQ) {
+    __m256 acc[LLMB_ATT_Q][2];
+    for (int i = 0; i < NQ; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const float *k = kt + (size_t)d * ldk + j0;
+        const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
+        for (int i = 0; i < NQ; i++) {
+            const __m256 qb = _mm256_broadcast_ss(q[i] + d);
+            acc[i][0] = _mm256_fmadd_ps(qb, k0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(qb, k1, acc[i][1]);
+        }
+    }
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < 2; c++) _mm256_storeu_ps(sc + (size_t)i * ldk + j0 + 8 * c, _mm256_mul_ps(acc[i][c], vs));
+}
+
+// out[i][d0 .. d0 + 8 ND) = inv[i] * sum_j sc[i][j] v[j][...] over j < nmax
+LLMB_A256 LLMB_INLINE void pv_body_avx2(const float *sc, size_t ldk, const float *v, int hd, int nmax, const float *inv,
+                                        float *const *out, int d0, const int ND, const int NQ) {
+    __m256 acc[LLMB_ATT_Q][2];
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < ND; c++) acc[i][c] = _mm256_setzero_ps();
+    for (int j = 0; j < nmax; j++) {
+        __m256 vv[2];
+        for (int c = 0; c < ND; c++) vv[c] = _mm256_loadu_ps(v + (size_t)j * hd + d0 + 8 * c);
+        for (int i = 0; i < NQ; i++) {
+            const __m256 p = _mm256_broadcast_ss(sc + (size_t)i * ldk + j);
+            for (int c = 0; c < ND; c++) acc[i][c] = _mm256_fmadd_ps(p, vv[c], acc[i][c]);
+        }
+    }
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < ND; c++) _mm256_storeu_ps(out[i] + d0 + 8 * c, _mm256_mul_ps(acc[i][c], _mm256_set1_ps(inv[i])));
+}
+
+LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *nk, const float *kt, size_t ldk,
+                                  const float *v, int hd, float scale, float *sc, float *const *out) {
+    int nmax = 0;
+    for (int i = 0; i < nq; i++) nmax = nk[i] > nmax ? nk[i] : nmax;
+    for (int j0 = 0; j0 < nmax; j0 += 16) BY_NQ(scores_body_avx2, q, kt, ldk, hd, scale, sc, j0);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), eight = _mm256_set1_epi32(8);
+    float inv[LLMB_ATT_Q];
+    for (int i = 0; i < nq; i++) {
+        float *s = sc + (size_t)i * ldk;
+        const int n = nk[i];
+        // max_ps(s, mx) is the scalar loop's s > mx ? s : mx lane by lane (a NaN score skipped as there)
+        __m256 mx8 = _mm256_set1_ps(-INFINITY);
+        int j = 0;
+        for (; j + 8 <= n; j += 8) mx8 = _mm256_max_ps(_mm256_loadu_ps(s + j), mx8);
+        float lane[8], mx = -INFINITY;
+        _mm256_storeu_ps(lane, mx8);
+        for (int l = 0; l < 8; l++) mx = lane[l] > mx ? lane[l] : mx;
+        for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+        const __m256 vmx = _mm256_set1_ps(mx);
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+        for (j = 0; j < n; j += 16) {
+            __m256 e0 = llmb_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
+            __m256 e1 = llmb_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vmx));
+            if (n - j < 16) {   // zeros past n in the last group of 16 (inside ldk)
+                const __m256i left = _mm256_set1_epi32(n - j);
+                e0 = _mm256_and_ps(e0, _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, iota)));
+                e1 = _mm256_and_ps(e1, _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, _mm256_add_epi32(iota, eight))));
+            }
+            _mm256_storeu_ps(s + j, e0);
+            _mm256_storeu_ps(s + j + 8, e1);
+            lo = _mm256_add_ps(lo, e0);
+            hi = _mm256_add_ps(hi, e1);
+        }
+        for (j = (n + 15) / 16 * 16; j < nmax; j++) s[j] = 0.0f;
+        inv[i] = 1.0f / sum16_avx2(lo, hi);
+    }
+    int d0 = 0;
+    for (; d0 + 16 <= hd; d0 += 16) BY_NQ(pv_body_avx2, sc, ldk, v, hd, nmax, inv, out, d0, 2);
+    for (; d0 < hd; d0 += 8) BY_NQ(pv_body_avx2, sc, ldk, v, hd, nmax, inv, out, d0, 1);
 }
 #endif
 
@@ -257,6 +351,12 @@ void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *
 #if LLMB_VEXP_AVX512
     if (llmb_simd_active() >= LLMB_SIMD_AVX512 && hd % 16 == 0) {
         attend_avx512(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
+        return;
+    }
+#endif
+#if LLMB_VEXP_AVX2
+    if (llmb_simd_active() >= LLMB_SIMD_AVX2 && hd % 8 == 0) {   // also AVX-512's head sizes not a multiple of 16
+        attend_avx2(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
         return;
     }
 #endif

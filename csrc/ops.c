@@ -149,8 +149,8 @@ void llmb_rope(float *v, int n_heads, int hd, const float *cs, int neox) {
     }
 }
 
-// silu(g) * u = g / (1 + exp(-g)) * u with vexp.h's exp: the AVX-512 loop and the scalar one run the
-// same operations per element (identical bits).
+// silu(g) * u = g / (1 + exp(-g)) * u with vexp.h's exp: the AVX-512 loop, the AVX2 one and the scalar
+// one run the same operations per element (identical bits).
 static void swiglu_scalar(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + llmb_exp_scalar(-gate[i])) * up[i];
 }
@@ -168,10 +168,29 @@ LLMB_A512 static void swiglu_avx512(float *gate, const float *up, int64_t n) {
 }
 #endif
 
+#if LLMB_VEXP_AVX2
+LLMB_A256 static void swiglu_avx2(float *gate, const float *up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = llmb_exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    }
+    swiglu_scalar(gate + i, up + i, n - i);
+}
+#endif
+
 void llmb_swiglu(float *gate, const float *up, int64_t n) {
 #if LLMB_VEXP_AVX512
     if (llmb_simd_active() >= LLMB_SIMD_AVX512) {
         swiglu_avx512(gate, up, n);
+        return;
+    }
+#endif
+#if LLMB_VEXP_AVX2
+    if (llmb_simd_active() >= LLMB_SIMD_AVX2) {
+        swiglu_avx2(gate, up, n);
         return;
     }
 #endif

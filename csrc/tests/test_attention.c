@@ -1,11 +1,15 @@
 // test_attention.c — llmb_attend (csrc/attention.c) on random queries, keys and values over odd key
 // counts and head sizes. Checked:
-//   - the SIMD version bit-identical to the scalar one (llmb_attend_ref), at every tile size;
+//   - the SIMD version bit-identical to the scalar one (llmb_attend_ref), at every tile size and at
+//     every SIMD level this CPU has (AVX-512, AVX2+FMA, scalar; head sizes that are multiples of 8
+//     but not of 16 take the AVX2 version at the AVX-512 level too);
 //   - each query's output bit-identical whether alone or in a tile with queries of other key counts
 //     (batch invariance);
 //   - the scalar version vs a float64 softmax attention: |out - ref| <= ATOL + RTOL * max_j |v_j[d]|;
 //   - vexp.h's exp within 3e-7 relative of exp() over [-87, 88], within one denormal step down to
-//     -104, 0 below and inf above;
+//     -104, 0 below and inf above; its 8-lane (AVX2) and 16-lane (AVX-512) versions bit-identical
+//     to the scalar one on every float of [-104.5, -86] (denormal results) and [88, 89] (overflow),
+//     a sweep of bit patterns over [-110, 110], random floats and the special values;
 //   - outputs that do not depend on the transposed keys' padding (zeros, NaN or huge values there);
 //   - llmb_att_gather (paged F32/F16/Q8_0 rows to transposed float keys and value rows) bit for bit
 //     vs its scalar version, and that vs to_float row by row;
@@ -105,6 +109,104 @@ static void test_shape(int hd, int nkeys) {
         }
     }
     free(kt), free(v), free(sc), free(q), free(out), free(o64);
+}
+
+
+#if LLMB_VEXP_AVX2
+LLMB_A256 static void exp8_n(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, llmb_exp8(_mm256_loadu_ps(x + i)));
+}
+#endif
+#if LLMB_VEXP_AVX512
+LLMB_A512 static void exp16_n(const float *x, float *y, int n) {
+    for (int i = 0; i < n; i += 16) _mm512_storeu_ps(y + i, llmb_exp16(_mm512_loadu_ps(x + i)));
+}
+#endif
+
+// vexp.h's SIMD exps vs llmb_exp_scalar bit for bit (a NaN only as NaN) on x[0..n), n a multiple of 16;
+// returns the number of differences and leaves the first in *bad_x. NaN inputs are skipped for exp16,
+// whose clamp (max(x, LO) first) turns them into exp(-104) = 0 where the scalar exp and exp8 give NaN.
+#define EXP_CHUNK 4096
+static long exp_simd_diffs(int lanes, const float *x, int n, float *bad_x) {
+    float y[EXP_CHUNK] = {0};
+#if LLMB_VEXP_AVX512
+    if (lanes == 16) exp16_n(x, y, n);
+#endif
+#if LLMB_VEXP_AVX2
+    if (lanes == 8) exp8_n(x, y, n);
+#endif
+    long bad = 0;
+    for (int i = 0; i < n; i++) {
+        if (lanes == 16 && isnan(x[i])) continue;
+        const float r = llmb_exp_scalar(x[i]);
+        if (isnan(r) ? !isnan(y[i]) : memcmp(&r, &y[i], sizeof r) != 0) {
+            if (!bad) *bad_x = x[i];
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static float f_of_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static uint32_t bits_of_f(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+// exp_simd_diffs on every step-th float from lo to hi (both of one sign) by bit pattern; counts them
+static long exp_sweep(int lanes, float lo, float hi, uint32_t step, long *count, float *bad_x) {
+    float x[EXP_CHUNK];
+    uint32_t a = bits_of_f(lo), b = bits_of_f(hi);
+    if (a > b) { const uint32_t t = a; a = b; b = t; }
+    long bad = 0;
+    int n = 0;
+    for (uint64_t u = a; u <= b; u += step) {
+        x[n++] = f_of_bits((uint32_t)u);
+        if (n == EXP_CHUNK || u + step > b) {
+            while (n % 16) x[n++] = 0.0f;
+            bad += exp_simd_diffs(lanes, x, n, bad_x);
+            *count += n;
+            n = 0;
+        }
+    }
+    return bad;
+}
+
+static void test_exp_simd(void) {
+    for (int lanes = 8; lanes <= 16; lanes += 8) {
+        if ((lanes == 8 && (!LLMB_VEXP_AVX2 || llmb_simd_detected() < LLMB_SIMD_AVX2)) ||
+            (lanes == 16 && (!LLMB_VEXP_AVX512 || llmb_simd_detected() < LLMB_SIMD_AVX512)))
+            continue;
+        long count = 0, bad = 0;
+        float bad_x = 0;
+        bad += exp_sweep(lanes, -86.0f, -104.5f, 1, &count, &bad_x);   // every float: denormal results, 0 below
+        bad += exp_sweep(lanes, 88.0f, 89.0f, 1, &count, &bad_x);      // every float: the overflow to inf
+        bad += exp_sweep(lanes, 0.0f, 110.0f, 307, &count, &bad_x);    // all binades, both signs, the clamps
+        bad += exp_sweep(lanes, -0.0f, -110.0f, 307, &count, &bad_x);
+        float x[EXP_CHUNK];
+        for (int rep = 0; rep < 64; rep++) {   // random floats: uniform in [-110, 110], then random bit patterns
+            for (int i = 0; i < EXP_CHUNK; i++) {
+                rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+                const uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
+                x[i] = rep % 2 ? f_of_bits((uint32_t)(r >> 32)) : (float)((double)(r >> 11) * 0x1p-53 * 220.0 - 110.0);
+            }
+            bad += exp_simd_diffs(lanes, x, EXP_CHUNK, &bad_x);
+            count += EXP_CHUNK;
+        }
+        const float special[16] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, LLMB_VEXP_LO, LLMB_VEXP_HI,
+                                   nextafterf(LLMB_VEXP_LO, 0.0f), nextafterf(LLMB_VEXP_LO, -200.0f),
+                                   nextafterf(LLMB_VEXP_HI, 0.0f), nextafterf(LLMB_VEXP_HI, 200.0f),
+                                   0x1p-149f, -0x1p-126f, 3.4e38f, -3.4e38f};
+        bad += exp_simd_diffs(lanes, special, 16, &bad_x);
+        count += 16;
+        CHECK(!bad, "exp%d: %ld of %ld floats differ from the scalar exp (first: exp(%a))", lanes, bad, count, bad_x);
+        printf("exp%d vs scalar: %ld floats compared, %ld differ\n", lanes, count, bad);
+    }
 }
 
 static void test_exp_swiglu(void) {
@@ -210,8 +312,9 @@ static void test_rope_table(void) {
 }
 
 int main(void) {
-    const int hds[] = {64, 128, 80, 48, 8};
+    const int hds[] = {64, 128, 80, 48, 8, 24, 40, 20};   // 24, 40: the 8-lane tail; 20: scalar only
     const int keys[] = {1, 2, 15, 16, 17, 63, 64, 65, 130, 301};
+    test_exp_simd();
     for (int lvl = llmb_simd_detected(); lvl >= 0; lvl--) {
         if (llmb_simd_set((llmb_simd_level)lvl) != LLMB_OK) continue;
         for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
