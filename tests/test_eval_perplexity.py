@@ -250,3 +250,23 @@ def test_kld_needs_one_vocabulary(llm):
     qwen = LLM("tiny-qwen2:Q8_0", threads=1, ctx=128)  # 1024 tokens too, other special tokens
     with pytest.raises(ValueError, match="differ at token"):
         ppl.kl_divergence(qwen, tiny, STORY, ctx=CTX)
+
+
+def test_concat_of_pieces_is_the_whole_run(llm, q8):
+    toks = llm.tokenize(STORY)
+    n = len(toks) // CTX
+    cuts = [0, 3 * CTX, 6 * CTX, n * CTX]   # whole chunks, at least two a piece
+    pieces = [toks[a:b] for a, b in zip(cuts, cuts[1:])]
+    whole = ppl.perplexity(llm, toks, ctx=CTX)
+    cat = ppl.PerplexityResult.concat([ppl.perplexity(llm, p, ctx=CTX) for p in pieces])
+    assert cat.n_chunks == whole.n_chunks == n and np.array_equal(cat.nll, whole.nll)
+    assert close(cat.ppl, whole.ppl, 1e-12) and close(cat.ppl_err, whole.ppl_err, 1e-12)
+    assert all(close(a["ppl"], b["ppl"], 1e-12) for a, b in zip(cat.chunks, whole.chunks))
+    kw = ppl.kl_divergence(q8, llm, toks, ctx=CTX)
+    kc = ppl.KLDResult.concat([ppl.kl_divergence(q8, llm, p, ctx=CTX) for p in pieces])
+    for k in ("ppl", "ppl_base", "ln_ppl_corr", "ln_ppl_ratio_err", "kld", "kld_err", "dp_rms", "same_top"):
+        assert close(getattr(kc, k), getattr(kw, k), 1e-12), k
+    assert kc.kld_quantiles == kw.kld_quantiles and kc.dp_quantiles == kw.dp_quantiles
+    assert close(kc.chunks[4]["kld"], kw.chunks[4]["kld"], 1e-12)
+    with pytest.raises(ValueError, match="differ in model"):
+        ppl.PerplexityResult.concat([whole, ppl.perplexity(q8, toks, ctx=CTX)])

@@ -230,6 +230,40 @@ class PerplexityResult:
 
     __str__ = table
 
+    @classmethod
+    def concat(cls, parts: Sequence[PerplexityResult]) -> PerplexityResult:
+        """The result of one run over consecutive pieces of a token stream, from the runs over each piece
+        (``tokens[k * n * ctx:(k + 1) * n * ctx]``, n >= 2 chunks each): the same chunks, so the same
+        numbers, up to summation order. For long runs done in resumable pieces."""
+        _same(parts, ("model", "ctx"))
+        secs = [c["seconds"] for p in parts for c in p.chunks]
+        return _ppl_result(parts[0].model, parts[0].ctx, sum(p.n_tokens for p in parts),
+                           np.concatenate([p.nll for p in parts]), secs, sum(p.seconds for p in parts))
+
+
+def _same(parts: Sequence[Any], keys: tuple[str, ...]) -> None:
+    if not parts:
+        raise ValueError("concat needs at least one result")
+    for k in keys:
+        if len({getattr(p, k) for p in parts}) > 1:
+            raise ValueError(f"concat: the results differ in {k} ({sorted({str(getattr(p, k)) for p in parts})})")
+
+
+def _ppl_result(model: str, ctx: int, n_tokens: int, nll: np.ndarray, chunk_seconds: Sequence[float],
+                seconds: float) -> PerplexityResult:
+    per = ctx - 1 - ctx // 2
+    sums, sums2 = np.cumsum(nll), np.cumsum(nll * nll)
+    records = []
+    for i, dt in enumerate(chunk_seconds):
+        e = (i + 1) * per
+        m, err = _mean_err(float(sums[e - 1]), float(sums2[e - 1]), e, min_n=2)
+        records.append({"chunk": i + 1, "ppl": math.exp(m), "ppl_err": math.exp(m) * err,
+                        "chunk_ppl": math.exp(float(nll[e - per:e].mean())), "seconds": dt})
+    # llama-perplexity's final estimate: no lower bound on the count beyond N > 1
+    m, err = _mean_err(float(nll.sum()), float(np.dot(nll, nll)), len(nll), min_n=2)
+    return PerplexityResult(model, ctx, n_tokens, len(chunk_seconds), len(nll), math.exp(m), math.exp(m) * err,
+                            m, err, records, seconds, float(sum(chunk_seconds)), nll)
+
 
 def perplexity(llm: LLM, text_or_tokens: str | Sequence[int] | np.ndarray, ctx: int = 512,
                max_chunks: int | None = None, progress: Progress | None = None) -> PerplexityResult:
@@ -240,25 +274,16 @@ def perplexity(llm: LLM, text_or_tokens: str | Sequence[int] | np.ndarray, ctx: 
     chunks = _chunks([llm], tokens, ctx, max_chunks)
     per = ctx - 1 - ctx // 2
     nll = np.empty(len(chunks) * per)
-    records: list[dict[str, float]] = []
-    engine_s = 0.0
+    secs = []
     for i, chunk in enumerate(chunks):
         t = time.perf_counter()
         logits = llm.logits(chunk)
-        dt = time.perf_counter() - t
-        engine_s += dt
+        secs.append(time.perf_counter() - t)
         first, targets = _scored(chunk, ctx)
-        v = nll[i * per:(i + 1) * per] = _nll(logits[first:ctx - 1], targets)
-        done = nll[:(i + 1) * per]
-        m, e = _mean_err(float(done.sum()), float(np.dot(done, done)), len(done), min_n=2)
-        records.append({"chunk": i + 1, "ppl": math.exp(m), "ppl_err": math.exp(m) * e,
-                        "chunk_ppl": math.exp(float(v.mean())), "seconds": dt})
+        nll[i * per:(i + 1) * per] = _nll(logits[first:ctx - 1], targets)
         if progress:
             progress(i + 1, len(chunks))
-    # llama-perplexity's final estimate: no lower bound on the count beyond N > 1
-    m, e = _mean_err(float(nll.sum()), float(np.dot(nll, nll)), len(nll), min_n=2)
-    return PerplexityResult(llm.path.name, ctx, len(tokens), len(chunks), len(nll), math.exp(m), math.exp(m) * e,
-                            m, e, records, time.perf_counter() - t0, engine_s, nll)
+    return _ppl_result(llm.path.name, ctx, len(tokens), nll, secs, time.perf_counter() - t0)
 
 
 # ---- KL divergence ----
@@ -346,6 +371,17 @@ class KLDResult:
 
     __str__ = table
 
+    @classmethod
+    def concat(cls, parts: Sequence[KLDResult]) -> KLDResult:
+        """As `PerplexityResult.concat`: one result from runs over consecutive pieces of a token stream."""
+        _same(parts, ("model", "base", "ctx"))
+        cat = {k: np.concatenate([getattr(p, k) for p in parts])
+               for k in ("nll", "nll_base", "kld_values", "dp_values", "same_top_values")}
+        return _kld_result(parts[0].model, parts[0].base, parts[0].ctx, sum(p.n_tokens for p in parts), cat["nll"],
+                           cat["nll_base"], cat["kld_values"], cat["dp_values"], cat["same_top_values"],
+                           sum(p.seconds for p in parts), sum(p.engine_seconds for p in parts),
+                           sum(p.base_engine_seconds for p in parts))
+
 
 def _label(key: str, what: str) -> str:
     name = {"max": "Maximum", "min": "Minimum", "median": "Median"}.get(key)
@@ -411,7 +447,7 @@ def kl_divergences(llms: Sequence[LLM], base_llm: LLM, text_or_tokens: str | Seq
     n = len(chunks) * per
     nll_b = np.empty(n)
     cols = {id(m): {"nll": np.empty(n), "kld": np.empty(n), "dp": np.empty(n), "top": np.empty(n, dtype=bool),
-                    "chunks": [], "seconds": 0.0} for m in llms}
+                    "seconds": 0.0} for m in llms}
     base_s = 0.0
     for i, chunk in enumerate(chunks):
         _, targets = _scored(chunk, ctx)
@@ -432,25 +468,29 @@ def kl_divergences(llms: Sequence[LLM], base_llm: LLM, text_or_tokens: str | Seq
             c["seconds"] += time.perf_counter() - t
             c["nll"][s], c["kld"][s], p, c["top"][s] = _against_base(llm_logits, lp_base, top_base, targets)
             c["dp"][s] = p - p_base
-            e = (i + 1) * per
-            run = _kld_stats(c["nll"][:e], nll_b[:e], c["kld"][:e], c["dp"][:e], c["top"][:e])
-            c["chunks"].append({"chunk": i + 1, **{k: run[k] for k in (
-                "ppl", "ppl_err", "ln_ppl_ratio", "ln_ppl_ratio_err", "kld", "kld_err", "dp_rms", "dp_rms_err",
-                "same_top", "same_top_err")}})
         if progress:
             progress(i + 1, len(chunks))
     seconds = time.perf_counter() - t0
-    out = []
-    for llm in llms:
-        c = cols[id(llm)]
-        final = _kld_stats(c["nll"], nll_b, c["kld"], c["dp"], c["top"])
-        out.append(KLDResult(model=llm.path.name, base=base_llm.path.name, ctx=ctx, n_tokens=len(tokens),
-                             n_chunks=len(chunks), n_scored=n, **final,
-                             kld_quantiles=_quantiles(c["kld"], KLD_QUANTILES),
-                             dp_quantiles=_quantiles(c["dp"], DP_QUANTILES), chunks=c["chunks"], seconds=seconds,
-                             engine_seconds=c["seconds"], base_engine_seconds=base_s, kld_values=c["kld"],
-                             dp_values=c["dp"], nll=c["nll"], nll_base=nll_b, same_top_values=c["top"]))
-    return out
+    return [_kld_result(llm.path.name, base_llm.path.name, ctx, len(tokens), c["nll"], nll_b, c["kld"], c["dp"],
+                        c["top"], seconds, c["seconds"], base_s) for llm, c in ((m, cols[id(m)]) for m in llms)]
+
+
+def _kld_result(model: str, base: str, ctx: int, n_tokens: int, nll: np.ndarray, nll_b: np.ndarray, kld: np.ndarray,
+                dp: np.ndarray, top: np.ndarray, seconds: float, engine_s: float, base_s: float) -> KLDResult:
+    per = ctx - 1 - ctx // 2
+    n_chunks = len(nll) // per
+    records = []
+    for i in range(n_chunks):   # the running values llama-perplexity prints after each chunk
+        e = (i + 1) * per
+        run = _kld_stats(nll[:e], nll_b[:e], kld[:e], dp[:e], top[:e])
+        records.append({"chunk": i + 1, **{k: run[k] for k in (
+            "ppl", "ppl_err", "ln_ppl_ratio", "ln_ppl_ratio_err", "kld", "kld_err", "dp_rms", "dp_rms_err",
+            "same_top", "same_top_err")}})
+    return KLDResult(model=model, base=base, ctx=ctx, n_tokens=n_tokens, n_chunks=n_chunks, n_scored=len(nll),
+                     **_kld_stats(nll, nll_b, kld, dp, top), kld_quantiles=_quantiles(kld, KLD_QUANTILES),
+                     dp_quantiles=_quantiles(dp, DP_QUANTILES), chunks=records, seconds=seconds,
+                     engine_seconds=engine_s, base_engine_seconds=base_s, kld_values=kld, dp_values=dp, nll=nll,
+                     nll_base=nll_b, same_top_values=top)
 
 
 def kl_divergence(llm: LLM, base_llm: LLM, text_or_tokens: str | Sequence[int] | np.ndarray, ctx: int = 512,
