@@ -298,3 +298,21 @@ def test_generate_until_on_the_engine(llm):
     assert out[0].text == whole[: whole.index("park")] and out[0].finish_reason == "stop"
     assert out[1].finish_reason == "length" and out[1].n_tokens == 5 and len(out[1].token_logprobs) == 5
     assert all(len(d) == 2 and max(d.values()) <= 0 for d in out[1].top_logprobs)
+
+
+def test_cli_perplexity_and_kld(stories_path, tmp_path):
+    text = tmp_path / "story.txt"
+    story = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+             "One day, she saw a big red ball under a tree. ")
+    text.write_text(story * 12)
+    r = subprocess.run(_eval_cmd("perplexity,kld", "--model", str(stories_path), "--base-model", str(stories_path),
+                                 "--text", str(text), "--ctx", "64", "--threads", "2", "--out", str(tmp_path / "o")),
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "perplexity of stories260K.gguf: PPL = " in r.stdout and "mean KLD 0.000000" in r.stdout
+    doc = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert doc["perplexity"]["ctx"] == 64 and doc["kld"]["same_top"] == 1.0
+    assert doc["perplexity"]["ppl"] == pytest.approx(doc["kld"]["ppl"])
+    r = subprocess.run(_eval_cmd("kld", "--model", str(stories_path), "--text", str(text)), cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "needs base_model" in r.stderr

@@ -130,7 +130,8 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     if resume and out is None:
         raise ValueError("resume needs out (the folder of the run to continue)")
     if "kld" in names and base_model is None:
-        raise ValueError("the kld task needs base_model (the model the KL divergence is measured against)")
+        raise ValueError("the kld task needs base_model (--base-model: the model the KL divergence is measured against, "
+                         "e.g. the F16 file)")
     task_objs = [make_task(n, shots=shots, limit=limit, subjects=subjects, data_dir=data_dir)
                  for n in names if n in TASKS]
     llm_options: dict[str, Any] = {"activations": activations}

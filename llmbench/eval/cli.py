@@ -93,6 +93,18 @@ def _resume_args(args: argparse.Namespace) -> None:
     args.out = args.resume
 
 
+def _text_task_line(name: str, x: dict) -> str:
+    """One line for perplexity / kld results (all of them are in results.json)."""
+    where = f"{x['n_chunks']} chunks of {x['ctx']} tokens, {x['n_scored']} scored, {x['seconds']:.1f} s"
+    if name == "perplexity":
+        return f"perplexity of {x['model']}: PPL = {x['ppl']:.4f} +/- {x['ppl_err']:.4f} ({where})"
+    q = x["kld_quantiles"]
+    return (f"kld of {x['model']} against {x['base']}: mean KLD {x['kld']:.6f} +/- {x['kld_err']:.6f} (median "
+            f"{q['median']:.6f}, 99% {q['99.0%']:.6f}, max {q['max']:.4f}), same top token {x['same_top']:.2%} "
+            f"+/- {x['same_top_err']:.2%}, RMS dp {x['dp_rms']:.4%}, PPL {x['ppl']:.4f} vs base {x['ppl_base']:.4f} "
+            f"(ratio {x['ppl_ratio']:.5f} +/- {x['ppl_ratio_err']:.5f}) ({where})")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import (
@@ -168,8 +180,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                   f"log-likelihoods moved up to {pc['max_abs_logprob_diff']:.4f} "
                   f"(mean {pc['mean_abs_logprob_diff']:.4f})")
     for name, x in res.extra.items():
-        print(f"{name}: " + ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
-                                      for k, v in x.items() if not isinstance(v, (dict, list))))
+        print(_text_task_line(name, x))
     if args.out:
         print(f"results: {Path(args.out) / 'results.json'}; samples: {Path(args.out)}/samples_*.jsonl")
     return 0
