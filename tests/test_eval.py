@@ -23,7 +23,7 @@ from llmbench.eval.adapters import EngineAdapter, rolling_windows
 from llmbench.eval.api import Loglikelihood, LoglikelihoodRolling
 from llmbench.eval.data import DataNotFoundError
 from llmbench.eval.metrics import aggregate, mean_stderr, pooled_sample_stderr, wilson
-from llmbench.eval.results import SCHEMA
+from llmbench.eval.results import SCHEMA, schema_json
 from llmbench.eval.runner import read_samples
 
 DATA = SHARED / "data"
@@ -88,6 +88,12 @@ def test_missing_data_says_where(tmp_path, monkeypatch):
 
 
 # ---- aggregation ----
+
+def test_schema_doc_is_current():
+    doc = ROOT / "docs" / "eval-results.schema.json"
+    assert doc.read_text() == schema_json(), "regenerate: python -m llmbench.eval.results > docs/eval-results.schema.json"
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
 
 def test_stderr_formulas():
     x = [1.0, 0.0, 1.0, 1.0, 0.0]

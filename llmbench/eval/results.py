@@ -10,11 +10,14 @@ results.json:
                   {value, stderr, n} (groups and the task also macro, and a 95% Wilson interval)
     precision_check   {task: flip rate, accuracy change with its interval, log-likelihood moves}
     adapter_stats     the adapter's counters (engine: prompt tokens held vs computed; server: retries)
-Validated against `SCHEMA` in tests.
+Validated against `SCHEMA` in tests; docs/eval-results.schema.json is written from it
+(``python -m llmbench.eval.results > docs/eval-results.schema.json``) and checked to match.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +49,10 @@ SCHEMA: dict[str, Any] = {
         "adapter_stats": {"type": "object"},
     },
 }
+
+
+def schema_json() -> str:
+    return json.dumps(SCHEMA, indent=2) + "\n"
 
 
 @dataclass
@@ -136,3 +143,7 @@ class EvalResults:
                       f"{r['value']:.4f}" if r["value"] is not None else "-",
                       f"{r['stderr']:.4f}" if r["stderr"] is not None else "-", str(r["n"]))
         return t
+
+
+if __name__ == "__main__":
+    sys.stdout.write(schema_json())
