@@ -38,10 +38,9 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import ThreadingHTTPServer
 from typing import Any
 
-from sse_server import QuietHandler
+from sse_server import QuietHandler, ThreadedServer
 
 LOGPROBS = {" Paris": -0.25, " France": -0.5, " London": -2.5, "one": -0.125, " two": -0.375}
 NOT_GREEDY = {" London"}
@@ -224,21 +223,15 @@ class _Handler(QuietHandler):
         self._json(200, obj)
 
 
-class EvalServer(ThreadingHTTPServer):
+class EvalServer(ThreadedServer):
     daemon_threads = True
     request_queue_size = 128
 
     def __init__(self, hang_s: float = 5.0) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.hang_s = hang_s
         self.lock = threading.Lock()
-        self.stop = threading.Event()
         self.reset()
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
     def reset(self) -> None:
         with self.lock:
@@ -261,12 +254,3 @@ class EvalServer(ThreadingHTTPServer):
         with self.lock:
             return [r["body"] for r in self.requests if r["path"] == path]
 
-    def __enter__(self) -> EvalServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.shutdown()
-        self.server_close()
-        self._thread.join(timeout=5)

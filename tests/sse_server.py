@@ -148,31 +148,16 @@ class _Handler(QuietHandler):
         self._chunk(b"")                        # 0-length chunk: end of body
 
 
-class SSEServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128    # socketserver's default listen backlog of 5 drops SYNs under a burst,
-                                # and the kernel's 1 s retransmit then shows up as a 1 s TTFT
+class ThreadedServer(ThreadingHTTPServer):
+    """A test server that serves from a daemon thread inside ``with``; ``stop`` is set on the way out
+    (handlers that hang watch it)."""
 
-    def __init__(self, ttft_s: float = 0.05, itl_s: float = 0.01, hang_s: float = 10.0) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.ttft_s, self.itl_s, self.hang_s = ttft_s, itl_s, hang_s
-        self.lock = threading.Lock()
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
         self.stop = threading.Event()
-        self.reset()
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def reset(self) -> None:
-        with self.lock:
-            self.requests: list[dict] = []
-            self.inflight = 0
-            self.max_inflight = 0
-
-    def __enter__(self) -> SSEServer:
+    def __enter__(self) -> ThreadedServer:
         self._thread.start()
         return self
 
@@ -181,3 +166,26 @@ class SSEServer(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self._thread.join(timeout=5)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class SSEServer(ThreadedServer):
+    daemon_threads = True
+    request_queue_size = 128    # socketserver's default listen backlog of 5 drops SYNs under a burst,
+                                # and the kernel's 1 s retransmit then shows up as a 1 s TTFT
+
+    def __init__(self, ttft_s: float = 0.05, itl_s: float = 0.01, hang_s: float = 10.0) -> None:
+        super().__init__(_Handler)
+        self.ttft_s, self.itl_s, self.hang_s = ttft_s, itl_s, hang_s
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests: list[dict] = []
+            self.inflight = 0
+            self.max_inflight = 0
+
