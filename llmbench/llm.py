@@ -390,6 +390,11 @@ class LLM:
         A sequence longer than ``ctx`` + 1 keeps its last ``ctx`` + 1 tokens, as the harness does with
         ``max_length``: the last token is scored, never fed. ``share_prefix=False`` computes every
         request whole (for comparisons; the same numbers)."""
+        return self.score_tokens(self.loglikelihood_tokens(pairs, add_bos), share_prefix)
+
+    def loglikelihood_tokens(self, pairs: Sequence[tuple[str, str]],
+                             add_bos: bool | None = None) -> list[tuple[list[int], int]]:
+        """The (token ids, n_context) requests `loglikelihood` scores for ``pairs`` (see there)."""
         tok = self._tok()
         reqs = []
         for context, continuation in pairs:
@@ -406,7 +411,7 @@ class LLM:
                 raise ValueError(f"continuation {continuation!r} encodes to no tokens")
             ids = (ctx_ids + cont_ids)[-(self.ctx + 1):]  # truncated on the left, as the harness does
             reqs.append((ids, len(ids) - len(cont_ids)))
-        return self.score_tokens(reqs, share_prefix)
+        return reqs
 
     @_exclusive
     def score_tokens(self, reqs: Sequence[tuple[Sequence[int], int]],

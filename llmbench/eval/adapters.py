@@ -72,11 +72,10 @@ class EngineAdapter(Adapter):
     def loglikelihood(self, reqs: Sequence[Loglikelihood]) -> list[LLAnswer]:
         if not reqs:
             return []
+        toks = self.llm.loglikelihood_tokens([(r.context, r.continuation) for r in reqs])
         before = self.llm.engine.stats()
-        out = self.llm.loglikelihood([(r.context, r.continuation) for r in reqs], share_prefix=self.share_prefix)
-        tok = self.llm.tokenizer
-        n_tok = sum(len(tok.encode(r.context + r.continuation)) for r in reqs) if tok else 0
-        self._count(before, len(reqs), n_tok)
+        out = self.llm.score_tokens(toks, self.share_prefix)
+        self._count(before, len(reqs), sum(len(ids) for ids, _ in toks))
         return [LLAnswer(lp, g) for lp, g in out]
 
     def loglikelihood_rolling(self, reqs: Sequence[LoglikelihoodRolling]) -> list[RollingAnswer]:

@@ -125,12 +125,11 @@ def precision_check(task: Task, records: Sequence[dict[str, Any]], reference: Ad
     """Re-score ``n`` random documents of a log-likelihood task with ``reference`` (the engine with f32
     activations) and compare with the records: how often the chosen answer flips, how accuracy moves
     (paired, with its standard error and a 95% interval), how far log-likelihoods move."""
-    docs = [d for d in task.docs()]
+    docs = task.docs()
     if not docs or not isinstance(task.requests(docs[0])[0], Loglikelihood):
         return None
     by_key = {(r["subject"], r["doc_id"]): r for r in records}
-    pick = random.Random(seed).sample(docs, min(n, len(docs)))
-    pick.sort(key=lambda d: (list(task.subjects).index(d.subject) if hasattr(task, "subjects") else 0, d.id))
+    pick = [docs[i] for i in sorted(random.Random(seed).sample(range(len(docs)), min(n, len(docs))))]
     per_doc = [task.requests(d) for d in pick]
     answers = reference.answer([r for rs in per_doc for r in rs])
     flips, deltas, diffs = 0, [], []
