@@ -161,9 +161,17 @@ def test_loglikelihood_rolling_matches_logits(llm):
     want = sum(lp[i, full[i + 1]] for i in range(len(ids)))
     assert got.n_tokens == len(ids)
     assert got.logprob == pytest.approx(want, rel=1e-5, abs=1e-4)
-    # windows of 16 tokens give the same total within the model's short-context rounding
+    # windows of 16 tokens: each window scored from its own logits (the token before it, then its 16)
     small = EngineAdapter(LLM(llm.path, threads=2, ctx=16))
-    assert small.answer([LoglikelihoodRolling(text)])[0].n_tokens == len(ids)
+    got = small.answer([LoglikelihoodRolling(text)])[0]
+    want = 0.0
+    for w, n in rolling_windows(ids, llm.tokenizer.bos_id, 16):
+        lg = llm.logits(w).astype(np.float64)
+        lp = lg - lg.max(1, keepdims=True)
+        lp -= np.log(np.exp(lp).sum(1, keepdims=True))
+        want += sum(lp[i - 1, w[i]] for i in range(n, len(w)))
+    assert got.n_tokens == len(ids) and len(ids) > 16                 # two windows at least
+    assert got.logprob == pytest.approx(want, rel=1e-5, abs=1e-4)
 
 
 def test_loglikelihood_answers_in_order(llm):
