@@ -385,7 +385,11 @@ size_t llmb_vec_dot_row_bytes(int wtype, int64_t n) {
 static void quantize_x(int wtype, const float *x, void *xq, int64_t n, int ref) {
     switch (llmb_vec_dot_type(wtype)) {
     case LLMB_TYPE_F32: memcpy(xq, x, (size_t)n * sizeof(float)); break;
-    case LLMB_TYPE_Q8_1: quant_q8_1_ref(x, xq, n); break;
+    case LLMB_TYPE_Q8_1: {
+        const llmb_vec_dot_kernels *k = ref ? NULL : kernels(wtype);
+        (k && k->quant_x ? k->quant_x : quant_q8_1_ref)(x, xq, n);
+        break;
+    }
     case LLMB_TYPE_BF16_DP:   // llmb_fp32_to_bf16, and the same bits vectorized
         if (ref)
             for (int64_t i = 0; i < n; i++) ((uint16_t *)xq)[i] = llmb_fp32_to_bf16(x[i]);
@@ -473,17 +477,60 @@ static void q8_0_recode(const uint8_t *from, uint8_t *to, int pack) {
     memcpy(pack ? to + LLMB_QK : to, pack ? from : from + LLMB_QK, 2);
 }
 
+// The legacy types' interleaved blocks (vecdot_il8.c): whole words of values first and d, where alone, as
+// the tail (Q4_0: qs, d; Q5_0: qh', qs, d; Q4_1, Q5_1 keep their order), and Q5_0 / Q5_1's fifth bits as
+// qh': bit 8 b + k the fifth bit of value 4 k + b, bit 8 b + 4 + k that of value 16 + 4 k + b (b, k < 4),
+// so that each word k of qs finds its 8 bits in place after one shift.
+static uint32_t qh_recode(uint32_t qh, int pack) {
+    uint32_t out = 0;
+    for (int b = 0; b < 4; b++)
+        for (int k = 0; k < 4; k++)
+            for (int hi = 0; hi < 2; hi++) {
+                const int plain = 16 * hi + 4 * k + b, coded = 8 * b + 4 * hi + k;
+                const int from = pack ? plain : coded, to = pack ? coded : plain;
+                out |= ((qh >> from) & 1u) << to;
+            }
+    return out;
+}
+
+static void legacy_recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
+    uint32_t qh;
+    switch (wtype) {
+    case LLMB_TYPE_Q4_0:   // d qs <-> qs d
+        if (pack) memcpy(to, from + 2, 16), memcpy(to + 16, from, 2);
+        else memcpy(to + 2, from, 16), memcpy(to, from + 16, 2);
+        break;
+    case LLMB_TYPE_Q5_0:   // d qh qs <-> qh' qs d
+        memcpy(&qh, pack ? from + 2 : from, 4);
+        qh = qh_recode(qh, pack);
+        if (pack) memcpy(to, &qh, 4), memcpy(to + 4, from + 6, 16), memcpy(to + 20, from, 2);
+        else memcpy(to + 2, &qh, 4), memcpy(to + 6, from + 4, 16), memcpy(to, from + 20, 2);
+        break;
+    default:   // Q5_1: d m qh qs <-> d m qh' qs
+        memcpy(to, from, sizeof(llmb_block_q5_1));
+        memcpy(&qh, from + 4, 4);
+        qh = qh_recode(qh, pack);
+        memcpy(to + 4, &qh, 4);
+        break;
+    }
+}
+static void q4_0_recode(const uint8_t *from, uint8_t *to, int pack) { legacy_recode(LLMB_TYPE_Q4_0, from, to, pack); }
+static void q5_0_recode(const uint8_t *from, uint8_t *to, int pack) { legacy_recode(LLMB_TYPE_Q5_0, from, to, pack); }
+static void q5_1_recode(const uint8_t *from, uint8_t *to, int pack) { legacy_recode(LLMB_TYPE_Q5_1, from, to, pack); }
+
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
-// of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row. Q6_K's
-// and Q8_0's blocks are recoded first (q6_K_recode, q8_0_recode).
+// of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row. Q6_K's,
+// Q8_0's, Q4_0's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode, q8_0_recode, legacy_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
     assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
     const int64_t nb = n / tt->blck_size, words = tt->type_size / 4, tail = tt->type_size % 4;
     const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G, bs = tt->type_size;
     void (*const recode)(const uint8_t *, uint8_t *, int) =
-        wtype == LLMB_TYPE_Q6_K ? q6_K_recode : wtype == LLMB_TYPE_Q8_0 ? q8_0_recode : NULL;
+        wtype == LLMB_TYPE_Q6_K ? q6_K_recode : wtype == LLMB_TYPE_Q8_0 ? q8_0_recode
+        : wtype == LLMB_TYPE_Q4_0 ? q4_0_recode : wtype == LLMB_TYPE_Q5_0 ? q5_0_recode
+        : wtype == LLMB_TYPE_Q5_1 ? q5_1_recode : NULL;
     assert(!recode || bs <= sizeof(llmb_block_q6_K));   // the largest recoded block (blk below)
 #pragma omp parallel for schedule(static) if (nrows * nb >= 4096)
     for (int64_t g = 0; g < nrows / G; g++) {

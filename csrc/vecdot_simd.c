@@ -195,6 +195,12 @@ AVX2 INLINE __m256i legacy0_weights(const int type, const uint8_t *blk) {
                                                                      _mm256_set1_epi8((char)0xF0)));
 }
 
+// the 32 unsigned weights of a Q4_1 (0..15) or Q5_1 (0..31) block
+AVX2 INLINE __m256i legacy1_weights(const int type, const uint8_t *blk) {
+    if (type == LLMB_TYPE_Q4_1) return nibbles_32(blk + 4);
+    return _mm256_or_si256(nibbles_32(blk + 8), _mm256_and_si256(bytes_from_bits_32(blk + 4), _mm256_set1_epi8(0x10)));
+}
+
 #define LLMB_VECDOT_BODY
 #define VD_T AVX2
 #define VD(f) f##_avx2
@@ -919,87 +925,6 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     }
 }
 
-// Q4_0, Q5_0: pairs of blocks as 64 bytes w + 128 (unsigned), against x with vpdpbusd:
-// sum (w + 128) x - 128 sum x == sum w x per 4 values, exact, the lanes of legacy0_body's two
-// accumulators side by side (lanes 0..7 the even block, 8..15 the odd one); the float steps are
-// theirs too (d = d_w * d_x, one fmadd per block, the halves added before hsum_ps).
-#define L0_MAX_PAIRS 256   // n <= 16384 decoded on the stack; longer rows run tiles
-
-typedef struct {
-    __m512i wu;   // the 64 weights of blocks 2p, 2p+1, plus 128 (zero weights for a missing odd block)
-    __m512 dv;    // 8 x the scale of block 2p, then 8 x that of block 2p+1 (0 if missing)
-} l0_dec;
-
-INLINE VNNI512 void l0_panel_body(const l0_dec *dec, int64_t nb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
-                                  const int NR, const int NC) {
-    const int64_t np = (nb + 1) / 2;
-    const __m512i k80 = _mm512_set1_epi8((char)0x80);
-    __m512 acc[LLMB_PANEL_R][4];
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; p++) {
-        const int odd = 2 * p + 1 < nb;
-        const __mmask16 km = odd ? 0xFFFF : 0x00FF;
-        __m512i xv[4], xn[4];
-        __m512 xd[4];
-        for (int c = 0; c < NC; c++) {
-            const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + 2 * p;
-            uint16_t h0, h1 = 0;
-            memcpy(&h0, &xb[0].d, 2);
-            __m256i x1 = _mm256_setzero_si256();
-            if (odd) memcpy(&h1, &xb[1].d, 2), x1 = _mm256_loadu_si256((const __m256i *)xb[1].qs);
-            xv[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].qs)), x1, 1);
-            xn[c] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, xv[c]));
-            xd[c] = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)h0)),
-                                                            _mm_set1_epi16((short)h1), 1));
-        }
-        for (int r = 0; r < NR; r++) {
-            const l0_dec *o = dec + r * np + p;
-            for (int c = 0; c < NC; c++) {
-                const __m512i s = _mm512_dpbusd_epi32(xn[c], o->wu, xv[c]);
-                acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(o->dv, xd[c]), _mm512_cvtepi32_ps(s), acc[r][c], km);
-            }
-        }
-    }
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++)
-            y[c * ldy + r] = hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
-                                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][c]), 1))));
-}
-
-INLINE VNNI512 void legacy0_panel(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
-                                  size_t xs, int nc, float *y, int64_t ldy) {
-    const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0) : sizeof(llmb_block_q5_0);
-    const int64_t nb = n / LLMB_QK, np = (nb + 1) / 2, nsb = nb;   // PANEL_TOKENS_LOOP passes nsb: the block count
-    l0_dec dec[LLMB_PANEL_R * L0_MAX_PAIRS];
-    for (int r = 0; r < nr; r++)
-        for (int64_t p = 0; p < np; p++) {
-            const uint8_t *blk = w + r * ws + 2 * p * wb;
-            const int odd = 2 * p + 1 < nb;
-            const __m256i w1 = odd ? legacy0_weights(type, blk + wb) : _mm256_setzero_si256();
-            l0_dec *o = &dec[r * np + p];
-            o->wu = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(legacy0_weights(type, blk)), w1, 1),
-                                     _mm512_set1_epi8((char)0x80));
-            o->dv = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(half_at(blk)))),
-                                                        _mm256_castps_pd(_mm256_set1_ps(odd ? half_at(blk + wb) : 0.0f)), 1));
-        }
-    PANEL_TOKENS_LOOP(l0_panel_body);
-}
-
-#define L0_PANEL(name, T)                                                                                           \
-    VNNI512 static void name##_panel_vnni512(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, \
-                                             int nc, float *y, int64_t ldy) {                                        \
-        if (n / LLMB_QK > 2 * L0_MAX_PAIRS) {                                                                       \
-            for (int c0 = 0; c0 < nc; c0 += 4)                                                                      \
-                name##_tile_vnni(n, vw, ws, nr, (const uint8_t *)vx + c0 * xs, xs, nc - c0 < 4 ? nc - c0 : 4,       \
-                                 y + c0 * ldy, ldy);                                                                \
-            return;                                                                                                 \
-        }                                                                                                           \
-        legacy0_panel(T, n, vw, ws, nr, vx, xs, nc, y, ldy);                                                        \
-    }
-L0_PANEL(q4_0, LLMB_TYPE_Q4_0)
-L0_PANEL(q5_0, LLMB_TYPE_Q5_0)
-
 // Interleaved Q8_0 (vecdot.c: q8_0_recode, then groups of 16 rows): block i of a group is 8 vectors,
 // lane r of vector k the values 4k .. 4k + 3 of row r plus 128, and after the group's last block the
 // blocks' d, 16 halves a block. vpdpbusd of vector k against token x's values 4k .. 4k + 3 (broadcast),
@@ -1435,9 +1360,8 @@ BFD static void bf16dp_panel_bf(int64_t n, const void *vw, size_t ws, int nr, co
 // after the other as in the one-token decode). Per output the steps of the single
 // dot: the exact integers of each super-block (S, and M for Q4_K/Q5_K) of all the group's outputs
 // reduced at once with reduce16_epi32, then the body's fmas in lane g*NC + c. Hence the same bits
-// (test_vecdot: every token count against the single dot). Q4_0 / Q5_0 keep their panels: the
-// same scheme measured 1.3-1.7x slower than the legacy panel from 3 tokens (their float accumulation
-// per block leaves nothing to share between tokens but the weight decoding, which is cheap).
+// (test_vecdot: every token count against the single dot). The legacy types run interleaved
+// (vecdot_il8.c) at every token count.
 #define SMALL_OUT 8   // outputs (G x NC) and tokens per pass at most
 
 // the 8 sub-block scales and mins of a Q4_K/Q5_K super-block as int16 lanes 0..7 / 8..15 (q45_K_body)
@@ -1976,7 +1900,11 @@ GEN(f16, f16_body_neon, LLMB_TYPE_F16)
 void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     switch (lvl) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    case LLMB_SIMD_AVX2: SET_ALL(avx2); break;
+    case LLMB_SIMD_AVX2:
+        SET_ALL(avx2);
+        t[LLMB_TYPE_Q4_1].quant_x = t[LLMB_TYPE_Q5_1].quant_x = llmb_quant_q8_1_avx2;
+        llmb_vec_dot_il8_install(lvl, t);
+        break;
     case LLMB_SIMD_AVX512:   // the AVX2 kernels (installed first by vecdot.c), or the same math with VNNI
         if (llmb_cpu_has("avx512vnni")) {
             SET_ALL(vnni);
@@ -1986,8 +1914,6 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
             t[LLMB_TYPE_Q5_K].panel_r = Q4R;
             t[LLMB_TYPE_Q6_K].panel = q6_K_panel_vnni512;
             t[LLMB_TYPE_Q6_K].panel_r = Q4R;
-            t[LLMB_TYPE_Q4_0].panel = q4_0_panel_vnni512;
-            t[LLMB_TYPE_Q5_0].panel = q5_0_panel_vnni512;
             t[LLMB_TYPE_F32].panel = f32_panel_vnni512;
             t[LLMB_TYPE_F16].panel = f16_panel_vnni512;
             t[LLMB_TYPE_BF16].panel = bf16_panel_vnni512;
@@ -2007,6 +1933,7 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
             t[LLMB_TYPE_F32].decode = f32_decode_vnni512;
             t[LLMB_TYPE_F16].decode = f16_decode_vnni512;
             t[LLMB_TYPE_BF16].decode = bf16_decode_vnni512;
+            llmb_vec_dot_il8_install(lvl, t);
             if (llmb_cpu_has("avx512bf16")) {
                 SET(bf, LLMB_TYPE_BF16_DP, bf16dp);
                 t[LLMB_TYPE_BF16_DP].panel = bf16dp_panel_bf;
@@ -2031,36 +1958,66 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
 
 // Every body: y[c*ldy + r] = dot(row r, token c) for r < NR, c < NC (constants once inlined).
 
-// Q4_0, Q5_0 x Q8_0: signed weights w in -8..7 or -16..15, x * sign(w) against |w|.
-// Two float accumulators per output, even blocks in the first, odd in the second (the two halves of
-// the 512-bit accumulator of the VNNI panel), added before the horizontal sum.
-INLINE VD_T void VD(legacy0_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
-                                  float *y, int64_t ldy, const int NR, const int NC) {
-    const size_t wb = type == LLMB_TYPE_Q4_0 ? sizeof(llmb_block_q4_0) : sizeof(llmb_block_q5_0);
+// Q4_0, Q5_0 x Q8_0 and Q4_1, Q5_1 x Q8_1: the reference's arithmetic to the bit (vecdot.c, dot_q*_ref), as
+// the interleaved kernels of vecdot_il8.c do for 8 rows at once: each block's exact integer sum, then its
+// float term in the reference's order, block after block (Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1
+// (d_w d_x) s + m_w s_x). Signed weights (Q4_0 -8..7, Q5_0 -16..15) as |w| against x * sign(w), unsigned
+// ones (Q4_1 / Q5_1 0..31) as they are; four blocks at a time, their lane sums reduced together by two
+// rounds of hadd (as q8_0_body).
+INLINE VD_T void VD(legacy_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                                 float *y, int64_t ldy, const int NR, const int NC) {
+    const int one = type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1;   // x d s (Q8_1) and a min
+    const size_t wb = type == LLMB_TYPE_Q4_0   ? sizeof(llmb_block_q4_0)
+                      : type == LLMB_TYPE_Q5_0 ? sizeof(llmb_block_q5_0)
+                      : type == LLMB_TYPE_Q4_1 ? sizeof(llmb_block_q4_1)
+                                               : sizeof(llmb_block_q5_1);
+    const size_t xb_bytes = one ? sizeof(llmb_block_q8_1) : sizeof(llmb_block_q8_0);
     const int64_t nb = n / LLMB_QK;
-    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C][2];
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_ps();
-    for (int64_t ib0 = 0; ib0 < nb; ib0 += 2)
-        for (int e = 0; e < 2 && ib0 + e < nb; e++) {
-            const int64_t ib = ib0 + e;
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *blk = w + r * ws + ib * wb;
-                if (e == 0) prefetch_w(blk, 2 * wb);
-                const __m256i wq = legacy0_weights(type, blk);
-                const __m256i wa = _mm256_abs_epi8(wq);
-                const float wd = half_at(blk);
-                for (int c = 0; c < NC; c++) {
-                    const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + ib;
-                    const __m256i xq = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb->qs), wq);
-                    const __m256i p = DOTACC(_mm256_setzero_si256(), wa, xq);
-                    acc[r][c][e] = _mm256_fmadd_ps(_mm256_set1_ps(wd * half_at((const uint8_t *)&xb->d)),
-                                                   _mm256_cvtepi32_ps(p), acc[r][c][e]);
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t ib = 0; ib < nb; ib += 4) {
+        const int nk = nb - ib < 4 ? (int)(nb - ib) : 4;
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + r * ws + ib * wb;
+            prefetch_w(blk, 4 * wb);
+            __m256i wq[4], wa[4];
+            float wd[4], wm[4];
+            for (int e = 0; e < 4; e++) {
+                const uint8_t *b = blk + e * wb;
+                wq[e] = e >= nk ? _mm256_setzero_si256() : one ? legacy1_weights(type, b) : legacy0_weights(type, b);
+                wa[e] = one ? wq[e] : _mm256_abs_epi8(wq[e]);
+                wd[e] = e < nk ? half_at(b) : 0.0f;
+                wm[e] = e < nk && one ? half_at(b + 2) : 0.0f;
+            }
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *xb = x + c * xs + ib * xb_bytes;
+                __m256i p[4];
+                for (int e = 0; e < 4; e++) {
+                    const uint8_t *xe = xb + e * xb_bytes;
+                    const __m256i xq = _mm256_loadu_si256((const __m256i *)(xe + (one ? 8 : 2)));
+                    p[e] = e < nk ? DOTACC(_mm256_setzero_si256(), wa[e], one ? xq : _mm256_sign_epi8(xq, wq[e]))
+                                  : _mm256_setzero_si256();
+                }
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                int32_t is[4];
+                _mm_storeu_si128((__m128i *)is, _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+                for (int e = 0; e < nk; e++) {
+                    const uint8_t *xe = xb + e * xb_bytes;
+                    if (one) {
+                        const llmb_block_q8_1 *x1 = (const llmb_block_q8_1 *)xe;
+                        acc[r][c] += (wd[e] * x1->d) * (float)is[e] + wm[e] * x1->s;
+                    } else if (type == LLMB_TYPE_Q4_0) {
+                        acc[r][c] += (float)is[e] * wd[e] * half_at(xe);
+                    } else {
+                        acc[r][c] += (wd[e] * half_at(xe)) * (float)is[e];
+                    }
                 }
             }
         }
+    }
     for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(_mm256_add_ps(acc[r][c][0], acc[r][c][1]));
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
 }
 
 // Q8_0 x Q8_0: the reference's arithmetic to the bit (vecdot.c, dot_q8_0_ref): each block's exact
@@ -2102,38 +2059,6 @@ INLINE VD_T void VD(q8_0_body)(const int type, int64_t n, const uint8_t *w, size
     }
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
-}
-
-// Q4_1, Q5_1 x Q8_1: unsigned weights 0..31 against x, plus min * (d_x * sum q_x)
-INLINE VD_T void VD(legacy1_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
-                                  float *y, int64_t ldy, const int NR, const int NC) {
-    const int q5 = type == LLMB_TYPE_Q5_1;
-    const size_t wb = q5 ? sizeof(llmb_block_q5_1) : sizeof(llmb_block_q4_1);
-    __m256 acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
-    float summ[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c] = _mm256_setzero_ps(), summ[r][c] = 0.0f;
-    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *blk = w + r * ws + ib * wb;
-            if (ib % 2 == 0) prefetch_w(blk, 2 * wb);
-            __m256i wq;
-            if (q5)
-                wq = _mm256_or_si256(nibbles_32(blk + 8),
-                                     _mm256_and_si256(bytes_from_bits_32(blk + 4), _mm256_set1_epi8(0x10)));
-            else
-                wq = nibbles_32(blk + 4);
-            const float wd = half_at(blk), wm = half_at(blk + 2);
-            for (int c = 0; c < NC; c++) {
-                const llmb_block_q8_1 *xb = (const llmb_block_q8_1 *)(x + c * xs) + ib;
-                const __m256i p = DOTACC(_mm256_setzero_si256(), wq, _mm256_loadu_si256((const __m256i *)xb->qs));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(wd * xb->d), _mm256_cvtepi32_ps(p), acc[r][c]);
-                summ[r][c] += wm * xb->s;
-            }
-        }
-    }
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(acc[r][c]) + summ[r][c];
 }
 
 // Q8_K x Q8_K
@@ -2303,11 +2228,11 @@ INLINE VD_T void VD(float_body)(const int type, int64_t n, const uint8_t *w, siz
         for (int c = 0; c < NC; c++) y[c * ldy + r] = hsum_ps(_mm256_add_ps(acc[r][c][0], acc[r][c][1])) + tail[r][c];
 }
 
-GEN(q4_0, VD(legacy0_body), LLMB_TYPE_Q4_0)
-GEN(q5_0, VD(legacy0_body), LLMB_TYPE_Q5_0)
+GEN(q4_0, VD(legacy_body), LLMB_TYPE_Q4_0)
+GEN(q5_0, VD(legacy_body), LLMB_TYPE_Q5_0)
 GEN(q8_0, VD(q8_0_body), LLMB_TYPE_Q8_0)
-GEN(q4_1, VD(legacy1_body), LLMB_TYPE_Q4_1)
-GEN(q5_1, VD(legacy1_body), LLMB_TYPE_Q5_1)
+GEN(q4_1, VD(legacy_body), LLMB_TYPE_Q4_1)
+GEN(q5_1, VD(legacy_body), LLMB_TYPE_Q5_1)
 GEN(q4_K, VD(q45_K_body), LLMB_TYPE_Q4_K)
 GEN(q5_K, VD(q45_K_body), LLMB_TYPE_Q5_K)
 GEN(q6_K, VD(q6_K_body), LLMB_TYPE_Q6_K)

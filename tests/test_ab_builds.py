@@ -47,21 +47,21 @@ def test_kernels_compared_bit_for_bit(builds, capsys):
 
 
 def test_interleaved_weights_from_copies(builds, capsys):
-    group = llmbench._core.vec_dot_interleave(type_id("Q4_K"))
-    if not group:
-        pytest.skip("no interleaved Q4_K layout at this SIMD level")
-    rows = 2 * group
-    assert ab_builds.main([*builds, "--kernel", "Q4_K", "--interleaved", "--copies", "4", "--shapes", f"{rows}x512",
+    kind = next((t for t in ("Q4_K", "Q4_1") if llmbench._core.vec_dot_interleave(type_id(t))), None)
+    if not kind:
+        pytest.skip("no interleaved layout at this SIMD level")
+    rows = 2 * llmbench._core.vec_dot_interleave(type_id(kind))
+    assert ab_builds.main([*builds, "--kernel", kind, "--interleaved", "--copies", "4", "--shapes", f"{rows}x512",
                            "--tokens", "1", "--rounds", "3"]) == 0
     out = capsys.readouterr().out
-    assert f"Q4_K interleaved {rows}x512 x 1 tokens, 1 thread(s), 4 copies" in out and LINE.search(out), out
+    assert f"{kind} interleaved {rows}x512 x 1 tokens, 1 thread(s), 4 copies" in out and LINE.search(out), out
 
 
 def test_bad_input(builds, tmp_path):
     with pytest.raises(SystemExit, match="is not a file"):
         ab_builds.main([builds[0], str(tmp_path / "missing.so")])
-    with pytest.raises(SystemExit, match="--interleaved Q4_0: .*no interleaved layout"):
-        ab_builds.main([*builds, "--kernel", "Q4_0", "--interleaved", "--shapes", "32x64", "--rounds", "1"])
+    with pytest.raises(SystemExit, match="--interleaved F16: .*no interleaved layout"):
+        ab_builds.main([*builds, "--kernel", "F16", "--interleaved", "--shapes", "32x64", "--rounds", "1"])
     for args in (["--shapes", "768"], ["--shapes", "0x16"], ["--rounds", "0"], ["--copies", "0"]):
         with pytest.raises(SystemExit):
             ab_builds.main([*builds, "--kernel", "F16", *args])

@@ -173,17 +173,18 @@ def test_interleaved(t: str):
 
 
 def test_interleaved_bad_arguments():
-    w, x, n = case("Q4_0", rows=16, nblocks=8, ntok=1, seed=1)
-    assert _core.vec_dot_interleave(type_id("Q4_0")) == 0 and _core.vec_dot_interleave(99) == 0
+    w, x, n = case("F16", rows=16, nblocks=8, ntok=1, seed=1)
+    assert _core.vec_dot_interleave(type_id("F16")) == 0 and _core.vec_dot_interleave(99) == 0
     with pytest.raises(ValueError, match="no interleaved layout"):
-        _core.vec_dot_repack(type_id("Q4_0"), w)
-    group = _core.vec_dot_interleave(type_id("Q4_K"))
-    if not group:
-        pytest.skip("no interleaved Q4_K at this SIMD level")
-    w, x, n = case("Q4_K", rows=group + 1, nblocks=1, ntok=1, seed=1)
+        _core.vec_dot_repack(type_id("F16"), w)
+    name = next((t for t in ("Q4_K", "Q4_0") if _core.vec_dot_interleave(type_id(t))), None)
+    if not name:
+        pytest.skip("no interleaved layout at this SIMD level")
+    group = _core.vec_dot_interleave(type_id(name))
+    w, x, n = case(name, rows=group + 1, nblocks=1, ntok=1, seed=1)
     with pytest.raises(ValueError, match="not whole groups"):
-        _core.vec_dot_repack(type_id("Q4_K"), w)
+        _core.vec_dot_repack(type_id(name), w)
     with pytest.raises(ValueError, match="multiple of it"):
-        _core.vec_dot(type_id("Q4_K"), w, x, interleave=group)
+        _core.vec_dot(type_id(name), w, x, interleave=group)
     with pytest.raises(ValueError, match="interleave"):
-        _core.vec_dot(type_id("Q4_K"), w[:group], x, interleave=group + 1)
+        _core.vec_dot(type_id(name), w[:group], x, interleave=group + 1)

@@ -10,7 +10,8 @@
 //     of batched decode (2..10: the small-batch kernels to LLMB_SMALL_TOKENS, ragged row groups), also with enough
 //     rows and tokens for several row panels and token blocks, and rows too long for a panel's
 //     stack buffer (its fallback to tiles);
-//   - interleaved weights (llmb_vec_dot_repack, Q4_K, Q6_K and Q8_0 with AVX-512 VNNI): the layout round-trips, and their
+//   - interleaved weights (llmb_vec_dot_repack: Q4_K, Q6_K and Q8_0 with AVX-512 VNNI; Q4_0, Q4_1, Q5_0, Q5_1 with
+//     AVX2 and AVX-512 VNNI): the layout round-trips, and their
 //     matmul at every token count of decode and batched decode and past the token blocks, on 1 and 2
 //     threads, bit-identical to the plain rows' single dot;
 //   - llmb_vec_dot_matmul_parts (Q4_K and Q6_K rows of 7 and 9 with one input, as Q, K, V) on 1 and 2
@@ -18,7 +19,8 @@
 //   - llmb_matmul_n (ops.c) over weights of mixed activation types (Q4_0, Q4_K, Q8_0, Q6_K: the input
 //     quantized again when the type changes) and of one type, on 1 and 2 threads, bit-identical to
 //     llmb_vec_dot_matmul of each weight on its own quantized input, and llmb_matmul likewise;
-//   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other, and for Q8_0 to the reference;
+//   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other, and for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1
+//     to the reference;
 //   - the SIMD activation quantizer byte-identical to its reference.
 // Prints the largest |simd - ref| / sum|w x| seen per type.
 #include <math.h>
@@ -198,9 +200,11 @@ static void check_type(size_t ti, int64_t n) {
         if (levels[k] == LLMB_SIMD_SCALAR)
             CHECK(memcmp(out, ref, sizeof out) == 0, "scalar level %s: not the reference", tname(t));
         if (levels[k] == LLMB_SIMD_AVX2 || levels[k] == LLMB_SIMD_AVX512) {
-            if (t == LLMB_TYPE_Q8_0)   // the reference's arithmetic (q8_0_body, q8_0_il_vnni512)
-                CHECK(memcmp(out, ref, sizeof out) == 0, "%s Q8_0 n=%lld: not the reference's bits",
-                      llmb_simd_name(levels[k]), (long long)n);
+            // the reference's arithmetic (q8_0_body, q8_0_il_vnni512; legacy_body, vecdot_il8.c)
+            if (t == LLMB_TYPE_Q8_0 || t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q4_1 || t == LLMB_TYPE_Q5_0 ||
+                t == LLMB_TYPE_Q5_1)
+                CHECK(memcmp(out, ref, sizeof out) == 0, "%s %s n=%lld: not the reference's bits",
+                      llmb_simd_name(levels[k]), tname(t), (long long)n);
             if (n_x86++) CHECK(memcmp(out, x86, sizeof out) == 0, "%s n=%lld: AVX2 and AVX-512 results differ", tname(t), (long long)n);
             memcpy(x86, out, sizeof out);
         }

@@ -1,0 +1,274 @@
+// vecdot_il8.c — the legacy types Q4_0, Q4_1, Q5_0 and Q5_1 on x86-64 as groups of 8 interleaved rows
+// (llmb_vec_dot_repack), one row in each 32-bit lane of a 256-bit vector: AVX2 (maddubs + madd) and
+// AVX-512 VNNI (vpdpbusd on 256 bits), one source compiled for both (this file includes itself), the
+// same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref).
+//
+// Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
+// term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
+// 8 rows of a group do that at once in the lanes: the unsigned values u (Q4_0: u = q + 8, Q5_0: u = q + 16)
+// of word k of 8 rows in one vector against 4 activation bytes broadcast, so s comes exact per lane
+// (Q4_0, Q5_0 subtract 8 or 16 times the sum of the block's activations, made once per token and block),
+// then the reference's float steps, in its order, on 8 rows per instruction (no fma: -std=c11 does not
+// contract). The plain rows' kernels (vecdot_simd.c, legacy0_body, legacy1_body) do the same per row.
+//
+// Layout of a group's block (vecdot.c, interleave: word k of row r at word 8 k + r) after the recoding
+// of vecdot.c (legacy_recode): Q4_0 qs, then d as the tail; Q4_1 d m, qs; Q5_0 qh', qs, then d; Q5_1 d m,
+// qh', qs. qh' holds the fifth bits so that a shift and an AND put them in place for each word k of qs:
+// bit 8 b + k is the fifth bit of value 4 k + b (low nibble of byte 4 k + b), bit 8 b + 4 + k that of
+// value 16 + 4 k + b (its high nibble), for b, k in 0..3.
+//
+// Prefill decodes up to IL8_DEC blocks of a group into unpacked bytes once and runs the call's tokens
+// over them IL8_NC at a time; up to IL8_NC tokens (decode, small batches) decode each block in registers
+// as they go. Tested by csrc/tests/test_vecdot.c (check_interleaved, and every level against the
+// reference bit for bit).
+#ifndef LLMB_IL8_BODY
+#include <string.h>
+
+#include "vecdot.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline))
+#define IL8_G 8     // rows per group
+#ifndef IL8_NC
+#define IL8_NC 4    // tokens per register tile
+#endif
+#define IL8_DEC 64  // blocks of a group decoded at a time for prefill (64 x 320 bytes: L1)
+#ifndef LLMB_IL8_TOKS   // (token, block) entries of the Q4_0 / Q5_0 activation sums on the stack (the C tests:
+#define LLMB_IL8_TOKS 4096   // 64, so that tokens and blocks run several chunks)
+#endif
+// Prefetch distance of a group's blocks (one sequential stream: 8 rows' blocks one after the other)
+#define IL8_PF_AHEAD 4096
+_Static_assert(LLMB_IL8_TOKS >= IL8_DEC, "a chunk of the activation sums holds at least one token");
+
+// An empty asm on v: GCC's reassociation would otherwise turn each token's chain of 8 adds into a tree
+// whose maddubs results, all live at once, spill to the stack (1.4x slower measured)
+#define IL8_KEEP(v) __asm__("" : "+x"(v))
+
+typedef struct {
+    __m256i q[8];   // word k's values: q[2k] values 4k..4k+3, q[2k+1] values 16+4k..16+4k+3 of each row
+    __m256 d, m;    // lane r: row r's d (and m for Q4_1 / Q5_1)
+} il8_dec;
+
+// bytes of a group's block and of its tail (the d of Q4_0 / Q5_0, after the group's last block)
+INLINE int il8_words(const int type) {
+    return type == LLMB_TYPE_Q4_0 ? 4 : type == LLMB_TYPE_Q5_1 ? 6 : 5;
+}
+INLINE int il8_offset(const int type) { return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : 0; }
+
+#define LLMB_IL8_BODY
+#define IL_T __attribute__((target("avx2,fma,f16c")))
+#define IL(f) f##_avx2
+#define IL_VNNI 0
+#include "vecdot_il8.c"
+#undef IL_T
+#undef IL
+#undef IL_VNNI
+
+#define IL_T __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define IL(f) f##_vnni
+#define IL_VNNI 1
+#include "vecdot_il8.c"
+#undef IL_T
+#undef IL
+#undef IL_VNNI
+#undef LLMB_IL8_BODY
+
+void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
+    const int types[4] = {LLMB_TYPE_Q4_0, LLMB_TYPE_Q4_1, LLMB_TYPE_Q5_0, LLMB_TYPE_Q5_1};
+    llmb_gemm_il_fn avx2[4] = {q4_0_il8_avx2, q4_1_il8_avx2, q5_0_il8_avx2, q5_1_il8_avx2};
+    llmb_gemm_il_fn vnni[4] = {q4_0_il8_vnni, q4_1_il8_vnni, q5_0_il8_vnni, q5_1_il8_vnni};
+    if (lvl != LLMB_SIMD_AVX2 && !(lvl == LLMB_SIMD_AVX512 && llmb_cpu_has("avx512vnni"))) return;
+    for (int i = 0; i < 4; i++) {
+        t[types[i]].il = lvl == LLMB_SIMD_AVX2 ? avx2[i] : vnni[i];
+        t[types[i]].il_r = IL8_G;
+    }
+}
+#else
+void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
+    (void)lvl, (void)t;
+}
+#endif
+
+#else // LLMB_IL8_BODY
+// ---- compiled once per instruction set (IL_T, IL, IL_VNNI) ----
+
+// block i of a group (nb blocks) unpacked
+INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8_dec *o) {
+    const int words = il8_words(type), q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
+    const int dm = type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1;
+    const uint8_t *v = g + (size_t)i * words * 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+    if (dm) {   // word 0: d and m of each row; d's to the low 8 halves, m's to the high ones
+        const __m256i pairs = _mm256_loadu_si256((const __m256i *)v);
+        const __m256i split = _mm256_shuffle_epi8(pairs, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11,
+                                                                          14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7,
+                                                                          10, 11, 14, 15));
+        const __m256i dms = _mm256_permute4x64_epi64(split, 0xD8);
+        o->d = _mm256_cvtph_ps(_mm256_castsi256_si128(dms));
+        o->m = _mm256_cvtph_ps(_mm256_extracti128_si256(dms, 1));
+        v += 32;
+    } else {   // the tail
+        o->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * words * 32 + (size_t)i * 16)));
+        o->m = _mm256_setzero_ps();
+    }
+    __m256i qh = _mm256_setzero_si256();
+    if (q5) qh = _mm256_loadu_si256((const __m256i *)v), v += 32;
+    for (int k = 0; k < 4; k++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
+        __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        if (q5) {
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(qh, 4 - k), b4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi32(qh, k), b4));
+        }
+        o->q[2 * k] = lo, o->q[2 * k + 1] = hi;
+    }
+}
+
+// s[c], lane r: the exact sum u x of row r's block against the 32 activations xq[c] of token c, each
+// weight vector loaded once for the NC tokens (u <= 15: the 8 maddubs sums stay below 2^15 in int16,
+// 8 x 2 x 15 x 127; u <= 31: two halves of 4)
+INLINE IL_T void IL(il8_isums)(const int q5, const __m256i *q, const int8_t *const *xq, __m256i *s, const int NC) {
+    __m256i h0[IL8_NC], h1[IL8_NC];
+    for (int c = 0; c < NC; c++) h0[c] = h1[c] = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k++) {   // q[k] against x values 4 (k / 2) + 16 (k % 2) ..
+        const __m256i wk = q[k];
+        for (int c = 0; c < NC; c++) {
+            int32_t a;
+            memcpy(&a, xq[c] + 4 * (k / 2) + 16 * (k % 2), 4);
+            const __m256i xb = _mm256_set1_epi32(a);
+#if IL_VNNI
+            if (k % 2) h1[c] = _mm256_dpbusd_epi32(h1[c], wk, xb);
+            else h0[c] = _mm256_dpbusd_epi32(h0[c], wk, xb);
+#else
+            __m256i *h = q5 && k % 2 ? &h1[c] : &h0[c];
+            *h = _mm256_add_epi16(*h, _mm256_maddubs_epi16(wk, xb));
+            IL8_KEEP(*h);
+#endif
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+#if IL_VNNI
+        s[c] = _mm256_add_epi32(h0[c], h1[c]);
+#else
+        const __m256i one = _mm256_set1_epi16(1);
+        s[c] = q5 ? _mm256_add_epi32(_mm256_madd_epi16(h0[c], one), _mm256_madd_epi16(h1[c], one))
+                  : _mm256_madd_epi16(h0[c], one);
+#endif
+    }
+}
+
+// acc[c] (lane r: row r, token c) plus the reference's term of block i for NC tokens of x (xs apart);
+// xsum[c * xss]: the sum of token c's activations in this block (Q4_0 / Q5_0)
+INLINE IL_T void IL(il8_step)(const int type, const il8_dec *d, const uint8_t *x, size_t xs, int64_t i,
+                              const int32_t *xsum, int64_t xss, __m256 *acc, const int NC) {
+    const int q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1, off = il8_offset(type);
+    const size_t xb_bytes = off ? sizeof(llmb_block_q8_0) : sizeof(llmb_block_q8_1);
+    const int8_t *xq[IL8_NC];
+    __m256i s[IL8_NC];
+    for (int c = 0; c < NC; c++) xq[c] = (const int8_t *)(x + c * xs + i * xb_bytes + (off ? 2 : 8));
+    IL(il8_isums)(q5, d->q, xq, s, NC);
+    for (int c = 0; c < NC; c++) {
+        const uint8_t *xb = x + c * xs + i * xb_bytes;
+        if (off) {
+            const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(s[c], _mm256_set1_epi32(off * xsum[c * xss])));
+            uint16_t h;
+            memcpy(&h, xb, 2);
+            const __m256 dx = _mm256_set1_ps(_cvtsh_ss(h));
+            const __m256 t = type == LLMB_TYPE_Q4_0 ? _mm256_mul_ps(_mm256_mul_ps(sf, d->d), dx)
+                                                    : _mm256_mul_ps(_mm256_mul_ps(d->d, dx), sf);
+            acc[c] = _mm256_add_ps(acc[c], t);
+        } else {
+            const llmb_block_q8_1 *x1 = (const llmb_block_q8_1 *)xb;
+            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(d->d, _mm256_set1_ps(x1->d)), _mm256_cvtepi32_ps(s[c]));
+            acc[c] = _mm256_add_ps(acc[c], _mm256_add_ps(t, _mm256_mul_ps(d->m, _mm256_set1_ps(x1->s))));
+        }
+    }
+}
+
+// One group x NC tokens over blocks i0 .. i0 + bn - 1 (of nb): from dec (those blocks decoded) or, where
+// dec is NULL, decoding each block from g as it goes; the sums start at 0 where first, else from y
+INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, const il8_dec *dec, int64_t i0, int64_t bn,
+                              const uint8_t *x, size_t xs, const int32_t *xsum, int64_t xss, float *y, int64_t ldy,
+                              const int first, const int pf, const int NC) {
+    const size_t bytes = (size_t)il8_words(type) * 32;
+    __m256 acc[IL8_NC];
+    for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
+    for (int64_t i = 0; i < bn; i++) {
+        il8_dec one;
+        if (!dec) {
+            if (pf)
+                for (size_t o = 0; o < bytes; o += 64)
+                    _mm_prefetch((const char *)g + (i0 + i) * bytes + IL8_PF_AHEAD + o, _MM_HINT_T0);
+            IL(il8_decode)(type, g, nb, i0 + i, &one);
+        }
+        IL(il8_step)(type, dec ? dec + i : &one, x, xs, i0 + i, xsum + i, xss, acc, NC);
+    }
+    for (int c = 0; c < NC; c++) _mm256_storeu_ps(y + c * ldy, acc[c]);
+}
+
+// nr rows (groups of 8, ws bytes a row) x nc tokens. Blocks in ranges of IL8_DEC, tokens in chunks whose
+// activation sums fit the table (Q4_0 / Q5_0); the sums of a range carried in y to the next
+INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                                size_t xs, int nc, float *y, int64_t ldy) {
+    const int64_t nb = n / LLMB_QK, br = nb < IL8_DEC ? nb : IL8_DEC;
+    const int off = il8_offset(type);
+    const int tc = off ? (int)(LLMB_IL8_TOKS / br) : nc;   // tokens per chunk
+    int32_t xsum[LLMB_IL8_TOKS];
+    il8_dec dec[IL8_DEC];
+    for (int64_t i0 = 0; i0 < nb; i0 += br) {
+        const int64_t bn = nb - i0 < br ? nb - i0 : br;
+        for (int c0 = 0; c0 < nc; c0 += tc) {
+            const int cn = nc - c0 < tc ? nc - c0 : tc;
+            const uint8_t *xc = x + c0 * xs;
+            if (off)
+                for (int c = 0; c < cn; c++)
+                    for (int64_t i = 0; i < bn; i++) {
+                        const llmb_block_q8_0 *b = (const llmb_block_q8_0 *)(xc + c * xs) + i0 + i;
+                        const __m256i p = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)b->qs)),
+                            _mm256_set1_epi16(1));
+                        const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+                        const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+                        xsum[c * bn + i] = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, 0xB1)));
+                    }
+            for (int r0 = 0; r0 < nr; r0 += IL8_G) {
+                const uint8_t *g = w + (size_t)r0 * ws;
+                float *yc = y + c0 * ldy + r0;
+                const int first = i0 == 0;
+                const il8_dec *d = NULL;
+                if (cn > IL8_NC) {   // several token tiles: the range decoded once
+                    for (int64_t i = 0; i < bn; i++) IL(il8_decode)(type, g, nb, i0 + i, &dec[i]);
+                    d = dec;
+                }
+                for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
+                    const uint8_t *xt = xc + t0 * xs;
+                    const int32_t *st = xsum + t0 * bn;
+                    float *yt = yc + t0 * ldy;
+                    const int pf = !d && t0 == 0;
+                    const int k = cn - t0 < IL8_NC ? cn - t0 : IL8_NC;
+#define IL8_RUN(NC) IL(il8_tile)(type, g, nb, d, i0, bn, xt, xs, st, bn, yt, ldy, first, pf, NC)
+                    if (k == IL8_NC) IL8_RUN(IL8_NC);
+                    else if (k == 1) IL8_RUN(1);
+                    else if (k == 2) IL8_RUN(2 < IL8_NC ? 2 : 1);
+                    else IL8_RUN(3 < IL8_NC ? 3 : 1);
+#undef IL8_RUN
+                }
+            }
+        }
+    }
+}
+
+#define IL8_KERNEL(name, T)                                                                                         \
+    IL_T static void IL(name##_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,   \
+                                    float *y, int64_t ldy, int stream) {                                            \
+        (void)stream;                                                                                               \
+        IL(il8_kernel)(T, n, w, ws, nr, x, xs, nc, y, ldy);                                                         \
+    }
+IL8_KERNEL(q4_0, LLMB_TYPE_Q4_0)
+IL8_KERNEL(q4_1, LLMB_TYPE_Q4_1)
+IL8_KERNEL(q5_0, LLMB_TYPE_Q5_0)
+IL8_KERNEL(q5_1, LLMB_TYPE_Q5_1)
+#undef IL8_KERNEL
+#endif // LLMB_IL8_BODY
