@@ -8,7 +8,9 @@ rows are not a whole number of blocks falls back to a 32-block type (Q4_K -> Q5_
 Q6_K -> Q8_0), and to F16 when even 32 does not divide the row (a 172-wide ffn_down; older llama.cpp
 versions stopped there for Q4_0/Q8_0, current ones use F16 too). Checked against llama-quantize: on
 dummy models of 16 and 22 layers and a tied, 128-wide Qwen2 shape, every mix gives the same tensor
-types, bytes and metadata; on stories260K too.
+types, bytes and metadata; on stories260K too, block for block (benchmarks/quantize_vs_llamacpp.py, which
+runs llama-cpp-python's llama_model_quantize on the same file). Q4_1, Q5_0 and Q5_1 are uniform mixes
+(llama.cpp changes their attn_v / ffn_down only with an importance matrix).
 Tensors are converted in row chunks and streamed to disk (llmbench.writer), so memory stays at a
 few chunks whatever the model size. Tested by tests/test_quantize_cmd.py.
 """
@@ -44,7 +46,8 @@ class Mix:
 
 MIXES = {m.name: m for m in (
     Mix("F32", 0, "F32"), Mix("F16", 1, "F16"), Mix("BF16", 32, "BF16"), Mix("Q8_0", 7, "Q8_0"),
-    Mix("Q4_0", 2, "Q4_0"), Mix("Q4_K_S", 14, "Q4_K"), Mix("Q4_K_M", 15, "Q4_K"), Mix("Q5_K_M", 17, "Q5_K"),
+    Mix("Q4_0", 2, "Q4_0"), Mix("Q4_1", 3, "Q4_1"), Mix("Q5_0", 8, "Q5_0"), Mix("Q5_1", 9, "Q5_1"),
+    Mix("Q4_K_S", 14, "Q4_K"), Mix("Q4_K_M", 15, "Q4_K"), Mix("Q5_K_M", 17, "Q5_K"),
     Mix("Q6_K", 18, "Q6_K"),
 )}
 

@@ -18,7 +18,7 @@ gguf = pytest.importorskip("gguf")
 
 STORIES = Path(__file__).resolve().parents[2] / "shared" / "models" / "stories260K" / "stories260K.gguf"
 needs_stories = pytest.mark.skipif(not STORIES.exists(), reason=f"{STORIES} not found (shared test model)")
-LISTED = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K"]
+LISTED = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K"]
 
 # Layers whose attn_v and ffn_down get Q6_K in Q4_K_M, worked out by hand from llama.cpp's rule
 # i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2.
@@ -44,7 +44,8 @@ def test_q4_k_m_layers(n):
 
 def test_output_and_tied_embedding():
     for mix, out in [("Q4_K_M", "Q6_K"), ("Q4_K_S", "Q6_K"), ("Q5_K_M", "Q6_K"), ("Q6_K", "Q6_K"),
-                     ("Q4_0", "Q6_K"), ("Q8_0", "Q8_0"), ("F16", "F16"), ("BF16", "BF16")]:
+                     ("Q4_0", "Q6_K"), ("Q4_1", "Q6_K"), ("Q5_0", "Q6_K"), ("Q5_1", "Q6_K"), ("Q8_0", "Q8_0"),
+                     ("F16", "F16"), ("BF16", "BF16")]:
         assert tensor_type(mix, "output.weight", 4096, 32, True) == out
         assert tensor_type(mix, "token_embd.weight", 2048, 16, False) == out     # tied: treated as the output
         assert tensor_type(mix, "token_embd.weight", 4096, 32, True) == MIXES[mix].default
@@ -59,7 +60,8 @@ def test_other_mixes():
         assert tensor_type("Q5_K_M", v, 4096, n, True) == ("Q6_K" if i in MORE_BITS[n] else "Q5_K")
         assert tensor_type("Q6_K", d, 14336, n, True) == "Q6_K"
         assert tensor_type("Q8_0", d, 14336, n, True) == "Q8_0"
-        assert tensor_type("Q4_0", v, 4096, n, True) == "Q4_0"
+        for legacy in ("Q4_0", "Q4_1", "Q5_0", "Q5_1"):   # uniform without an importance matrix
+            assert tensor_type(legacy, v, 4096, n, True) == tensor_type(legacy, d, 14336, n, True) == legacy
 
 
 def test_fallbacks_for_rows_that_are_not_whole_blocks():
@@ -95,7 +97,7 @@ def _nmse(x: np.ndarray, y: np.ndarray) -> float:
 
 # normalized MSE a type may add to N(0, 1)-like weights
 TOLERANCE = {"F32": 0.0, "F16": 1e-6, "BF16": 2e-5, "Q8_0": 1e-4, "Q6_K": 1e-3, "Q5_0": 4e-3, "Q5_1": 4e-3,
-             "Q5_K": 4e-3, "Q4_0": 2e-2, "Q4_K": 2e-2}
+             "Q5_K": 4e-3, "Q4_0": 2e-2, "Q4_1": 2e-2, "Q4_K": 2e-2}
 
 
 @needs_stories
