@@ -264,3 +264,24 @@ def test_a_point_whose_process_dies_is_recorded_and_the_sweep_goes_on(tmp_path, 
     assert [f["group"]["model"] for f in res["sweep"]["fits"]] == ["tiny:Q8_0"]
     assert "FAILED" in r.stdout and "Failed points" in (out / "report.md").read_text()
     assert len((out / "points.csv").read_text().splitlines()) == 1 + 6
+
+
+def test_sweep_takes_relative_paths_from_the_callers_folder(tmp_path):
+    """The points run in child processes with another working directory: a model and a dataset named
+    relative to the caller's folder still load there, and the sweep records them as absolute paths."""
+    import shutil
+
+    from llmbench import dummy_model
+
+    (tmp_path / "out").mkdir()
+    shutil.copy(dummy_model("tiny", "Q8_0"), tmp_path / "out" / "m.gguf")
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "Once upon a time"}\n{"prompt": "The cat sat"}\n')
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--model", "out/m.gguf", "--dataset",
+                        "prompts.jsonl", "--threads", "1", "--batch", "1,2", "--output-len", "3", "--reps", "1",
+                        "--warmup", "0", "--out-dir", "sw"], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((tmp_path / "sw" / "result.json").read_text())
+    assert res["sweep"]["failed"] == 0 and [p["metrics"]["completed"] for p in res["sweep"]["points"]] == [1, 2]
+    assert res["config"]["model"] == str(tmp_path / "out" / "m.gguf")
+    assert res["config"]["dataset"] == str(tmp_path / "prompts.jsonl")

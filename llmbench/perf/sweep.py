@@ -43,6 +43,12 @@ class Sweep:
     knee_threshold: float = 0.1
 
     def __post_init__(self) -> None:
+        # the points run in child processes from another folder: files named relative to the caller's
+        # folder are made absolute here, before the configuration is saved
+        self.base = dataclasses.replace(self.base, model=_absolute(self.base.model),
+                                        dataset=self.base.dataset and os.path.abspath(self.base.dataset))
+        if "model" in self.axes:
+            self.axes = {**self.axes, "model": [_absolute(m) for m in self.axes["model"]]}
         for name, values in self.axes.items():
             if name not in AXES:
                 raise ValueError(f"cannot sweep {name!r}; sweepable: {', '.join(AXES)}")
@@ -89,6 +95,11 @@ class Sweep:
             base["request_rate"] = float("inf")
         known = {f.name for f in dataclasses.fields(BenchConfig)}
         return cls(BenchConfig(**{k: v for k, v in base.items() if k in known}), d["axes"], d["knee_threshold"])
+
+
+def _absolute(model: str) -> str:
+    """A model that names an existing file, as an absolute path; a dummy preset as it is."""
+    return os.path.abspath(model) if os.path.exists(model) else model
 
 
 def point_key(params: dict) -> str:
