@@ -210,7 +210,8 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
                       goodput=parse_slos(args.goodput) if args.goodput else {},
                       cuda_graphs=None if args.cuda_graphs is None else args.cuda_graphs == "on",
                       backend=args.backend, base_url=args.base_url, api=args.api, request_rate=lists["request_rate"][0],
-                      burstiness=args.burstiness, max_concurrency=args.max_concurrency, activations=args.activations)
+                      burstiness=args.burstiness, max_concurrency=args.max_concurrency, activations=args.activations,
+                      max_failed=args.max_failed)
     return cfg, {k: v for k, v in lists.items() if len(v) > 1}
 
 
@@ -240,17 +241,20 @@ def _run_sweep(args: argparse.Namespace, cfg, axes: dict) -> int:
         print(f"llmbench bench: interrupted; the finished points are in {directory}/points.jsonl: continue "
               f"with  llmbench bench --resume {directory}", file=sys.stderr)
         return 130
+    failed = failed_lines(result)
     if args.json:
         print(json.dumps(result, indent=1))
-        return 0
+        for line in failed:
+            print(line, file=sys.stderr)
+        return 1 if failed else 0
     from rich.table import Table
 
     head, body = rows(result)
-    tail = head[-3].split("_")[0]   # the highest percentile's key, e.g. p99
+    tail = next(h for h in reversed(head) if h.endswith("_e2el_ms")).split("_")[0]   # the highest percentile, p99
     show = {**{a: a for a in result["sweep"]["axes"]}, "output_throughput": "out tok/s",
             "total_token_throughput": "total tok/s", "median_ttft_ms": "TTFT ms", f"{tail}_ttft_ms": f"{tail} TTFT",
             "median_tpot_ms": "TPOT ms", f"{tail}_tpot_ms": f"{tail} TPOT", "decode_gbps": "decode GB/s",
-            "bandwidth_fraction": "of membw"}
+            "bandwidth_fraction": "of membw", "failed": "failed"}
     t = Table(title=f"llmbench sweep: {len(body)} points in {directory} (latencies: medians and {tail})")
     for h in show.values():
         t.add_column(h, justify="right")
@@ -259,19 +263,21 @@ def _run_sweep(args: argparse.Namespace, cfg, axes: dict) -> int:
         t.add_row(*("–" if cells[k] is None else f"{cells[k]:.0%}" if k == "bandwidth_fraction" else
                     fmt(cells[k]) for k in show))
     Console().print(t)
-    for line in failed_lines(result) + fit_lines(result):
+    for line in fit_lines(result):
         print(line)
     files = result["sweep"]["files"]
     print(f"result: {os.path.join(directory, 'result.json')}; also {files['csv']}, {files['markdown']}, "
           f"{', '.join(files['plots'])}")
-    return 0
+    for line in failed:
+        print(line, file=sys.stderr)
+    return 1 if failed else 0   # a sweep with a failed point is not a clean measurement
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .perf.bench import run, run_openai
+    from .perf.bench import failure_report, run, run_openai
 
     if args.resume:
         given = [a for a in ("model", "batch", "input_len", "kv_dtype", "threads", "output_len", "reps", "dataset")
@@ -290,9 +296,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=1)
+    failures = failure_report(result.get("requests", []), cfg.max_failed)
     if args.json:
         print(json.dumps(result, indent=1))
-        return 0
+        return _failed(failures)
     env = result["environment"]
     if env["backend"] == "openai":
         title = f"llmbench bench: {env['model']['name']} at {env['base_url']}"
@@ -357,7 +364,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     Console().print(t)
     if args.output:
         print(f"result: {args.output}")
-    return 0
+    return _failed(failures)
+
+
+def _failed(failures: str | None) -> int:
+    """Exit status 1, saying why, when more measured requests failed than --max-failed allows."""
+    if failures is None:
+        return 0
+    print(f"llmbench bench: {failures}", file=sys.stderr)
+    return 1
 
 
 def cmd_membw(args: argparse.Namespace) -> int:
@@ -448,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests/s with --backend openai (default inf: all at once); a list sweeps")
     b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps; 1 = Poisson")
     b.add_argument("--max-concurrency", type=int, default=None)
+    b.add_argument("--max-failed", default="0", metavar="N|P%",
+                   help="measured requests that may fail before the exit status is 1 (default 0), e.g. 3 or 5%%")
     b.add_argument("-o", "--output", help="write the JSON result here")
     b.add_argument("--json", action="store_true", help="print the JSON result instead of the table")
     b.set_defaults(func=cmd_bench)

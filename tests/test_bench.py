@@ -94,3 +94,38 @@ def test_bench_against_a_local_openai_server(tmp_path):
     assert m["total_input_tokens"] == 8 * (1000 + 6)  # the server's usage, not a guess
     assert m["total_output_tokens"] == 8 * 5 and m["mean_ttft_ms"] >= 20
     assert res["environment"]["backend"] == "openai"
+
+
+def _openai_bench(base_url: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url", base_url,
+                           "--model", "test-model", "--output-len", "4", "--warmup", "0", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _prompts(path, *texts: str) -> str:
+    path.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+    return str(path)
+
+
+def test_failed_requests_are_reported_by_reason_and_fail_the_run(tmp_path):
+    """Requests the server fails (500, a dropped stream, a malformed chunk) are counted per reason on
+    stderr, and the exit status is 1 unless --max-failed allows that many."""
+    from sse_server import SSEServer
+
+    data = _prompts(tmp_path / "p.jsonl", "http500 a", "drop b", "malformed c", "ok d")
+    out = tmp_path / "r.json"
+    with SSEServer(ttft_s=0.01, itl_s=0.001) as srv:
+        r = _openai_bench(srv.base_url, "--dataset", data, "--batch", "4", "--reps", "2", "-o", str(out))
+        assert r.returncode == 1, r.stderr
+        assert "6 of 8 measured requests failed (--max-failed 0 allows 0)" in r.stderr
+        assert re.search(r"2 x HTTP 500 Internal Server Error: boom", r.stderr)
+        assert re.search(r"2 x connection dropped mid-stream after 3 text chunks", r.stderr)
+        assert re.search(r"2 x malformed SSE event", r.stderr)
+        assert "2 / 6" in r.stdout   # the table still shows the run, and the result is saved
+        assert json.loads(out.read_text())["metrics"]["failed"] == 6
+        r = _openai_bench(srv.base_url, "--dataset", data, "--batch", "4", "--reps", "2", "--max-failed", "75%")
+        assert r.returncode == 0, r.stderr
+        r = _openai_bench(srv.base_url, "--dataset", data, "--batch", "4", "--reps", "2", "--max-failed", "5", "--json")
+        assert r.returncode == 1 and json.loads(r.stdout)["metrics"]["failed"] == 6
+    r = _openai_bench(srv.base_url, "--batch", "2", "--reps", "1")   # the server is gone: refused
+    assert r.returncode == 1 and re.search(r"2 x cannot connect to .*is the server running", r.stderr), r.stderr

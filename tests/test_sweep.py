@@ -255,14 +255,14 @@ def test_a_point_whose_process_dies_is_recorded_and_the_sweep_goes_on(tmp_path, 
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--model", f"tiny:Q8_0,{bad}", "--threads", "1",
                         "--batch", "1,2,4", "--input-len", "8", "--output-len", "4", "--reps", "1", "--warmup", "0",
                         "--out-dir", str(out)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr   # a failed point fails the sweep
     res = json.loads((out / "result.json").read_text())
     validate(res)
     pts = res["sweep"]["points"]
     assert [("error" in p) for p in pts] == [False] * 3 + [True] * 3 and res["sweep"]["failed"] == 3
     assert all("GGUFError" in p["error"] and "truncated.gguf" in p["error"] for p in pts[3:])
     assert [f["group"]["model"] for f in res["sweep"]["fits"]] == ["tiny:Q8_0"]
-    assert "FAILED" in r.stdout and "Failed points" in (out / "report.md").read_text()
+    assert "FAILED" in r.stderr and "Failed points" in (out / "report.md").read_text()
     assert len((out / "points.csv").read_text().splitlines()) == 1 + 6
 
 
@@ -285,3 +285,23 @@ def test_sweep_takes_relative_paths_from_the_callers_folder(tmp_path):
     assert res["sweep"]["failed"] == 0 and [p["metrics"]["completed"] for p in res["sweep"]["points"]] == [1, 2]
     assert res["config"]["model"] == str(tmp_path / "out" / "m.gguf")
     assert res["config"]["dataset"] == str(tmp_path / "prompts.jsonl")
+
+
+def test_sweep_marks_points_whose_requests_failed(tmp_path):
+    """A point whose measured requests failed (the server answers 500) is marked FAILED with its
+    reasons, and the sweep's exit status is 1."""
+    from sse_server import SSEServer
+
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "http500 please"}\n{"prompt": "ok fine"}\n')
+    out = tmp_path / "s"
+    with SSEServer(ttft_s=0.01, itl_s=0.001) as srv:
+        r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url",
+                            srv.base_url, "--model", "m", "--dataset", str(data), "--batch", "1,2",
+                            "--output-len", "3", "--reps", "1", "--warmup", "0", "--out-dir", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "batch 2: FAILED: 1 of 2 measured requests failed (--max-failed 0 allows 0): 1 x HTTP 500" in r.stderr
+    assert "Failed points" in (out / "report.md").read_text()
+    pts = json.loads((out / "result.json").read_text())["sweep"]["points"]
+    assert [p["metrics"]["failed"] for p in pts][1] == 1

@@ -62,6 +62,7 @@ class BenchConfig:
     request_rate: float = float("inf")  # requests/s with gamma gaps; inf: all at once
     burstiness: float = 1.0
     max_concurrency: int | None = None
+    max_failed: str = "0"              # measured requests allowed to fail: a count, or a share such as "5%"
 
     def check(self) -> None:
         """Raise ValueError naming the first bad setting."""
@@ -81,6 +82,43 @@ class BenchConfig:
             raise ValueError("--cuda-graphs applies to --backend cuda only")
         if not (self.pp or self.tg or self.batch):
             raise ValueError("nothing to run: --pp, --tg and --batch are all 0")
+        failures_allowed(self.max_failed, 0)
+
+
+def failures_allowed(max_failed: str, n: int) -> int:
+    """How many of ``n`` measured requests may fail: ``max_failed`` is a count ("3") or a share of
+    the requests ("5%", rounded down)."""
+    text = str(max_failed).strip()
+    try:
+        v = float(text[:-1]) if text.endswith("%") else int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= (100 if text.endswith("%") else float("inf")):
+        raise ValueError(f"--max-failed {max_failed!r}: give a count such as 3 or a share such as 5%")
+    return int(v * n / 100) if text.endswith("%") else int(v)
+
+
+def failure_reasons(requests: list[dict]) -> list[tuple[str, int]]:
+    """The errors of the failed requests, grouped by their text, most frequent first."""
+    from collections import Counter
+
+    return Counter(q["error"] for q in requests if q.get("error")).most_common()
+
+
+def failure_report(requests: list[dict], max_failed: str) -> str | None:
+    """A few lines saying how many measured requests failed and why, grouped by reason; None when
+    no more failed than ``max_failed`` allows."""
+    reasons = failure_reasons(requests)
+    n_failed = sum(n for _, n in reasons)
+    allowed = failures_allowed(max_failed, len(requests))
+    if n_failed <= allowed:
+        return None
+    lines = [f"{n_failed} of {len(requests)} measured requests failed (--max-failed {max_failed} allows "
+             f"{allowed}):"]
+    lines += [f"  {n} x {why}" for why, n in reasons[:10]]
+    if len(reasons) > 10:
+        lines.append(f"  ... and {len(reasons) - 10} other reasons (see the result's requests)")
+    return "\n".join(lines)
 
 
 def config_json(cfg: BenchConfig) -> dict:

@@ -34,14 +34,14 @@ def rows(result: dict) -> tuple[list[str], list[list]]:
     head = [*axes, *_METRICS]
     for m in _LATENCY:
         head += [f"median_{m}_ms", f"{tail}_{m}_ms"]
-    head += ["decode_gbps", "bandwidth_fraction"]
+    head += ["decode_gbps", "bandwidth_fraction", "failed"]
     out = []
     for r in result["sweep"]["points"]:
         m, bw = r.get("metrics") or {}, r.get("bandwidth") or {}
         row = [r["params"][a] for a in axes] + [m.get(k) for k in _METRICS]
         for k in _LATENCY:
             row += [m.get(f"median_{k}_ms"), m.get(f"{tail}_{k}_ms")]
-        row += [bw.get("achieved_gbps"), bw.get("fraction")]
+        row += [bw.get("achieved_gbps"), bw.get("fraction"), m.get("failed")]
         out.append(row)
     return head, out
 
@@ -51,8 +51,19 @@ def _ok(result: dict) -> list[dict]:
 
 
 def failed_lines(result: dict) -> list[str]:
-    return [f"{', '.join(f'{k} {v}' for k, v in r['params'].items())}: FAILED: {r['error']}"
-            for r in result["sweep"]["points"] if "error" in r]
+    """One line per failed point: its process died, or more of its measured requests failed than
+    the sweep's max_failed allows (the reasons grouped, most frequent first)."""
+    from .bench import failure_report
+
+    out = []
+    for r in result["sweep"]["points"]:
+        why = r["error"] if "error" in r else failure_report(r.get("requests", []),
+                                                             result["config"].get("max_failed", "0"))
+        if why:
+            head, *reasons = why.splitlines()
+            out.append(f"{', '.join(f'{k} {v}' for k, v in r['params'].items())}: FAILED: {head} "
+                       + "; ".join(x.strip() for x in reasons))
+    return out
 
 
 def write_csv(result: dict, path: str) -> None:
