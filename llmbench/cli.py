@@ -211,7 +211,8 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
                       cuda_graphs=None if args.cuda_graphs is None else args.cuda_graphs == "on",
                       backend=args.backend, base_url=args.base_url, api=args.api, request_rate=lists["request_rate"][0],
                       burstiness=args.burstiness, max_concurrency=args.max_concurrency, activations=args.activations,
-                      max_failed=args.max_failed)
+                      max_failed=args.max_failed, connect_timeout=args.connect_timeout,
+                      first_chunk_timeout=args.first_chunk_timeout, idle_timeout=args.idle_timeout)
     return cfg, {k: v for k, v in lists.items() if len(v) > 1}
 
 
@@ -463,6 +464,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests/s with --backend openai (default inf: all at once); a list sweeps")
     b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps; 1 = Poisson")
     b.add_argument("--max-concurrency", type=int, default=None)
+    b.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                   help="--backend openai: seconds to connect to the server (default 10)")
+    b.add_argument("--first-chunk-timeout", type=float, default=120.0, metavar="S",
+                   help="--backend openai: seconds from sending a request to its first token (default 120)")
+    b.add_argument("--idle-timeout", type=float, default=30.0, metavar="S",
+                   help="--backend openai: seconds a stream may stay silent after its first token (default 30)")
     b.add_argument("--max-failed", default="0", metavar="N|P%",
                    help="measured requests that may fail before the exit status is 1 (default 0), e.g. 3 or 5%%")
     b.add_argument("-o", "--output", help="write the JSON result here")

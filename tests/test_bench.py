@@ -129,3 +129,25 @@ def test_failed_requests_are_reported_by_reason_and_fail_the_run(tmp_path):
         assert r.returncode == 1 and json.loads(r.stdout)["metrics"]["failed"] == 6
     r = _openai_bench(srv.base_url, "--batch", "2", "--reps", "1")   # the server is gone: refused
     assert r.returncode == 1 and re.search(r"2 x cannot connect to .*is the server running", r.stderr), r.stderr
+
+
+def test_a_stalled_server_is_left_within_the_timeouts(tmp_path):
+    """A server that never answers stops the run in its warmup, with the reason, within about the
+    first-chunk timeout; one that stalls mid-stream fails its requests at the idle timeout."""
+    import time
+
+    from sse_server import SSEServer
+
+    with SSEServer(ttft_s=0.01, itl_s=0.001, hang_s=60) as srv:
+        t0 = time.monotonic()
+        r = _openai_bench(srv.base_url, "--dataset", _prompts(tmp_path / "h.jsonl", "hang a"), "--batch", "2",
+                          "--warmup", "1", "--first-chunk-timeout", "1")
+        assert time.monotonic() - t0 < 20   # a Python start, one warmup and 1 s: not 60 s, not 120 s
+        assert r.returncode != 0 and "2 warmup requests" in r.stderr and "first-chunk timeout" in r.stderr, r.stderr
+        assert len(srv.requests) == 2   # nothing measured after the warmup failed
+        t0 = time.monotonic()
+        r = _openai_bench(srv.base_url, "--dataset", _prompts(tmp_path / "s.jsonl", "stall a"), "--batch", "2",
+                          "--reps", "1", "--idle-timeout", "1")
+        assert time.monotonic() - t0 < 20
+        assert r.returncode == 1 and "2 x the stream stalled: nothing for 1 s after 2 text chunks" in r.stderr, \
+            r.stderr

@@ -131,6 +131,26 @@ def test_errors_are_recorded_with_partial_timings(server, prompt, message, n_tok
         assert r.http_status == 500 and "boom: internal test failure" in r.error
 
 
+@pytest.mark.parametrize("prompt, kw, message", [
+    ("hang", {"first_chunk_timeout": 0.5}, "no text within 0.5 s of sending (first-chunk timeout; HTTP status not"),
+    ("stall", {"idle_timeout": 0.5}, "nothing for 0.5 s after 2 text chunks (idle timeout)"),
+    ("role_first", {"first_chunk_timeout": 0.5}, "no text within 0.5 s"),   # a role-only event is no text
+])
+def test_first_chunk_and_idle_timeouts_end_a_stalled_request(prompt, kw, message):
+    """Without a bound on the whole request, a server that never answers or stops mid-stream is left
+    within the first-chunk or the idle timeout (the server would hold it for 10 s)."""
+    with SSEServer(ttft_s=2.0, itl_s=0.01, hang_s=10.0) as slow:
+        t0 = time.monotonic()
+        r = send(slow, prompt, max_tokens=6, timeout=None, **kw)
+        assert time.monotonic() - t0 < 2.5 if prompt != "stall" else time.monotonic() - t0 < 5
+    assert r.error is not None and message in r.error, r.error
+
+
+def test_idle_timeout_spares_a_stream_that_keeps_coming(server):
+    r = send(server, "ok a b", max_tokens=6, timeout=None, first_chunk_timeout=5, idle_timeout=1)
+    assert r.error is None and len(r.token_ns) == 6
+
+
 def test_connection_refused_is_recorded():
     with socket.socket() as s:                     # a port nobody listens on
         s.bind(("127.0.0.1", 0))

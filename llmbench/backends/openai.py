@@ -156,6 +156,10 @@ def _error_message(body: bytes) -> str:
         return text[:500]
 
 
+class _Stalled(Exception):
+    """A streamed request passed its first-chunk or idle timeout (the message says which)."""
+
+
 class ServerError(Exception):
     """A non-streaming request got no usable answer. ``status`` is the HTTP status, None when no
     response came (dropped connection, timeout, refused connection); ``message`` the server's own
@@ -193,9 +197,11 @@ class OpenAIClient:
     string becomes one user message; a list of {"role", "content"} dicts is sent as is).
     ``sampling`` is passed through into the request body (top_p, top_k, seed, min_tokens, ...),
     as are per-call ``**overrides``. ``ignore_eos`` is a vLLM/SGLang/llama.cpp extra, sent only when
-    True. The API key defaults to $OPENAI_API_KEY. ``timeout`` bounds each whole request (connect to
-    last byte), in seconds. ``trust_env=False`` ignores proxy variables, which would add their own
-    latency to every timing.
+    True. The API key defaults to $OPENAI_API_KEY. Timeouts, in seconds: ``timeout`` bounds each whole
+    request (connect to last byte; None: no bound), ``connect_timeout`` the TCP connection,
+    ``first_chunk_timeout`` a streamed request from sending to its first text-carrying event, and
+    ``idle_timeout`` each silence after that (a stalled stream); None leaves a limit out.
+    ``trust_env=False`` ignores proxy variables, which would add their own latency to every timing.
     """
 
     def __init__(
@@ -210,7 +216,10 @@ class OpenAIClient:
         sampling: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         api_key: str | None = None,
-        timeout: float = 600.0,
+        timeout: float | None = 600.0,
+        connect_timeout: float | None = 10.0,
+        first_chunk_timeout: float | None = None,
+        idle_timeout: float | None = None,
         trust_env: bool = False,
     ) -> None:
         if api not in ("completions", "chat"):
@@ -220,15 +229,18 @@ class OpenAIClient:
                              "e.g. http://127.0.0.1:8000/v1")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1 (got {max_tokens})")
-        if not timeout > 0:
-            raise ValueError(f"timeout must be > 0 seconds (got {timeout})")
+        for name, v in (("timeout", timeout), ("connect_timeout", connect_timeout),
+                        ("first_chunk_timeout", first_chunk_timeout), ("idle_timeout", idle_timeout)):
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0 seconds or None (got {v})")
         if sampling and sampling.get("n", 1) != 1:
             raise ValueError("only n=1 is supported: one stream is one request")
         self.url = _endpoint(base_url, api)
         self.model, self.api = model, api
         self.max_tokens, self.temperature, self.ignore_eos = max_tokens, temperature, ignore_eos
         self.sampling = dict(sampling or {})
-        self.timeout = float(timeout)
+        self.timeout = None if timeout is None else float(timeout)
+        self.first_chunk_timeout, self.idle_timeout = first_chunk_timeout, idle_timeout
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.headers = {"Accept": "text/event-stream",
                         "Accept-Encoding": "identity"}   # a compressing proxy/server would batch events
@@ -238,7 +250,7 @@ class OpenAIClient:
         # No pool limit: the runner's semaphore is the concurrency limit, and a request must never
         # wait for a connection after its arrival was stamped.
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.timeout),
+            timeout=httpx.Timeout(self.timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
             trust_env=trust_env,
         )
@@ -333,6 +345,8 @@ class OpenAIClient:
         result = RequestResult(arrival_ns=time.monotonic_ns(), index=index, scheduled_ns=scheduled_ns)
         try:
             await asyncio.wait_for(self._stream(body, result), self.timeout)
+        except _Stalled as e:
+            result.error = str(e)
         except asyncio.TimeoutError:
             result.error = (f"timed out after {self.timeout:g} s "
                             f"({len(result.token_ns)} text chunks received)")
@@ -351,35 +365,70 @@ class OpenAIClient:
             result.finish_ns = time.monotonic_ns()
         return result
 
+    def _read_limit(self, r: RequestResult) -> float | None:
+        """Seconds the next read may wait: what is left of the first-chunk timeout until the first
+        text arrives, the idle timeout after it."""
+        if r.first_token_ns is not None:
+            return self.idle_timeout
+        if self.first_chunk_timeout is None:
+            return None
+        return max(0.0, self.first_chunk_timeout - (time.monotonic_ns() - r.arrival_ns) / 1e9)
+
+    async def _read(self, step: Any, r: RequestResult) -> Any:
+        """Await one read of the response (its headers, or its next body chunk) within _read_limit."""
+        limit = self._read_limit(r)
+        try:
+            return await asyncio.wait_for(step, limit)
+        except asyncio.TimeoutError:
+            if r.first_token_ns is None:
+                raise _Stalled(f"no text within {self.first_chunk_timeout:g} s of sending (first-chunk timeout; "
+                               f"HTTP status {r.http_status or 'not received'})") from None
+            raise _Stalled(f"the stream stalled: nothing for {self.idle_timeout:g} s after {len(r.token_ns)} "
+                           "text chunks (idle timeout)") from None
+
     async def _stream(self, body: dict[str, Any], r: RequestResult) -> None:
-        async with self._client.stream("POST", self.url, json=body, headers=self.headers) as resp:
-            r.http_status = resp.status_code
-            if resp.status_code != 200:
-                raw = b""
-                async for part in resp.aiter_bytes():
-                    raw += part
-                    if len(raw) > 4096:
-                        break
-                r.error = f"HTTP {resp.status_code} {resp.reason_phrase}: {_error_message(raw)}"
-                return
-            parser = SSEParser()
-            done = False
-            async for chunk in resp.aiter_bytes():
-                t = time.monotonic_ns()         # when these bytes reached us: the events' time
-                for event, data in parser.feed(chunk):
-                    done = self._event(event, data, t, r)
-                    if done or r.error:
-                        break
+        request = self._client.build_request("POST", self.url, json=body, headers=self.headers)
+        resp = await self._read(self._client.send(request, stream=True), r)
+        try:
+            await self._stream_body(resp, r)
+        finally:
+            await resp.aclose()
+
+    async def _stream_body(self, resp: httpx.Response, r: RequestResult) -> None:
+        r.http_status = resp.status_code
+        if resp.status_code != 200:
+            raw = b""
+            parts = resp.aiter_bytes()
+            while len(raw) <= 4096:
+                try:
+                    raw += await self._read(anext(parts), r)
+                except StopAsyncIteration:
+                    break
+            r.error = f"HTTP {resp.status_code} {resp.reason_phrase}: {_error_message(raw)}"
+            return
+        parser = SSEParser()
+        done = False
+        chunks = resp.aiter_bytes()
+        while True:
+            try:
+                chunk = await self._read(anext(chunks), r)
+            except StopAsyncIteration:
+                break
+            t = time.monotonic_ns()         # when these bytes reached us: the events' time
+            for event, data in parser.feed(chunk):
+                done = self._event(event, data, t, r)
                 if done or r.error:
                     break
-            if not done and not r.error:
-                t = time.monotonic_ns()
-                for event, data in parser.close():
-                    done = self._event(event, data, t, r)
-                    if done or r.error:
-                        break
-            if r.finish_ns is None:
-                r.finish_ns = time.monotonic_ns()
+            if done or r.error:
+                break
+        if not done and not r.error:
+            t = time.monotonic_ns()
+            for event, data in parser.close():
+                done = self._event(event, data, t, r)
+                if done or r.error:
+                    break
+        if r.finish_ns is None:
+            r.finish_ns = time.monotonic_ns()
         if r.error:
             return
         if not done and r.finish_reason is None:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .. import LLM, BackendUnavailableError, SamplingParams, UnsupportedError, __version__, _core
+from .. import LLM, BackendUnavailableError, LLMBenchError, SamplingParams, UnsupportedError, __version__, _core
 from ..gguf import GGUFFile
 from ..info import cpu_model, llc_bytes
 from ..llm import ACTIVATIONS, Prefix, resolve_model
@@ -63,6 +63,12 @@ class BenchConfig:
     burstiness: float = 1.0
     max_concurrency: int | None = None
     max_failed: str = "0"              # measured requests allowed to fail: a count, or a share such as "5%"
+    # seconds (backend openai): a stalled server costs one warmup's worth of these, not 600 s a request.
+    # A first token can take long at a large batch (the last prompt of the batch waits for the others'
+    # prefill), a silence mid-stream should not: a busy server still sends a token every few seconds.
+    connect_timeout: float = 10.0
+    first_chunk_timeout: float = 120.0
+    idle_timeout: float = 30.0
 
     def check(self) -> None:
         """Raise ValueError naming the first bad setting."""
@@ -83,6 +89,9 @@ class BenchConfig:
         if not (self.pp or self.tg or self.batch):
             raise ValueError("nothing to run: --pp, --tg and --batch are all 0")
         failures_allowed(self.max_failed, 0)
+        for name in ("connect_timeout", "first_chunk_timeout", "idle_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0 seconds")
 
 
 def failures_allowed(max_failed: str, n: int) -> int:
@@ -557,7 +566,8 @@ def openai_latency(cfg: BenchConfig, progress: Callable[[str], None] = lambda s:
 
     async def one_run(prompts: list[str]):
         async with OpenAIClient(cfg.base_url, cfg.model, api=cfg.api, max_tokens=cfg.output_len, temperature=0.0,
-                                ignore_eos=True) as client:
+                                ignore_eos=True, timeout=None, connect_timeout=cfg.connect_timeout,
+                                first_chunk_timeout=cfg.first_chunk_timeout, idle_timeout=cfg.idle_timeout) as client:
             sched = gamma_arrivals(len(prompts), cfg.request_rate, cfg.burstiness, seed=cfg.seed)
             return await run_requests(client.send, prompts, sched, cfg.max_concurrency, progress=False)
 
@@ -571,6 +581,10 @@ def openai_latency(cfg: BenchConfig, progress: Callable[[str], None] = lambda s:
                  [synthetic_prompt(rng, cfg.input_len) for _ in range(cfg.batch)])
         out = asyncio.run(one_run(texts))
         if r < cfg.warmup:
+            failed = [repr(x) if isinstance(x, BaseException) else x.error for x in out.results
+                      if isinstance(x, BaseException) or x.error]
+            if failed:   # the server is broken or stalled: measuring it would fail the same way
+                raise WarmupFailed(failed, cfg.base_url)
             continue
         duration += out.duration_s
         n_out = 0
@@ -597,6 +611,15 @@ def openai_latency(cfg: BenchConfig, progress: Callable[[str], None] = lambda s:
         "requests": [q.to_dict() for q in reqs], "output_throughput_runs": per_run,
         "errors": sorted(set(errors))[:20],
     }
+
+
+class WarmupFailed(LLMBenchError):
+    """Requests of a warmup run failed, so nothing was measured; the message groups the reasons."""
+
+    def __init__(self, errors: list[str], base_url: str | None):
+        reasons = failure_reasons([{"error": e} for e in errors])
+        super().__init__(f"{len(errors)} warmup requests to {base_url} failed, so the run stopped before "
+                         "measuring: " + "; ".join(f"{n} x {why}" for why, n in reasons[:5]))
 
 
 def run_openai(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
