@@ -188,25 +188,27 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
     from .perf.metrics import parse_slos
     from .perf.sweep import parse_list
 
-    models = parse_list(args.model, str)
+    models = parse_list(args.model, str, "--model")
     input_len = args.input_len
     if "max" in input_len:   # the longest prompt every model's training context holds with the output
         from .perf.bench import model_context
 
         longest = min(model_context(m) for m in models) - args.output_len - 8
         input_len = input_len.replace("max", str(longest))
-    lists = {"model": models, "kv_dtype": parse_list(args.kv_dtype, str),
-             "threads": parse_list(args.threads) if args.threads else [None],
-             "batch": parse_list(args.batch), "input_len": parse_list(input_len),
-             "request_rate": parse_list(args.request_rate, float)}
+    lists = {"model": models, "kv_dtype": parse_list(args.kv_dtype, str, "--kv-dtype"),
+             "threads": parse_list(args.threads, int, "--threads") if args.threads is not None else [None],
+             "batch": parse_list(args.batch, int, "--batch"),
+             "input_len": parse_list(input_len, int, "--input-len"),
+             "request_rate": parse_list(args.request_rate, float, "--request-rate")}
+    depth = tuple(parse_list(args.depth, int, "--depth"))
     for v in lists["kv_dtype"]:
         if v not in ("f16", "f32", "q8_0"):
             raise ValueError(f"--kv-dtype {v!r}: choose f16, f32 or q8_0")
     cfg = BenchConfig(model=lists["model"][0], threads=lists["threads"][0], kv_dtype=lists["kv_dtype"][0],
-                      pp=args.pp, tg=args.tg, depth=tuple(parse_list(args.depth)), batch=lists["batch"][0],
+                      pp=args.pp, tg=args.tg, depth=depth, batch=lists["batch"][0],
                       input_len=lists["input_len"][0], output_len=args.output_len, dataset=args.dataset,
                       warmup=args.warmup, repetitions=args.reps, seed=args.seed,
-                      percentiles=tuple(float(p) for p in args.percentiles.split(",")),
+                      percentiles=tuple(parse_list(args.percentiles, float, "--percentiles")),
                       goodput=parse_slos(args.goodput) if args.goodput else {},
                       cuda_graphs=None if args.cuda_graphs is None else args.cuda_graphs == "on",
                       backend=args.backend, base_url=args.base_url, api=args.api, request_rate=lists["request_rate"][0],
@@ -288,19 +290,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   f"ignoring --{', --'.join(g.replace('_', '-') for g in given)}", file=sys.stderr)
         return _run_sweep(args, None, {})
     cfg, axes = _bench_config(args)
+    if cfg.dataset:   # a wrong file is named now, not after a model load
+        from .perf.dataset import load_prompts
+
+        load_prompts(cfg.dataset)
     if axes or args.out_dir:
         return _run_sweep(args, cfg, axes)
     cfg.check()
+    if args.output:
+        _check_writable(args.output, "-o")
     console = Console(stderr=True)
     with console.status("starting") as status:
         result = (run_openai if cfg.backend == "openai" else run)(cfg, lambda msg: status.update(msg))
-    if args.output:
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=1)
+    saved = _save_result(result, args.output) if args.output else None
     failures = failure_report(result.get("requests", []), cfg.max_failed)
     if args.json:
         print(json.dumps(result, indent=1))
-        return _failed(failures)
+        rc = _failed(failures)
+        return 2 if saved != args.output else rc
     env = result["environment"]
     if env["backend"] == "openai":
         title = f"llmbench bench: {env['model']['name']} at {env['base_url']}"
@@ -363,9 +370,39 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   f"{_gib(result['memory']['weights_bytes'])} / {_gib(result['memory']['kv_cache_bytes'])} / "
                   f"{_gib(result['memory']['peak_rss_bytes'])}")
     Console().print(t)
-    if args.output:
-        print(f"result: {args.output}")
-    return _failed(failures)
+    if saved:
+        print(f"result: {saved}")
+    rc = _failed(failures)
+    return 2 if saved != args.output else rc   # 2: the result is not where it was asked for
+
+
+def _check_writable(path: str, option: str) -> None:
+    """Raise OSError naming ``option`` when ``path`` cannot be written (checked before measuring)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{option} {path}: is a folder; name a file such as {os.path.join(path, 'r.json')}")
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{option} {path}: the folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(f"{option} {path}: the folder {folder} is not writable")
+
+
+def _save_result(result: dict, path: str) -> str:
+    """Write the JSON result to ``path``; if that fails after all (a full disk, a folder removed
+    meanwhile), to a file in the temporary folder, saying so. Returns where it went."""
+    try:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+        return path
+    except OSError as e:
+        import tempfile
+
+        fd, fallback = tempfile.mkstemp(prefix="llmbench-result-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"llmbench bench: error: cannot write {path} ({e}); the result is saved in {fallback}",
+              file=sys.stderr)
+        return fallback
 
 
 def _failed(failures: str | None) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import BackendUnavailableError, UnsupportedError, _core
+from . import BackendUnavailableError, GGUFError, UnsupportedError, _core
 from .gguf import GGUFFile
 from .info import memory_bytes
 from .tokenizer import Tokenizer
@@ -129,6 +129,60 @@ def resolve_model(model: str | os.PathLike[str]) -> Path:
                             f"(presets: {', '.join(dummy.PRESETS)})")
 
 
+# ---- model hyper-parameters ----
+
+_MAX_SIZE = 1 << 30   # the engine's bound on any count or dimension (csrc/model.c, get_int)
+ARCHITECTURES = ("llama", "mistral", "qwen2")   # those csrc/model.c read_config accepts
+
+
+def hyperparameters(meta: dict, tensors: Sequence[str] = (), where: str = "model") -> dict[str, int]:
+    """The shape a model's metadata declares, checked as the engine will use it: every size a positive
+    integer, the heads dividing as attention needs, the blocks present among ``tensors`` (names, when
+    given). Raises GGUFError naming the key; ``where`` (the file) starts the message. Keys: n_layer,
+    dim, n_head, n_head_kv, head_dim, ctx_train, sliding_window (0: none)."""
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise GGUFError(f"{where}: metadata 'general.architecture' is missing or not a string")
+    if arch not in ARCHITECTURES:   # its keys may be named otherwise: say so rather than name a missing key
+        raise UnsupportedError(f"{where}: model: architecture '{arch}' is not supported (supported: "
+                               f"{', '.join(ARCHITECTURES)})")
+
+    def get(suffix: str, default: int | None) -> int:
+        key = f"{arch}.{suffix}"
+        v = meta.get(key, default)
+        if v is None:
+            raise GGUFError(f"{where}: metadata key '{key}' is missing")
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise GGUFError(f"{where}: metadata '{key}' is {v!r}, expected an integer")
+        if not 0 < v <= _MAX_SIZE and not (suffix == "attention.sliding_window" and v == 0):
+            raise GGUFError(f"{where}: metadata '{key}' is {int(v)}, expected a size from 1 to {_MAX_SIZE}")
+        return int(v)
+
+    hp = {"n_layer": get("block_count", None), "dim": get("embedding_length", None),
+          "n_head": get("attention.head_count", None)}
+    hp["n_head_kv"] = get("attention.head_count_kv", hp["n_head"])
+    if hp["n_head"] % hp["n_head_kv"]:
+        raise GGUFError(f"{where}: metadata '{arch}.attention.head_count' {hp['n_head']} is not a multiple of "
+                        f"'{arch}.attention.head_count_kv' {hp['n_head_kv']}")
+    if f"{arch}.attention.key_length" not in meta and hp["dim"] % hp["n_head"]:
+        raise GGUFError(f"{where}: metadata '{arch}.embedding_length' {hp['dim']} is not a multiple of "
+                        f"'{arch}.attention.head_count' {hp['n_head']} (and no key_length gives the head size)")
+    hp["head_dim"] = get("attention.key_length", max(hp["dim"] // hp["n_head"], 1))
+    hp["ctx_train"] = get("context_length", 2048)
+    hp["sliding_window"] = get("attention.sliding_window", 0)
+    if tensors:
+        blocks = {int(m.group(1)) for m in map(re.compile(r"blk\.(\d+)\.").match, tensors) if m}
+        if hp["n_layer"] > len(blocks):
+            raise GGUFError(f"{where}: metadata '{arch}.block_count' is {hp['n_layer']}, but the file holds the "
+                            f"tensors of {len(blocks)} blocks")
+    return hp
+
+
+def kv_bytes_per_token(hp: dict[str, int], kv_dtype: str) -> float:
+    """Bytes of KV cache one token takes: keys and values of every layer's KV heads."""
+    return 2 * hp["n_layer"] * hp["n_head_kv"] * hp["head_dim"] * {"f32": 4, "f16": 2, "q8_0": 34 / 32}[kv_dtype]
+
+
 def _exclusive(method: Callable) -> Callable:
     """For LLM methods that drive the engine: they run one at a time, a call from another thread
     waiting for the running one; a call from inside one (an on_token callback) raises, as it would
@@ -202,23 +256,23 @@ class LLM:
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         meta = self.file.metadata
-        arch = meta.get("general.architecture", "?")
-        ctx_train = int(meta.get(f"{arch}.context_length", 2048))
-        window = int(meta.get(f"{arch}.attention.sliding_window", 0)) or ctx_train   # see the engine's refusal
+        hp = hyperparameters(meta, self.file.tensors, str(self.path))
+        ctx_train = hp["ctx_train"]
+        window = hp["sliding_window"] or ctx_train   # see the engine's refusal
         self.ctx = min(ctx_train, 4096, window) if ctx is None else ctx
         if self.ctx < 1:
             raise ValueError(f"ctx must be >= 1, got {ctx}")
         self.kv_dtype = kv_dtype
         self.block_size = block_size
         # Size the KV pool: bytes per token from the shape, then the budget.
-        n_layer = int(meta.get(f"{arch}.block_count", 1))
-        n_head = int(meta.get(f"{arch}.attention.head_count", 1))
-        n_kv = int(meta.get(f"{arch}.attention.head_count_kv", n_head))
-        head_dim = int(meta.get(f"{arch}.attention.key_length", int(meta.get(f"{arch}.embedding_length", 1)) // n_head))
-        per_tok = 2 * n_layer * n_kv * head_dim * {"f32": 4, "f16": 2, "q8_0": 34 / 32}[kv_dtype]
+        per_tok = kv_bytes_per_token(hp, kv_dtype)
         if kv_budget is None:
             full = -(-self.ctx // block_size) * block_size * per_tok   # one full-context sequence, whole blocks
             avail = cuda.mem_info(device)[0] if backend == "cuda" else _available_memory()
+            if full > avail:
+                raise MemoryError(f"ctx {self.ctx}: one sequence's KV cache needs {full / 2**30:.1f} GiB "
+                                  f"({per_tok:.0f} bytes a token, {kv_dtype}) and {avail / 2**30:.1f} GiB are "
+                                  "available; choose a smaller ctx or kv_dtype='q8_0'")
             budget = max(min(max_seqs * full, avail // 4), full)
         else:
             budget = _parse_bytes(kv_budget)

@@ -151,3 +151,36 @@ def test_a_stalled_server_is_left_within_the_timeouts(tmp_path):
         assert time.monotonic() - t0 < 20
         assert r.returncode == 1 and "2 x the stream stalled: nothing for 1 s after 2 text chunks" in r.stderr, \
             r.stderr
+
+
+def _llmbench(*args: str, timeout: int = 120, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmbench", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def test_arguments_are_checked_before_measuring(tmp_path):
+    """-o into a missing folder, out-of-range percentiles and a sweep point whose KV cache cannot fit
+    are refused before any model is loaded or point measured; no traceback."""
+    r = _llmbench("bench", "--model", "tiny:Q8_0", "-o", str(tmp_path / "missing" / "r.json"))
+    assert r.returncode != 0 and "-o" in r.stderr and "does not exist" in r.stderr and r.stdout == ""
+    assert "Traceback" not in r.stderr
+    r = _llmbench("bench", "--model", "tiny:Q8_0", "--percentiles", "50,150")
+    assert r.returncode != 0 and "--percentiles 50,150" in r.stderr and "Traceback" not in r.stderr
+    r = _llmbench("bench", "--model", "tiny:Q8_0", "--percentiles", "50,x")
+    assert r.returncode != 0 and "--percentiles '50,x'" in r.stderr
+    out = tmp_path / "sweep"
+    r = _llmbench("bench", "--model", "tiny:Q8_0", "--input-len", "1..100000000", "--out-dir", str(out))
+    assert r.returncode != 0 and re.search(r"sweep point input_len \d+ .* GiB of KV cache", r.stderr), r.stderr
+    assert not (out / "points.jsonl").exists()   # nothing was started
+
+
+def test_a_result_that_cannot_be_written_goes_to_a_fallback_file(tmp_path, capsys):
+    from llmbench.cli import _save_result
+
+    where = _save_result({"metrics": {"completed": 1}}, "/dev/full")   # opens, then the disk is full
+    assert where != "/dev/full" and json.loads(open(where).read()) == {"metrics": {"completed": 1}}
+    err = capsys.readouterr().err
+    assert "cannot write /dev/full" in err and f"the result is saved in {where}" in err
+    import os
+
+    os.unlink(where)

@@ -532,3 +532,21 @@ def test_thread_pools_do_not_spin_against_each_other():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "OPENBLAS_THREAD_TIMEOUT": "20"},
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["100000", "20"]
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("llama.attention.head_count", 0, "'llama.attention.head_count' is 0, expected a size from 1"),
+    ("llama.attention.head_count_kv", 0, "'llama.attention.head_count_kv' is 0"),
+    ("llama.attention.head_count_kv", 3, "'llama.attention.head_count' 4 is not a multiple of "
+                                         "'llama.attention.head_count_kv' 3"),
+    ("llama.block_count", 4_000_000_000, "'llama.block_count' is 4000000000, expected a size from 1 to"),
+    ("llama.block_count", 5, "'llama.block_count' is 5, but the file holds the tensors of 2 blocks"),
+    ("llama.context_length", 0, "'llama.context_length' is 0"),
+])
+def test_bad_hyperparameters_are_named_at_load(tmp_path, key, value, message):
+    """Impossible shapes in the metadata raise GGUFError naming the file and the key, before the
+    engine (or a division by a head count of 0) sees them."""
+    bad = rewritten(llmbench.dummy_model("tiny", "Q8_0"), tmp_path / "bad.gguf", {key: value})
+    with pytest.raises(llmbench.GGUFError, match=re.escape(message)) as e:
+        LLM(bad, threads=1)
+    assert str(bad) in str(e.value)

@@ -47,6 +47,12 @@ def test_parse_list():
         parse_list("1,x")
     with pytest.raises(ValueError, match="low <= high"):
         parse_list("8..2")
+    with pytest.raises(ValueError, match=r"^--batch '1\.\.x': a range is two whole numbers"):
+        parse_list("1..x", int, "--batch")
+    with pytest.raises(ValueError, match="^--model: no value given"):
+        parse_list("", str, "--model")
+    with pytest.raises(ValueError, match="^--batch ',': no value given|^--batch: no value given"):
+        parse_list(",", int, "--batch")
 
 
 def test_sweep_rejects_bad_axes():

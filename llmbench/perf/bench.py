@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .. import LLM, BackendUnavailableError, LLMBenchError, SamplingParams, UnsupportedError, __version__, _core
-from ..gguf import GGUFFile
+from ..gguf import GGUFError, GGUFFile
 from ..info import cpu_model, llc_bytes
 from ..llm import ACTIVATIONS, Prefix, resolve_model
 from ..tokenizer import Tokenizer
@@ -89,6 +89,9 @@ class BenchConfig:
         if not (self.pp or self.tg or self.batch):
             raise ValueError("nothing to run: --pp, --tg and --batch are all 0")
         failures_allowed(self.max_failed, 0)
+        if not self.percentiles or any(not 0 < p <= 100 for p in self.percentiles):
+            raise ValueError(f"--percentiles {','.join(f'{p:g}' for p in self.percentiles)}: each must be "
+                             "above 0 and at most 100, e.g. 50,90,99")
         for name in ("connect_timeout", "first_chunk_timeout", "idle_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0 seconds")
@@ -419,6 +422,24 @@ def model_tokenizer(model: str) -> Callable[[str], list[int]] | None:
         return None
 
 
+def check_kv_fits(model: str, kv_dtype: str, ctx: int, options: str) -> None:
+    """Raise MemoryError before anything is loaded or measured when one sequence of ``ctx`` tokens
+    needs more KV cache than this machine has memory available; ``options`` names the settings that
+    made ``ctx``. A model file that cannot be read is left to the load, which says why."""
+    from ..llm import _available_memory, hyperparameters, kv_bytes_per_token
+
+    try:
+        with GGUFFile(resolve_model(model)) as f:
+            hp = hyperparameters(f.metadata, f.tensors, f.path or "model")
+    except GGUFError:
+        return
+    need, avail = ctx * kv_bytes_per_token(hp, kv_dtype), _available_memory()
+    if need > avail:
+        raise MemoryError(f"{options}: a sequence of {ctx} tokens needs {need / 2**30:.1f} GiB of KV cache "
+                          f"({kv_dtype}) and {avail / 2**30:.1f} GiB of memory are available; choose shorter "
+                          "lengths (or --kv-dtype q8_0)")
+
+
 def peak_rss_bytes() -> int:
     """Peak resident memory of this process so far (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -477,6 +498,9 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         prompts = latency_prompts(cfg, model_tokenizer(cfg.model), 10**9, model_context(cfg.model))
     longest = max((len(p) for run_ in prompts or [] for p in run_), default=cfg.input_len if cfg.batch else 0)
     ctx = max(cfg.pp + max(cfg.depth) + 8, cfg.tg + max(cfg.depth) + 8, longest + cfg.output_len + 8)
+    if cfg.backend == "cpu":
+        check_kv_fits(cfg.model, cfg.kv_dtype, ctx, f"--pp {cfg.pp}, --tg {cfg.tg}, --depth {max(cfg.depth)}, "
+                      f"--input-len {longest}, --output-len {cfg.output_len}")
     progress(f"loading {cfg.model}")
     llm = load(cfg, ctx, cfg.batch)
     if prompts is None and cfg.batch:

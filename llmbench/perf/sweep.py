@@ -25,8 +25,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .. import fit
-from .bench import BenchConfig, config_json, environment, header, latency_prompts, latency_run, load, \
-    membw_elsewhere, model_context, openai_latency, peak_rss_bytes, reference_bandwidth, timing_overhead
+from .bench import (
+    BenchConfig,
+    check_kv_fits,
+    config_json,
+    environment,
+    header,
+    latency_prompts,
+    latency_run,
+    load,
+    membw_elsewhere,
+    model_context,
+    openai_latency,
+    peak_rss_bytes,
+    reference_bandwidth,
+    timing_overhead,
+)
 from .schema import validate
 
 AXES = ("model", "kv_dtype", "threads", "input_len", "request_rate", "batch")
@@ -71,6 +85,17 @@ class Sweep:
             if self.config(p).batch < 1:
                 raise ValueError("every sweep point needs --batch >= 1")
             self.config(p).check()
+
+    def check_memory(self) -> None:
+        """Refuse, before anything runs, a point whose KV cache cannot fit this machine's memory (one
+        oversized value would otherwise fail every point of its model load, sized for the largest)."""
+        if self.base.backend != "cpu":
+            return
+        for p in self.points():
+            c = self.config(p)
+            ctx, _ = _context_limit(self, [p])
+            check_kv_fits(c.model, c.kv_dtype, ctx, f"sweep point {_label(p)} (--input-len {c.input_len}, "
+                          f"--output-len {c.output_len})")
 
     def points(self) -> list[dict]:
         """Every point's parameters, in run order."""
@@ -281,6 +306,7 @@ def run_sweep(sweep: Sweep | None, directory: str, resume: bool = False,
     if resume:
         sweep, done = log.read()
     else:
+        sweep.check_memory()
         log.create(sweep)
         done = {}
     points = sweep.points()
@@ -373,13 +399,18 @@ def summarize(sweep: Sweep, records: list[dict]) -> dict:
     return result
 
 
-def parse_list(text: str, kind: type = int) -> list:
-    """'1,2,4' -> [1, 2, 4]; '1..64' -> powers of two 1, 2, 4, ..., 64 (for batch and context sweeps)."""
+def parse_list(text: str, kind: type = int, option: str | None = None) -> list:
+    """'1,2,4' -> [1, 2, 4]; '1..64' -> powers of two 1, 2, 4, ..., 64 (for batch and context sweeps).
+    ``option`` (such as "--batch") starts every error message."""
     text = str(text).strip()
+    name = f"{option} {text!r}" if option else repr(text)
     if ".." in text and kind is int:
-        lo, hi = (int(v) for v in text.split(".."))
+        try:
+            lo, hi = (int(v) for v in text.split(".."))
+        except ValueError:
+            raise ValueError(f"{name}: a range is two whole numbers, such as 1..64") from None
         if lo < 1 or hi < lo:
-            raise ValueError(f"range {text!r}: needs 1 <= low <= high")
+            raise ValueError(f"{name}: a range needs 1 <= low <= high")
         vals, v = [], lo
         while v <= hi:
             vals.append(v)
@@ -388,9 +419,12 @@ def parse_list(text: str, kind: type = int) -> list:
             vals.append(hi)
         return vals
     try:
-        return [kind(v) for v in text.split(",") if v.strip()]
+        vals = [kind(v.strip()) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise ValueError(f"{text!r} is not a comma-separated list of {kind.__name__} values") from None
+        raise ValueError(f"{name} is not a comma-separated list of {kind.__name__} values") from None
+    if not vals:
+        raise ValueError(f"{option or 'the list'}: no value given")
+    return vals
 
 
 if __name__ == "__main__":
