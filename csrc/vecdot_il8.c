@@ -1,7 +1,8 @@
 // vecdot_il8.c — the legacy types Q4_0, Q4_1, Q5_0 and Q5_1 on x86-64 as groups of 8 interleaved rows
 // (llmb_vec_dot_repack), one row in each 32-bit lane of a 256-bit vector: AVX2 (maddubs + madd) and
 // AVX-512 VNNI (vpdpbusd on 256 bits), one source compiled for both (this file includes itself), the
-// same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref).
+// same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref); and Q8_0 at
+// the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -19,7 +20,8 @@
 //
 // Prefill decodes up to IL8_DEC blocks of a group into unpacked bytes once and runs the call's tokens
 // over them IL8_NC at a time; up to IL8_NC tokens (decode, small batches) decode each block in registers
-// as they go. Tested by csrc/tests/test_vecdot.c (check_interleaved, and every level against the
+// as they go, and so does Q8_0 at every token count (its 16 decoded vectors a block, loaded back for
+// every token, made the kernel load-bound: 54 against 112 GOP/s, 1 thread, 1536 x 576, 512 tokens). Tested by csrc/tests/test_vecdot.c (check_interleaved, and every level against the
 // reference bit for bit).
 #ifndef LLMB_IL8_BODY
 #include <string.h>
@@ -48,13 +50,17 @@ _Static_assert(LLMB_IL8_TOKS >= IL8_DEC, "a chunk of the activation sums holds a
 
 typedef struct {
     __m256i q[8];   // word k's values: q[2k] values 4k..4k+3, q[2k+1] values 16+4k..16+4k+3 of each row
+                    // (Q8_0: q[k] |values 4k..4k+3|)
+    __m256i w[8];   // Q8_0 (never in the prefill buffer): the signed values of q[k], their signs for sign_epi8
     __m256 d, m;    // lane r: row r's d (and m for Q4_1 / Q5_1)
 } il8_dec;
 
 // bytes of a group's block and of its tail (the d of Q4_0 / Q5_0, after the group's last block)
 INLINE int il8_words(const int type) {
-    return type == LLMB_TYPE_Q4_0 ? 4 : type == LLMB_TYPE_Q5_1 ? 6 : 5;
+    return type == LLMB_TYPE_Q4_0 ? 4 : type == LLMB_TYPE_Q5_1 ? 6 : type == LLMB_TYPE_Q8_0 ? 8 : 5;
 }
+// 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1
+INLINE int il8_x8(const int type) { return type != LLMB_TYPE_Q4_1 && type != LLMB_TYPE_Q5_1; }
 INLINE int il8_offset(const int type) { return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : 0; }
 
 #define LLMB_IL8_BODY
@@ -84,6 +90,7 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         t[types[i]].il = lvl == LLMB_SIMD_AVX2 ? avx2[i] : vnni[i];
         t[types[i]].il_r = IL8_G;
     }
+    if (lvl == LLMB_SIMD_AVX2) t[LLMB_TYPE_Q8_0].il = q8_0_il8_avx2, t[LLMB_TYPE_Q8_0].il_r = IL8_G;
 }
 #else
 void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
@@ -113,6 +120,13 @@ INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, in
         o->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * words * 32 + (size_t)i * 16)));
         o->m = _mm256_setzero_ps();
     }
+    if (type == LLMB_TYPE_Q8_0) {   // values + 128 (vecdot.c, q8_0_recode)
+        for (int k = 0; k < 8; k++) {
+            o->w[k] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(v + 32 * k)), _mm256_set1_epi8((char)0x80));
+            o->q[k] = _mm256_abs_epi8(o->w[k]);
+        }
+        return;
+    }
     __m256i qh = _mm256_setzero_si256();
     if (q5) qh = _mm256_loadu_si256((const __m256i *)v), v += 32;
     for (int k = 0; k < 4; k++) {
@@ -129,9 +143,25 @@ INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, in
 // s[c], lane r: the exact sum u x of row r's block against the 32 activations xq[c] of token c, each
 // weight vector loaded once for the NC tokens (u <= 15: the 8 maddubs sums stay below 2^15 in int16,
 // 8 x 2 x 15 x 127; u <= 31: two halves of 4)
-INLINE IL_T void IL(il8_isums)(const int q5, const __m256i *q, const int8_t *const *xq, __m256i *s, const int NC) {
+INLINE IL_T void IL(il8_isums)(const int type, const il8_dec *d, const int8_t *const *xq, __m256i *s, const int NC) {
+    const int q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;   // (the VNNI sums are int32 throughout)
+    (void)q5;
+    const __m256i *q = d->q;
     __m256i h0[IL8_NC], h1[IL8_NC];
     for (int c = 0; c < NC; c++) h0[c] = h1[c] = _mm256_setzero_si256();
+    if (type == LLMB_TYPE_Q8_0) {   // |w| against x sign(w): each maddubs pair below 2^15, the pairs summed in int32
+        const __m256i one = _mm256_set1_epi16(1);
+        for (int k = 0; k < 8; k++)
+            for (int c = 0; c < NC; c++) {
+                int32_t a;
+                memcpy(&a, xq[c] + 4 * k, 4);
+                const __m256i p = _mm256_maddubs_epi16(q[k], _mm256_sign_epi8(_mm256_set1_epi32(a), d->w[k]));
+                h0[c] = _mm256_add_epi32(h0[c], _mm256_madd_epi16(p, one));
+                IL8_KEEP(h0[c]);
+            }
+        for (int c = 0; c < NC; c++) s[c] = h0[c];
+        return;
+    }
     for (int k = 0; k < 8; k++) {   // q[k] against x values 4 (k / 2) + 16 (k % 2) ..
         const __m256i wk = q[k];
         for (int c = 0; c < NC; c++) {
@@ -163,15 +193,20 @@ INLINE IL_T void IL(il8_isums)(const int q5, const __m256i *q, const int8_t *con
 // xsum[c * xss]: the sum of token c's activations in this block (Q4_0 / Q5_0)
 INLINE IL_T void IL(il8_step)(const int type, const il8_dec *d, const uint8_t *x, size_t xs, int64_t i,
                               const int32_t *xsum, int64_t xss, __m256 *acc, const int NC) {
-    const int q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1, off = il8_offset(type);
-    const size_t xb_bytes = off ? sizeof(llmb_block_q8_0) : sizeof(llmb_block_q8_1);
+    const int off = il8_offset(type), x8 = il8_x8(type);
+    const size_t xb_bytes = x8 ? sizeof(llmb_block_q8_0) : sizeof(llmb_block_q8_1);
     const int8_t *xq[IL8_NC];
     __m256i s[IL8_NC];
-    for (int c = 0; c < NC; c++) xq[c] = (const int8_t *)(x + c * xs + i * xb_bytes + (off ? 2 : 8));
-    IL(il8_isums)(q5, d->q, xq, s, NC);
+    for (int c = 0; c < NC; c++) xq[c] = (const int8_t *)(x + c * xs + i * xb_bytes + (x8 ? 2 : 8));
+    IL(il8_isums)(type, d, xq, s, NC);
     for (int c = 0; c < NC; c++) {
         const uint8_t *xb = x + c * xs + i * xb_bytes;
-        if (off) {
+        if (type == LLMB_TYPE_Q8_0) {
+            uint16_t h;
+            memcpy(&h, xb, 2);
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[c]),
+                                                         _mm256_mul_ps(d->d, _mm256_set1_ps(_cvtsh_ss(h)))));
+        } else if (off) {
             const __m256 sf = _mm256_cvtepi32_ps(_mm256_sub_epi32(s[c], _mm256_set1_epi32(off * xsum[c * xss])));
             uint16_t h;
             memcpy(&h, xb, 2);
@@ -238,7 +273,7 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                 float *yc = y + c0 * ldy + r0;
                 const int first = i0 == 0;
                 const il8_dec *d = NULL;
-                if (cn > IL8_NC) {   // several token tiles: the range decoded once
+                if (cn > IL8_NC && type != LLMB_TYPE_Q8_0) {   // several token tiles: the range decoded once
                     for (int64_t i = 0; i < bn; i++) IL(il8_decode)(type, g, nb, i0 + i, &dec[i]);
                     d = dec;
                 }
@@ -270,5 +305,8 @@ IL8_KERNEL(q4_0, LLMB_TYPE_Q4_0)
 IL8_KERNEL(q4_1, LLMB_TYPE_Q4_1)
 IL8_KERNEL(q5_0, LLMB_TYPE_Q5_0)
 IL8_KERNEL(q5_1, LLMB_TYPE_Q5_1)
+#if !IL_VNNI   // (the VNNI level runs Q8_0 in groups of 16: vecdot_simd.c, q8_0_il_vnni512)
+IL8_KERNEL(q8_0, LLMB_TYPE_Q8_0)
+#endif
 #undef IL8_KERNEL
 #endif // LLMB_IL8_BODY
