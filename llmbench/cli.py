@@ -102,23 +102,15 @@ def _report_model_result(result: ModelResult, as_json: bool, show_source: bool) 
     return 0
 
 
-def _fail(command: str, e: BaseException) -> int:
-    print(f"llmbench {command}: error: {e}", file=sys.stderr)
-    return 1
-
-
 def cmd_quantize(args: argparse.Namespace) -> int:
     from .gguf import GGUFFile
     from .quantize import quantize_file
 
-    try:
-        with GGUFFile(args.input) as f:
-            total = sum(t.n_elements for t in f.tensors.values())
-        result = _convert_progress(total, lambda cb: quantize_file(args.input, args.output, args.type,
-                                                                   threads=args.threads, force=args.force,
-                                                                   on_progress=cb))
-    except (ValueError, OSError) as e:   # includes GGUFError, an existing destination, a full disk
-        return _fail("quantize", e)
+    with GGUFFile(args.input) as f:   # errors (a bad file, an existing destination, a full disk): see main
+        total = sum(t.n_elements for t in f.tensors.values())
+    result = _convert_progress(total, lambda cb: quantize_file(args.input, args.output, args.type,
+                                                               threads=args.threads, force=args.force,
+                                                               on_progress=cb))
     return _report_model_result(result, args.json, show_source=True)
 
 
@@ -130,19 +122,16 @@ def cmd_dummy(args: argparse.Namespace) -> int:
             print(f"{p.name:14} {p.arch:6} {p.n_params / 1e6:8.1f}M  dim {p.n_embd}, {p.n_layer} layers, "
                   f"{p.n_head}/{p.n_head_kv} heads, ffn {p.n_ff}, vocab {p.n_vocab}  ({p.source})")
         return 0
-    try:
-        preset = get_preset(args.preset)
-        out = args.output or str(cached_path(args.preset, args.type, args.seed))
-        if os.path.exists(out) and not args.force:
-            if not args.output:   # already in the cache: nothing to do
-                print(out)
-                return 0
-            raise FileExistsError(f"{out} exists; pass --force to replace it")
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        result = _convert_progress(preset.n_params, lambda cb: build(args.preset, args.type, out, seed=args.seed,
-                                                                     threads=args.threads, on_progress=cb))
-    except (ValueError, OSError) as e:
-        return _fail("dummy", e)
+    preset = get_preset(args.preset)
+    out = args.output or str(cached_path(args.preset, args.type, args.seed))
+    if os.path.exists(out) and not args.force:
+        if not args.output:   # already in the cache: nothing to do
+            print(out)
+            return 0
+        raise FileExistsError(f"{out} exists; pass --force to replace it")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    result = _convert_progress(preset.n_params, lambda cb: build(args.preset, args.type, out, seed=args.seed,
+                                                                 threads=args.threads, on_progress=cb))
     return _report_model_result(result, args.json, show_source=False)
 
 
@@ -433,7 +422,11 @@ def cmd_membw(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="llmbench", description="Benchmark large language models: speed and quality.")
+    p = argparse.ArgumentParser(prog="llmbench", description="Benchmark large language models: speed and quality.",
+                                epilog="exit status: 0 done; 1 measured, but requests or sweep points failed; 2 an "
+                                       "error (bad options or files, a broken server, out of memory: one line says "
+                                       "which); 130 interrupted")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error (anywhere on the line)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     info = sub.add_parser("info", help="show this build, CPU, SIMD level, threads and backends",
                           description="Show version, build flags, SIMD level, threads, CPU, memory and "
@@ -531,20 +524,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(e: BaseException) -> str:
+    """An error as one line: its message (several lines joined), or what it is when it has none."""
+    text = " ".join(str(e).split())
+    if isinstance(e, MemoryError):
+        return f"out of memory{': ' + text if text else ''}; choose smaller sizes (--debug shows where)"
+    return text or type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. llmbench's own errors, OSError, MemoryError and bad values end it with one line
+    on stderr and exit status 2 (--debug, anywhere on the line, shows the traceback instead); Ctrl-C
+    ends it with status 130. A run that finished with failed requests or points exits 1."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args([a for a in argv if a != "--debug"])
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return args.func(args)
-    except LLMBenchError as e:
-        print(f"llmbench {args.command}: error: {e}", file=sys.stderr)
-        return 1
-    except (FileNotFoundError, PermissionError, IsADirectoryError, ValueError) as e:
-        print(f"llmbench {args.command}: error: {e}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"llmbench {args.command}: interrupted" + (
+              "; a single run keeps no partial result (a sweep, --out-dir DIR, saves each point as it "
+              "finishes and continues with --resume DIR)" if args.command == "bench" else ""), file=sys.stderr)
+        return 130
+    except (LLMBenchError, OSError, MemoryError, ValueError, OverflowError) as e:
+        if debug:
+            raise
+        print(f"llmbench {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -237,6 +237,7 @@ def build(preset: str, mix: str, out: str | os.PathLike[str], *, seed: int = 0, 
     """Write dummy model ``preset`` in quantization mix ``mix`` to ``out`` (replacing a file there).
     ``on_progress(tensor_name, elements_done)`` is called after each written chunk."""
     p = get_preset(preset)
+    _check_seed(seed)
     mix = _mix_name(mix)
     t0 = time.perf_counter()
     specs = []
@@ -267,9 +268,15 @@ def cache_dir() -> Path:
     return Path(root) / "dummy"
 
 
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < 2**64:   # written as a uint64 key
+        raise ValueError(f"seed {seed}: a dummy model's seed is a whole number from 0 to 2**64 - 1")
+
+
 def cached_path(preset: str, type: str = "Q4_K_M", seed: int = 0) -> Path:
     """Where :func:`dummy_model` keeps this model (keyed by preset, type, seed and FORMAT_VERSION)."""
     get_preset(preset)
+    _check_seed(seed)
     return cache_dir() / f"{preset}-{_mix_name(type)}-seed{seed}-v{FORMAT_VERSION}.gguf"
 
 

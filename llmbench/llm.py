@@ -321,6 +321,13 @@ class LLM:
         return self._tok().encode(text, add_bos)
 
     def detokenize(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        """The text of token ids; an id outside the model's vocabulary raises ValueError (the tokenizer
+        would drop it silently). Ids the model has and its tokenizer lacks (padding rows) have no text."""
+        ids = [int(i) for i in ids]
+        bad = next((i for i in ids if not 0 <= i < self.info["vocab"]), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is outside the vocabulary of {self.path.name} "
+                             f"(0 .. {self.info['vocab'] - 1})")
         return self._tok().decode(ids, skip_special)
 
     def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:

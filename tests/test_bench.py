@@ -63,16 +63,16 @@ def test_bench_with_bf16_pairs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url",
                         "http://127.0.0.1:9/v1", "--model", "m", "--activations", "bf16"],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "not to an external server" in r.stderr
+    assert r.returncode == 2 and "not to an external server" in r.stderr
 
 
 def test_bench_rejects_bad_arguments():
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--model", "tiny:F32", "--reps", "0"],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "--reps must be >= 1" in r.stderr
+    assert r.returncode == 2 and "--reps must be >= 1" in r.stderr
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--model", "no-such-model"],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "not a dummy preset" in r.stderr
+    assert r.returncode == 2 and "not a dummy preset" in r.stderr
 
 
 def test_bench_against_a_local_openai_server(tmp_path):
@@ -143,7 +143,7 @@ def test_a_stalled_server_is_left_within_the_timeouts(tmp_path):
         r = _openai_bench(srv.base_url, "--dataset", _prompts(tmp_path / "h.jsonl", "hang a"), "--batch", "2",
                           "--warmup", "1", "--first-chunk-timeout", "1")
         assert time.monotonic() - t0 < 20   # a Python start, one warmup and 1 s: not 60 s, not 120 s
-        assert r.returncode != 0 and "2 warmup requests" in r.stderr and "first-chunk timeout" in r.stderr, r.stderr
+        assert r.returncode == 2 and "2 warmup requests" in r.stderr and "first-chunk timeout" in r.stderr, r.stderr
         assert len(srv.requests) == 2   # nothing measured after the warmup failed
         t0 = time.monotonic()
         r = _openai_bench(srv.base_url, "--dataset", _prompts(tmp_path / "s.jsonl", "stall a"), "--batch", "2",
@@ -162,25 +162,60 @@ def test_arguments_are_checked_before_measuring(tmp_path):
     """-o into a missing folder, out-of-range percentiles and a sweep point whose KV cache cannot fit
     are refused before any model is loaded or point measured; no traceback."""
     r = _llmbench("bench", "--model", "tiny:Q8_0", "-o", str(tmp_path / "missing" / "r.json"))
-    assert r.returncode != 0 and "-o" in r.stderr and "does not exist" in r.stderr and r.stdout == ""
-    assert "Traceback" not in r.stderr
-    r = _llmbench("bench", "--model", "tiny:Q8_0", "--percentiles", "50,150")
-    assert r.returncode != 0 and "--percentiles 50,150" in r.stderr and "Traceback" not in r.stderr
-    r = _llmbench("bench", "--model", "tiny:Q8_0", "--percentiles", "50,x")
-    assert r.returncode != 0 and "--percentiles '50,x'" in r.stderr
+    _one_line_error(r, "-o .* does not exist")
+    assert r.stdout == ""
+    _one_line_error(_llmbench("bench", "--model", "tiny:Q8_0", "--percentiles", "50,150"), "--percentiles 50,150")
+    _one_line_error(_llmbench("bench", "--model", "tiny:Q8_0", "--percentiles", "50,x"), "--percentiles '50,x'")
     out = tmp_path / "sweep"
     r = _llmbench("bench", "--model", "tiny:Q8_0", "--input-len", "1..100000000", "--out-dir", str(out))
-    assert r.returncode != 0 and re.search(r"sweep point input_len \d+ .* GiB of KV cache", r.stderr), r.stderr
+    _one_line_error(r, r"sweep point input_len \d+ .* GiB of KV cache")
     assert not (out / "points.jsonl").exists()   # nothing was started
 
 
-def test_a_result_that_cannot_be_written_goes_to_a_fallback_file(tmp_path, capsys):
-    from llmbench.cli import _save_result
+def _one_line_error(r: subprocess.CompletedProcess, pattern: str) -> None:
+    """The command failed with exit status 2 and one line on stderr that matches ``pattern``."""
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmbench ") and re.search(pattern, lines[0]), r.stderr
 
-    where = _save_result({"metrics": {"completed": 1}}, "/dev/full")   # opens, then the disk is full
-    assert where != "/dev/full" and json.loads(open(where).read()) == {"metrics": {"completed": 1}}
-    err = capsys.readouterr().err
-    assert "cannot write /dev/full" in err and f"the result is saved in {where}" in err
-    import os
 
-    os.unlink(where)
+def test_cli_errors_are_one_line_with_exit_status_2(tmp_path):
+    """Bad models, empty or malformed option values, impossible sizes and bad seeds: one line, exit 2;
+    --debug shows the traceback instead."""
+    from models import rewritten
+
+    from llmbench import dummy_model
+
+    bad = rewritten(dummy_model("tiny", "Q8_0"), tmp_path / "heads0.gguf", {"llama.attention.head_count": 0})
+    _one_line_error(_llmbench("bench", "--model", str(bad), "--pp", "8", "--tg", "0", "--batch", "0"),
+                    "heads0.gguf: metadata 'llama.attention.head_count' is 0")
+    for option, pattern in (("--model", "--model: no value given"), ("--batch", "--batch: no value given"),
+                            ("--kv-dtype", "--kv-dtype: no value given"), ("--threads", "--threads: no value")):
+        _one_line_error(_llmbench("bench", option, ""), pattern)
+    _one_line_error(_llmbench("bench", "--batch", "1..x"), "--batch '1..x': a range is two whole numbers")
+    _one_line_error(_llmbench("bench", "--model", "tiny:Q8_0", "--pp", "0", "--tg", "0", "--input-len", "100000000"),
+                    r"--input-len 100000000, --output-len 128: a sequence of \d+ tokens needs .* GiB of KV cache")
+    _one_line_error(_llmbench("dummy", "--seed", "-5", "-o", str(tmp_path / "d.gguf")),
+                    "seed -5: a dummy model's seed is a whole number from 0")
+    r = _llmbench("bench", "--batch", "1..x", "--debug")
+    assert r.returncode == 1 and "Traceback" in r.stderr and "ValueError: --batch '1..x'" in r.stderr
+
+
+def test_ctrl_c_during_a_single_run_ends_it_in_one_line(tmp_path):
+    """Ctrl-C while a request is in flight: status 130 and one line saying what was kept, no traceback."""
+    import signal
+    import time
+
+    from sse_server import SSEServer
+
+    with SSEServer(hang_s=60) as srv:   # a prompt starting with "hang" makes the server hold the request
+        p = subprocess.Popen([sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url",
+                              srv.base_url, "--model", "m", "--dataset", _prompts(tmp_path / "p.jsonl", "hang on"),
+                              "--batch", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not srv.requests and time.monotonic() < deadline:   # wait until the warmup request is held
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("llmbench bench: interrupted; a single run keeps no partial")

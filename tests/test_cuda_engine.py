@@ -289,7 +289,7 @@ def test_bench_backend_cuda_says_why_without_a_device(stories_path):
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--backend", "cuda", "--model", str(stories_path),
                         "--pp", "8", "--tg", "0", "--batch", "0"], capture_output=True, text=True, timeout=300,
                        check=False)
-    assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
     assert WHY.split(":")[0] in r.stderr
 
 

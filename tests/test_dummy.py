@@ -205,9 +205,9 @@ def test_dummy_command(tmp_path, monkeypatch, capsys):
     assert report["mix"] == "F16" and report["n_elements"] == PRESETS["tiny"].n_params
     with GGUFFile(out) as f:
         assert f.tensors["blk.0.attn_q.weight"].type == "F16"
-    assert cli.main(["dummy", "--preset", "tiny", "--type", "f16", "-o", str(out)]) == 1
+    assert cli.main(["dummy", "--preset", "tiny", "--type", "f16", "-o", str(out)]) == 2
     assert "exists; pass --force" in capsys.readouterr().err
-    assert cli.main(["dummy", "--preset", "llama-70b"]) == 1
+    assert cli.main(["dummy", "--preset", "llama-70b"]) == 2
     assert "unknown preset 'llama-70b'" in capsys.readouterr().err
     # without -o the model goes to the cache; asking again just prints where it is
     assert cli.main(["dummy", "--type", "F32"]) == 0

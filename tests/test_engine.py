@@ -551,3 +551,11 @@ def test_bad_hyperparameters_are_named_at_load(tmp_path, key, value, message):
     with pytest.raises(llmbench.GGUFError, match=re.escape(message)) as e:
         LLM(bad, threads=1)
     assert str(bad) in str(e.value)
+
+
+def test_detokenize_refuses_ids_outside_the_vocabulary():
+    llm = LLM(llmbench.dummy_model("tiny", "Q8_0"), threads=1, ctx=32, max_seqs=1)
+    assert isinstance(llm.detokenize([llm.info["vocab"] - 1]), str)
+    for bad in (10**6, llm.info["vocab"], -1):
+        with pytest.raises(ValueError, match=f"token id {bad} is outside the vocabulary of tiny"):
+            llm.detokenize([1, bad])

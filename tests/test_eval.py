@@ -273,7 +273,7 @@ def test_cli_eval_and_errors(stories_path, mmlu_data, tmp_path):
     for args, msg in bad:
         r = subprocess.run(_eval_cmd(*args), cwd=ROOT, capture_output=True, text=True, timeout=60,
                            env={**os.environ, "LLMBENCH_DATA": str(tmp_path / "none")})
-        assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
 
 
 # ---- the same task through a server ----
@@ -297,7 +297,7 @@ def test_mmlu_through_an_openai_server(mmlu_data, tmp_path):
         r = subprocess.run(_eval_cmd("mmlu", "--backend", "openai", "--base-url", srv.base_url, "--model", MODEL,
                                      "--subjects", "virology", "--limit", "1", "--data-dir", str(mmlu_data)),
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert r.returncode == 1 and "prompt log-probabilities" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 2 and "prompt log-probabilities" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_generate_until_on_the_engine(llm):
@@ -329,4 +329,4 @@ def test_cli_perplexity_and_kld(stories_path, tmp_path):
     assert doc["perplexity"]["ppl"] == pytest.approx(doc["kld"]["ppl"])
     r = subprocess.run(_eval_cmd("kld", "--model", str(stories_path), "--text", str(text)), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "needs base_model" in r.stderr
+    assert r.returncode == 2 and "needs base_model" in r.stderr

@@ -34,10 +34,10 @@ def test_membw_command():
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["read"] > 0
     r = run("--threads", "0")
-    assert r.returncode == 1 and "threads >= 1" in r.stderr
+    assert r.returncode == 2 and "threads >= 1" in r.stderr
     if not cuda.available()[0]:
         r = run("--backend", "cuda")
-        assert r.returncode == 1 and "error:" in r.stderr and "Traceback" not in r.stderr
+        assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_membw_again_keeps_the_better_read(monkeypatch):

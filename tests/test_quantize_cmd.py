@@ -154,7 +154,7 @@ def test_refuses_existing_destination(tmp_path, capsys):
     out = tmp_path / "out.gguf"
     out.write_bytes(b"precious")
     rc, _, err = _run(capsys, str(STORIES), str(out), "--type", "Q8_0")
-    assert rc == 1 and "exists; pass --force" in err and out.read_bytes() == b"precious"
+    assert rc == 2 and "exists; pass --force" in err and out.read_bytes() == b"precious"
     rc, _, err = _run(capsys, str(STORIES), str(out), "--type", "Q8_0", "--force")
     assert rc == 0, err
     with GGUFFile(out) as f:
@@ -166,21 +166,21 @@ def test_unsupported_source_type(tmp_path, capsys):
     rows = np.random.default_rng(0).integers(0, 256, (4, 84), dtype=np.uint8)   # 4 rows of one Q2_K block
     write_gguf(src, {"general.architecture": "llama"}, {"blk.0.attn_q.weight": ("Q2_K", rows)})
     rc, _, err = _run(capsys, str(src), str(tmp_path / "out.gguf"), "--type", "Q4_K_M")
-    assert rc == 1
+    assert rc == 2
     assert "'blk.0.attn_q.weight' is Q2_K" in err and "cannot convert" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q2k.gguf"]
 
 
 def test_user_errors(tmp_path, capsys):
     rc, _, err = _run(capsys, str(tmp_path / "missing.gguf"), str(tmp_path / "o.gguf"), "--type", "Q8_0")
-    assert rc == 1 and "missing.gguf" in err
+    assert rc == 2 and "missing.gguf" in err
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"not a gguf file at all")
     rc, _, err = _run(capsys, str(bad), str(tmp_path / "o.gguf"), "--type", "Q8_0")
-    assert rc == 1 and "error" in err
+    assert rc == 2 and "error" in err
     if STORIES.exists():
         rc, _, err = _run(capsys, str(STORIES), str(tmp_path / "o.gguf"), "--type", "Q3_K_M")
-        assert rc == 1 and "unknown quantization type 'Q3_K_M'" in err and "Q4_K_M" in err
+        assert rc == 2 and "unknown quantization type 'Q3_K_M'" in err and "Q4_K_M" in err
     assert not (tmp_path / "o.gguf").exists()
 
 

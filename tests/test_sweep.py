@@ -144,7 +144,7 @@ def test_batch_sweep_command_writes_result_fit_reports_and_plots(tmp_path):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png in md
     # a second sweep into the same folder is refused; --resume finishes at once
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", *args], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1 and "--resume" in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--resume" in r.stderr
     r = _bench("--resume", str(out), "--json", "--batch", "32")
     assert json.loads(r.stdout)["sweep"]["points"] == pts and "ignoring --batch" in r.stderr
 
@@ -241,7 +241,7 @@ def test_sweep_against_a_local_openai_server(tmp_path):
     r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--backend", "openai", "--base-url",
                         "http://127.0.0.1:9/v1", "--threads", "1,2", "--out-dir", str(tmp_path / "x")],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "server's settings" in r.stderr
+    assert r.returncode == 2 and "server's settings" in r.stderr
 
 
 def test_context_sweep_up_to_the_model_maximum():

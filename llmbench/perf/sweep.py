@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import fit
+from .. import LLMBenchError, fit
 from .bench import (
     BenchConfig,
     check_kv_fits,
@@ -372,12 +372,16 @@ def batch_fits(sweep: Sweep, records: list[dict]) -> list[dict]:
     return out
 
 
+class SweepFailed(LLMBenchError):
+    """No point of a sweep produced metrics, so there is nothing to summarize."""
+
+
 def summarize(sweep: Sweep, records: list[dict]) -> dict:
     """The sweep's one JSON result: the first point's environment with the swept fields set to
     null (each point keeps its own), the base configuration and axes, every point, and the fits."""
     ok = [r for r in records if "error" not in r]
     if not ok:
-        raise RuntimeError(f"every point of the sweep failed; the first: {records[0]['error']}")
+        raise SweepFailed(f"every point of the sweep failed; the first: {records[0]['error']}")
     env = json.loads(json.dumps(ok[0]["environment"]))
     if "model" in sweep.axes:
         env["model"] = {"file": None, "name": None, "dummy": None, "size_bytes": None, "sha256": None,
