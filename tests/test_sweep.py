@@ -311,3 +311,63 @@ def test_sweep_marks_points_whose_requests_failed(tmp_path):
     assert "Failed points" in (out / "report.md").read_text()
     pts = json.loads((out / "result.json").read_text())["sweep"]["points"]
     assert [p["metrics"]["failed"] for p in pts][1] == 1
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _start_sweep(out, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "llmbench", "bench", "--model", "tiny:Q8_0", "--threads", "1",
+                             "--batch", "1..16", "--input-len", "8", "--output-len", "48", "--reps", "3",
+                             "--warmup", "0", "--out-dir", str(out), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(cond, timeout: float = 120) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_second_writer_is_refused_and_workers_die_with_their_parent(tmp_path):
+    """While a sweep runs, --resume of its folder is refused in one line; kill -9 of the sweep ends
+    its worker too, so no point is appended after it; --resume then finishes the sweep."""
+    import os
+    import signal
+
+    out = tmp_path / "s"
+    first = _start_sweep(out)
+    _wait_for(lambda: _children(first.pid) and (out / LOG_NAME).exists())
+    r = subprocess.run([sys.executable, "-m", "llmbench", "bench", "--resume", str(out)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and f"is being written by another llmbench (process {first.pid})" in r.stderr, r.stderr
+    worker = _children(first.pid)[0]
+    _wait_for(lambda: len(_lines(out)) >= 2)   # a point is in: the worker is measuring
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    _wait_for(lambda: not _alive(worker), timeout=10)
+    n = len(_lines(out))
+    assert n < 1 + 5, "the sweep finished before it was killed: make it longer"
+    import time
+
+    time.sleep(1)
+    assert len(_lines(out)) == n   # nothing appended after the sweep died
+    r = _bench("--resume", str(out), "--json")   # the lock died with its holder
+    assert [p["params"]["batch"] for p in json.loads(r.stdout)["sweep"]["points"]] == [1, 2, 4, 8, 16]

@@ -12,16 +12,21 @@ Axes run outermost first in the order of ``AXES``: the model is loaded once per 
 threads), in a process of its own, and the batch size changes fastest. A point whose process dies
 (a crash, the OOM killer, a model file that cannot load) is recorded with the reason instead of
 metrics, and the sweep goes on; resuming does not retry it (delete its line to do so).
+
+One process writes a sweep folder at a time: it holds a lock on ``<dir>/.lock`` while it runs, and a
+second writer (two ``--resume`` of one folder) is refused. Its workers die with it, so a sweep killed
+with ``kill -9`` leaves no process measuring and appending behind it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .. import LLMBenchError, fit
@@ -45,6 +50,7 @@ from .schema import validate
 
 AXES = ("model", "kv_dtype", "threads", "input_len", "request_rate", "batch")
 LOG_NAME = "points.jsonl"
+LOCK_NAME = ".lock"
 LOG_FORMAT = 1
 
 
@@ -268,8 +274,8 @@ def _run_group_isolated(sweep: Sweep, log: SweepLog, gi: int, done: dict[str, di
     bw = json.dumps(membw_elsewhere(threads)) if sweep.base.backend == "cpu" else "null"
     while any(point_key(p) not in done for p in group):
         with tempfile.TemporaryFile(mode="w+") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "llmbench.perf.sweep", os.path.abspath(log.dir), str(gi), bw],
-                                    stdout=subprocess.PIPE, stderr=err, text=True, cwd=here)
+            proc = subprocess.Popen([sys.executable, "-m", "llmbench.perf.sweep", os.path.abspath(log.dir), str(gi), bw,
+                                     str(os.getpid())], stdout=subprocess.PIPE, stderr=err, text=True, cwd=here)
             try:
                 for line in proc.stdout:
                     kind, _, rest = line.rstrip("\n").partition("\t")
@@ -303,10 +309,51 @@ def run_sweep(sweep: Sweep | None, directory: str, resume: bool = False,
     summary result. ``isolate``: each model load runs in its own process (see
     ``_run_group_isolated``); False runs everything here (faster to start, for tiny sweeps)."""
     log = SweepLog(directory)
+    if not resume:
+        sweep.check_memory()
+    elif not os.path.exists(log.path):
+        log.read()   # raises, naming the folder, before a lock file is left there
+    with _locked(directory):
+        return _run_sweep_locked(sweep, log, resume, progress, advance, isolate)
+
+
+class SweepBusy(LLMBenchError):
+    """Another process is writing the sweep folder."""
+
+
+@contextlib.contextmanager
+def _locked(directory: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (flock on DIR/.lock, released when this process ends,
+    however it ends): a second writer is refused rather than measuring the same points beside the
+    first while both compete for the cores. The file holds the writer's process id for the message."""
+    import fcntl
+
+    os.makedirs(directory, exist_ok=True)
+    f = open(os.path.join(directory, LOCK_NAME), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise SweepBusy(f"{directory} is being written by another llmbench (process {holder}); wait for it to "
+                        "finish, or stop it and continue with --resume") from None
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
+    finally:
+        f.close()
+
+
+def _run_sweep_locked(sweep: Sweep | None, log: SweepLog, resume: bool, progress: Callable[[str], None],
+                      advance: Callable[[int, int], None], isolate: bool) -> dict:
+    directory = log.dir
     if resume:
         sweep, done = log.read()
     else:
-        sweep.check_memory()
         log.create(sweep)
         done = {}
     points = sweep.points()
@@ -333,9 +380,37 @@ def run_sweep(sweep: Sweep | None, directory: str, resume: bool = False,
     return result
 
 
-def _worker(directory: str, gi: int, bw: dict | None) -> None:
+class _ChildLog(SweepLog):
+    """The log as a worker writes it: never after its parent, the sweep, has gone."""
+
+    def __init__(self, directory: str, parent: int):
+        super().__init__(directory)
+        self.parent = parent
+
+    def append(self, record: dict) -> None:
+        if os.getppid() != self.parent:
+            os._exit(1)
+        super().append(record)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have Linux kill this worker when its parent dies (a worker orphaned by kill -9 of the sweep would
+    go on measuring and appending points, competing with a resumed sweep), and exit now if it has."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):   # not Linux: _ChildLog still stops it at its next point
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _worker(directory: str, gi: int, bw: dict | None, parent: int) -> None:
     """The child of ``_run_group_isolated``: runs one group's missing points, reporting on stdout."""
-    log = SweepLog(directory)
+    _die_with_parent(parent)
+    log = _ChildLog(directory, parent)
     sweep, done = log.read()
     _run_group(sweep, log, _groups(sweep)[gi], done,
                progress=lambda m: print(f"progress\t{m}", flush=True),
@@ -434,4 +509,4 @@ def parse_list(text: str, kind: type = int, option: str | None = None) -> list:
 if __name__ == "__main__":
     import sys
 
-    _worker(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]))
+    _worker(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]))
