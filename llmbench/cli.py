@@ -190,6 +190,17 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
              "input_len": parse_list(input_len, int, "--input-len"),
              "request_rate": parse_list(args.request_rate, float, "--request-rate")}
     depth = tuple(parse_list(args.depth, int, "--depth"))
+    from .llm import _cpus
+
+    cpus = _cpus()
+    if args.backend == "openai":   # threads are the server's setting: Sweep says so
+        pass
+    elif len(lists["threads"]) == 1 and (lists["threads"][0] or 0) > cpus:
+        print(f"llmbench: warning: --threads {lists['threads'][0]} is more than the {cpus} CPUs this process may "
+              f"use; using {cpus}", file=sys.stderr)
+        lists["threads"] = [cpus]
+    elif any((t or 0) > cpus for t in lists["threads"]):
+        raise ValueError(f"--threads {args.threads}: this process may use {cpus} CPUs; sweep at most that many")
     for v in lists["kv_dtype"]:
         if v not in ("f16", "f32", "q8_0"):
             raise ValueError(f"--kv-dtype {v!r}: choose f16, f32 or q8_0")
@@ -538,6 +549,10 @@ def main(argv: list[str] | None = None) -> int:
     ends it with status 130. A run that finished with failed requests or points exits 1."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    if not debug:   # a warning is one line, as an error is
+        import warnings
+
+        warnings.formatwarning = lambda msg, cat, *a, **k: f"llmbench: warning: {msg}\n"
     parser = build_parser()
     args = parser.parse_args([a for a in argv if a != "--debug"])
     if not getattr(args, "func", None):

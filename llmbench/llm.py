@@ -15,13 +15,14 @@ import itertools
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import BackendUnavailableError, GGUFError, UnsupportedError, _core
+from . import BackendUnavailableError, GGUFError, LLMBenchError, UnsupportedError, _core
 from .gguf import GGUFFile
 from .info import memory_bytes
 from .tokenizer import Tokenizer
@@ -109,6 +110,21 @@ def _parse_bytes(v: int | str) -> int:
     unit = m.group(2).upper().rstrip("B")
     mult = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}[unit]
     return int(float(m.group(1)) * mult)
+
+
+MAX_THREADS_PER_CPU = 4
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (its affinity mask, as taskset or a container sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+class NonFiniteError(LLMBenchError):
+    """The model produced NaN or infinite logits (its weights or activations hold non-finite values)."""
 
 
 def _available_memory() -> int:
@@ -252,16 +268,28 @@ class LLM:
             raise ValueError(f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {kv_dtype!r}")
         self.path = resolve_model(model)
         self.file = GGUFFile(self.path)
-        self.threads = (os.cpu_count() or 1) if threads is None else threads
+        cpus = _cpus()
+        self.threads = cpus if threads is None else threads
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
+        # More threads than CPUs is allowed (tests of odd thread counts on small machines) but slow: each
+        # spins at every barrier for a CPU its partners need. Thousands never got through a step.
+        if self.threads > MAX_THREADS_PER_CPU * cpus:
+            raise ValueError(f"threads={threads}: this process may use {cpus} CPUs, and more than "
+                             f"{MAX_THREADS_PER_CPU} threads a CPU only wait on each other; use at most {cpus}")
+        if self.threads > cpus:
+            warnings.warn(f"threads={threads} is more than the {cpus} CPUs this process may use: the threads "
+                          "take turns, so timings are not this machine's best", stacklevel=2)
         meta = self.file.metadata
         hp = hyperparameters(meta, self.file.tensors, str(self.path))
-        ctx_train = hp["ctx_train"]
+        ctx_train = self.ctx_train = hp["ctx_train"]
         window = hp["sliding_window"] or ctx_train   # see the engine's refusal
         self.ctx = min(ctx_train, 4096, window) if ctx is None else ctx
         if self.ctx < 1:
             raise ValueError(f"ctx must be >= 1, got {ctx}")
+        if self.ctx > ctx_train:
+            warnings.warn(f"ctx={self.ctx} is past {self.path.name}'s trained context of {ctx_train} tokens: "
+                          "positions beyond it are ones the model never saw", stacklevel=2)
         self.kv_dtype = kv_dtype
         self.block_size = block_size
         # Size the KV pool: bytes per token from the shape, then the budget.
@@ -549,6 +577,10 @@ class LLM:
                     ids, n_ctx = reqs[order[j]]
                     lp, greedy = self.engine.prompt_logprobs(s, len(ids) - n_ctx)
                     out[order[j]] = (float(np.sum(lp, dtype=np.float64)), bool(greedy.all()))
+                    if not np.isfinite(out[order[j]][0]):
+                        raise NonFiniteError(f"{self.path.name}: the log-probability of request {order[j]} is "
+                                             f"{out[order[j]][0]}: the model's logits are not finite (NaN or "
+                                             "infinite weights or activations); check the model file")
                 while live:
                     self.engine.release(live.pop())
             return out

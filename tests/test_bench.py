@@ -219,3 +219,47 @@ def test_ctrl_c_during_a_single_run_ends_it_in_one_line(tmp_path):
         _, err = p.communicate(timeout=30)
     assert p.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines()[-1].startswith("llmbench bench: interrupted; a single run keeps no partial")
+
+
+def test_threads_context_and_nan_weights_are_not_silent(tmp_path):
+    """--threads past the CPUs is clamped, a context past the trained one warned about, NaN weights
+    warned about in a benchmark: each in one line on stderr and recorded in the environment."""
+    import numpy as np
+    from models import rewritten
+
+    from llmbench import dummy_model
+    from llmbench.llm import _cpus
+
+    src = dummy_model("tiny", "Q8_0")
+    short = rewritten(src, tmp_path / "short.gguf", {"llama.context_length": 16})
+    nan = rewritten(src, tmp_path / "nan.gguf", tensors={"output_norm.weight": (np.full(256, np.nan, np.float32), 0)})
+    small = ["--pp", "32", "--tg", "2", "--batch", "1", "--input-len", "4", "--output-len", "2", "--reps", "1"]
+    # pp32 sizes the context: 32 + 8 tokens
+    for model, threads, warning, key, want in (
+            ("tiny:Q8_0", "5000", f"--threads 5000 is more than the {_cpus()} CPUs", "threads", _cpus()),
+            (str(short), "1", "ctx=40 is past short.gguf's trained context of 16 tokens", "past_trained_context",
+             True),
+            (str(nan), "1", "nan.gguf: generated tokens have NaN or infinite log-probabilities", "non_finite_tokens",
+             2 * (1 + 1 + 1 + 1))):   # warmup and timed runs of tg2 and of the latency run, 2 tokens each
+        out = tmp_path / "r.json"
+        r = _llmbench("bench", "--model", model, "--threads", threads, *small, "-o", str(out), timeout=180)
+        assert r.returncode == 0, r.stderr
+        assert f"llmbench: warning: {warning}" in r.stderr and r.stderr.count(warning) == 1, r.stderr
+        assert json.loads(out.read_text())["environment"][key] == want
+
+
+def test_non_finite_log_likelihoods_and_thousands_of_threads_are_errors(tmp_path):
+    import numpy as np
+    import pytest
+    from models import rewritten
+
+    from llmbench import LLM, dummy_model
+    from llmbench.llm import NonFiniteError
+
+    nan = rewritten(dummy_model("tiny", "Q8_0"), tmp_path / "nan.gguf",
+                    tensors={"output_norm.weight": (np.full(256, np.nan, np.float32), 0)})
+    llm = LLM(nan, threads=1, ctx=64, max_seqs=2)
+    with pytest.raises(ValueError, match="threads=5000: this process may use"):
+        LLM(nan, threads=5000, ctx=64, max_seqs=2)
+    with pytest.raises(NonFiniteError, match="nan.gguf: the log-probability of request 0 is nan"):
+        llm.score_tokens([([1, 2, 3, 4], 2)])

@@ -277,13 +277,23 @@ def perplexity(llm: LLM, text_or_tokens: str | Sequence[int] | np.ndarray, ctx: 
     secs = []
     for i, chunk in enumerate(chunks):
         t = time.perf_counter()
-        logits = llm.logits(chunk)
+        logits = _finite(llm, llm.logits(chunk))
         secs.append(time.perf_counter() - t)
         first, targets = _scored(chunk, ctx)
         nll[i * per:(i + 1) * per] = _nll(logits[first:ctx - 1], targets)
         if progress:
             progress(i + 1, len(chunks))
     return _ppl_result(llm.path.name, ctx, len(tokens), nll, secs, time.perf_counter() - t0)
+
+
+def _finite(llm, logits: np.ndarray) -> np.ndarray:
+    """``logits``, after checking they are all finite: a NaN would make the whole score NaN."""
+    if not np.isfinite(logits).all():
+        from ..llm import NonFiniteError
+
+        raise NonFiniteError(f"{llm.path.name}: the model's logits are not finite (NaN or infinite weights or "
+                             "activations), so no perplexity can be computed; check the model file")
+    return logits
 
 
 # ---- KL divergence ----
@@ -452,7 +462,7 @@ def kl_divergences(llms: Sequence[LLM], base_llm: LLM, text_or_tokens: str | Seq
     for i, chunk in enumerate(chunks):
         _, targets = _scored(chunk, ctx)
         t = time.perf_counter()
-        base_logits = base_llm.logits(chunk)[first:ctx - 1]
+        base_logits = _finite(base_llm, base_llm.logits(chunk)[first:ctx - 1])
         base_s += time.perf_counter() - t
         lp_base = np.empty((per, base_logits.shape[1]))
         for r in range(0, per, ROWS):
@@ -464,7 +474,7 @@ def kl_divergences(llms: Sequence[LLM], base_llm: LLM, text_or_tokens: str | Seq
         for llm in llms:
             c = cols[id(llm)]
             t = time.perf_counter()
-            llm_logits = llm.logits(chunk)[first:ctx - 1] if llm is not base_llm else base_logits
+            llm_logits = _finite(llm, llm.logits(chunk)[first:ctx - 1]) if llm is not base_llm else base_logits
             c["seconds"] += time.perf_counter() - t
             c["nll"][s], c["kld"][s], p, c["top"][s] = _against_base(llm_logits, lp_base, top_base, targets)
             c["dp"][s] = p - p_base

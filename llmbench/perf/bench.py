@@ -19,6 +19,7 @@ import json
 import resource
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -184,6 +185,8 @@ def engine_environment(llm: LLM, model: str, prefix_cache: bool) -> dict:
         "cuda_graphs": llm.engine.stats()["graph_replays"] > 0 if llm.backend == "cuda" else None,
         "prefix_cache": prefix_cache,
         "simd": simd["active"], "prefetch": simd["prefetch"], "activations": llm.activations,
+        "ctx": llm.ctx, "ctx_train": llm.ctx_train, "past_trained_context": llm.ctx > llm.ctx_train,
+        "non_finite_tokens": _NONFINITE.get(id(llm), 0),   # in this model load so far
         "omp": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY", "OMP_PROC_BIND")},
     }
 
@@ -206,7 +209,11 @@ def membw_elsewhere(threads: int, again: bool = False) -> dict:
     """membw in a child process, so its arrays do not count in this process's peak memory. Measured
     once per thread count in a process; with ``again`` measured now, keeping the better of now and
     before (membw.better). The child runs from the folder that holds
-    this llmbench, so a source tree in the working directory cannot shadow it."""
+    this llmbench, so a source tree in the working directory cannot shadow it. Threads beyond this
+    process's CPUs are the CPUs' count, as in LLM."""
+    from ..llm import _cpus
+
+    threads = min(threads, _cpus())
     old = _MEMBW_CACHE.get(threads)
     if old is not None and not again:
         return old
@@ -252,10 +259,23 @@ def phase_times(test: str, stats: dict) -> dict:
     return out
 
 
+_NONFINITE: dict[int, int] = {}   # id(LLM) -> generated tokens whose log-probability was NaN or infinite
+
+
 def _timed(llm: LLM, prompts: list[list[int]], n_gen: int, prefix: Prefix | None = None):
-    """Run prompts together; return the completions (KV blocks are released afterwards)."""
+    """Run prompts together; return the completions (KV blocks are released afterwards). Tokens whose
+    log-probability is not finite (NaN weights) are counted, with a warning the first time: the
+    timings hold, but such a model computes nothing meaningful."""
     params = SamplingParams(temperature=0, max_tokens=n_gen, ignore_eos=True)
-    return llm.generate(prompts, params, prefix=prefix)
+    outs = llm.generate(prompts, params, prefix=prefix)
+    bad = sum(int(np.count_nonzero(~np.isfinite(np.asarray(o.logprobs, dtype=np.float64)))) for o in outs)
+    if bad:
+        if not _NONFINITE.get(id(llm)):
+            warnings.warn(f"{llm.path.name}: generated tokens have NaN or infinite log-probabilities (non-finite "
+                          "logits): the timings hold, the outputs are meaningless; check the model file",
+                          stacklevel=2)
+        _NONFINITE[id(llm)] = _NONFINITE.get(id(llm), 0) + bad
+    return outs
 
 
 def _bf16_pairs(llm: LLM, t) -> bool:
@@ -555,6 +575,7 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
             "capture_ms": st["capture_ns"] / 1e6, "kernels_per_step": st["kernels_per_step"]}}
     if llm.backend == "cpu":   # steps moved to one thread while other processes wanted the cores
         result["environment"]["solo_steps"] = llm.engine.stats()["solo_steps"]
+    result["environment"]["non_finite_tokens"] = _NONFINITE.get(id(llm), 0)
     result["tokens"] = {"decode_step_s": step_s}
     validate(result)
     return result
