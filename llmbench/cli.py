@@ -547,17 +547,18 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command. llmbench's own errors, OSError, MemoryError and bad values end it with one line
     on stderr and exit status 2 (--debug, anywhere on the line, shows the traceback instead); Ctrl-C
     ends it with status 130. A run that finished with failed requests or points exits 1."""
+    import warnings
+
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    if not debug:   # a warning is one line, as an error is
-        import warnings
-
-        warnings.formatwarning = lambda msg, cat, *a, **k: f"llmbench: warning: {msg}\n"
     parser = build_parser()
     args = parser.parse_args([a for a in argv if a != "--debug"])
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    formatwarning = warnings.formatwarning
+    if not debug:   # a warning is one line, as an error is
+        warnings.formatwarning = lambda msg, cat, *a, **k: f"llmbench: warning: {msg}\n"
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -572,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"llmbench {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = formatwarning   # main() called in a process that goes on (tests, notebooks)
 
 
 if __name__ == "__main__":
