@@ -74,7 +74,7 @@ static void cpu_destroy(llmb_backend *b) {
 }
 
 // A matrix whose type the active SIMD level runs interleaved (llmb_vec_dot_interleave: Q4_K, Q6_K, Q8_0 with
-// AVX-512 VNNI, 16 rows to a group; Q4_0, Q4_1, Q5_0, Q5_1 with AVX2 or AVX-512 VNNI and Q4_K, Q8_0 with AVX2,
+// AVX-512 VNNI, 16 rows to a group; Q4_0, Q4_1, Q5_0, Q5_1 with AVX2 or AVX-512 VNNI and Q4_K, Q6_K, Q8_0 with AVX2,
 // 8 rows)
 // is repacked once into the backend's memory, so that one sequential stream feeds a group's rows in the lanes
 // of every vector: the decode kernel of the plain layout is bounded by its per-row work, not by the memory

@@ -176,7 +176,7 @@ typedef struct {
 // kernel for SIMD level `lvl` on this CPU; the rest keep the scalar reference.
 void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (vecdot_il8.c): the interleaved kernels of Q4_0, Q4_1, Q5_0 and Q5_1 (groups of 8 rows) at AVX2 and
-// AVX-512 VNNI, and of Q4_K and Q8_0 at AVX2
+// AVX-512 VNNI, and of Q4_K, Q6_K and Q8_0 at AVX2
 void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (quants_simd.c): Q8_1 activations with AVX2, byte-identical to the reference
 void llmb_quant_q8_1_avx2(const float *x, void *xq, int64_t n);

@@ -2,8 +2,9 @@
 // (llmb_vec_dot_repack), one row in each 32-bit lane of a 256-bit vector: AVX2 (maddubs + madd) and
 // AVX-512 VNNI (vpdpbusd on 256 bits), one source compiled for both (this file includes itself), the
 // same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref); and Q8_0 at
-// the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q4_K at
-// the AVX2 level (the steps of q45_K_body; the VNNI level's groups of 16 are in vecdot_simd.c).
+// the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q4_K and
+// Q6_K at the AVX2 level (the steps of q45_K_body and q6_K_body; the VNNI level's groups of 16 are in
+// vecdot_simd.c).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -94,6 +95,7 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     if (lvl == LLMB_SIMD_AVX2) {
         t[LLMB_TYPE_Q8_0].il = q8_0_il8_avx2, t[LLMB_TYPE_Q8_0].il_r = IL8_G;
         t[LLMB_TYPE_Q4_K].il = q4_K_il8_avx2, t[LLMB_TYPE_Q4_K].il_r = IL8_G;
+        t[LLMB_TYPE_Q6_K].il = q6_K_il8_avx2, t[LLMB_TYPE_Q6_K].il_r = IL8_G;
     }
 }
 #else
@@ -299,22 +301,49 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
     }
 }
 
-#if !IL_VNNI   // (Q4_K at the VNNI level: vecdot_simd.c, q4_K_il_vnni512 in groups of 16)
-// ---- Q4_K at the AVX2 level: a group's super-block is 36 vectors (d dmin, 3 of scales, 32 of qs) ----
-// Per output and super-block the steps of q45_K_body (vecdot_simd.c): the exact S = sum_s sc_s sum q x and
-// M = sum_s min_s bsum_s, then acc = fma(d d_x, S, acc), acc = fma(-(dmin d_x), M, acc), on 8 rows at once.
-// Sub-block s's 32 values per row are 8 vectors of 4 (q[8 s + k]: values 32 s + 4 k ..), their maddubs
-// against 4 activation bytes summed in int16 (below 2^15 as for Q4_0), then one madd with the scale.
+#if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_simd.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
+// ---- Q4_K and Q6_K at the AVX2 level: 8 rows a group, super-blocks of 256 values ----
+// Per output and super-block the steps of q45_K_body / q6_K_body (vecdot_simd.c) on 8 rows at once: the
+// exact integer sums, then Q4_K acc = fma(d d_x, S, acc), acc = fma(-(dmin d_x), M, acc) with S = sum_s sc_s
+// sum q x and M = sum_s min_s bsum_s; Q6_K acc = fma(d d_x, S, acc) with S = sum_s sc_s sum (q - 32) x,
+// taken as sum_s sc_s sum q x - 32 sum_s sc_s bsum_s. The values of a sub-block (Q4_K: 32, 8 vectors of 4
+// a row; Q6_K: 16, 4 vectors) go through maddubs against 4 activation bytes, summed in int16 while below
+// 2^15 (Q4_K 8 of them, Q6_K 2), then one madd with the scale.
+// A group's super-block: Q4_K 36 vectors (d dmin, 3 of scales, 32 of qs); Q6_K 52 (48 of the values recoded
+// whole, vecdot.c q6_K_recode, then 4 of scales) and d after the group's last super-block.
 
 typedef struct {
-    __m256i q[64];   // q[8 s + k], lane r: values 32 s + 4 k .. 32 s + 4 k + 3 of row r
-    __m256i sc[8];   // lane r: row r's scale of sub-block s in both int16 halves
-    __m256i mn[4];   // lane r: row r's mins of sub-blocks 2 k and 2 k + 1 as int16
+    __m256i q[64];   // Q4_K q[8 s + k], Q6_K q[4 s + k], lane r: values 4 k .. 4 k + 3 of row r's sub-block s
+    __m256i sc[16];  // lane r: row r's scale of sub-block s in both int16 halves (Q4_K: 8 sub-blocks)
+    __m256i mn[8];   // lane r as int16: Q4_K the mins of sub-blocks 2 k, 2 k + 1; Q6_K the scales of 2 k, 2 k + 1
     __m256 d, dmin;
 } il8k_dec;
 
-// the scales, mins, d and dmin of the group's super-block at v (ggml's kmask unpacking, lane by lane)
-INLINE IL_T void IL(il8k_head)(const uint8_t *v, il8k_dec *o) {
+INLINE size_t il8k_bytes(const int type) { return (type == LLMB_TYPE_Q4_K ? 36 : 52) * 32; }
+
+// bytes (b, b + 1) or (b, b) of each lane as its two int16 (hi: into the high bytes, for a sign-extending shift)
+INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
+    char i[32];
+    for (int l = 0; l < 32; l += 4) {
+        const int base = l % 16;
+        i[l + 0] = (char)(hi ? -1 : base + b0), i[l + 1] = (char)(hi ? base + b0 : -1);
+        i[l + 2] = (char)(hi ? -1 : base + b1), i[l + 3] = (char)(hi ? base + b1 : -1);
+    }
+    return _mm256_shuffle_epi8(v, _mm256_loadu_si256((const __m256i *)i));
+}
+
+// the scales, mins, d and dmin of the group's super-block i at g (Q4_K: ggml's kmask unpacking, lane by lane)
+INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8k_dec *o) {
+    const uint8_t *v = g + (size_t)i * il8k_bytes(type);
+    if (type == LLMB_TYPE_Q6_K) {
+        o->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * il8k_bytes(type) + (size_t)i * 16)));
+        for (int w = 0; w < 4; w++) {   // int8 scales 4 w .. 4 w + 3
+            const __m256i sv = _mm256_loadu_si256((const __m256i *)(v + 48 * 32 + 32 * w));
+            for (int b = 0; b < 4; b++) o->sc[4 * w + b] = _mm256_srai_epi16(IL(il8k_pick)(sv, b, b, 1), 8);
+            for (int b = 0; b < 4; b += 2) o->mn[2 * w + b / 2] = _mm256_srai_epi16(IL(il8k_pick)(sv, b, b + 1, 1), 8);
+        }
+        return;
+    }
     const __m256i split = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)v),
                                               _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1,
                                                                4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
@@ -330,24 +359,32 @@ INLINE IL_T void IL(il8k_head)(const uint8_t *v, il8k_dec *o) {
     const __m256i mn_lo = _mm256_and_si256(u1, k3f);
     const __m256i mn_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), k0f),
                                           _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), k03), 4));
-    for (int s = 0; s < 8; s++) {   // byte s % 4 of each lane into both of its int16 halves
-        const char b = (char)(s % 4);
-        const __m256i idx = _mm256_setr_epi8(b, -1, b, -1, b + 4, -1, b + 4, -1, b + 8, -1, b + 8, -1, b + 12, -1, b + 12,
-                                             -1, b, -1, b, -1, b + 4, -1, b + 4, -1, b + 8, -1, b + 8, -1, b + 12, -1,
-                                             b + 12, -1);
-        o->sc[s] = _mm256_shuffle_epi8(s < 4 ? sc_lo : sc_hi, idx);
-    }
-    for (int k = 0; k < 4; k++) {   // bytes 2 k % 4 and the next of each lane as its two int16
-        const char b = (char)(2 * k % 4);
-        const __m256i idx = _mm256_setr_epi8(b, -1, b + 1, -1, b + 4, -1, b + 5, -1, b + 8, -1, b + 9, -1, b + 12, -1,
-                                             b + 13, -1, b, -1, b + 1, -1, b + 4, -1, b + 5, -1, b + 8, -1, b + 9, -1,
-                                             b + 12, -1, b + 13, -1);
-        o->mn[k] = _mm256_shuffle_epi8(k < 2 ? mn_lo : mn_hi, idx);
-    }
+    for (int s = 0; s < 8; s++) o->sc[s] = IL(il8k_pick)(s < 4 ? sc_lo : sc_hi, s % 4, s % 4, 0);
+    for (int k = 0; k < 4; k++) o->mn[k] = IL(il8k_pick)(k < 2 ? mn_lo : mn_hi, 2 * k % 4, 2 * k % 4 + 1, 0);
 }
 
-// the values of chunk j (sub-blocks 2 j, 2 j + 1: words 8 j .. 8 j + 7 of qs, low then high nibbles) into q
-INLINE IL_T void IL(il8k_chunk)(const uint8_t *v, int j, __m256i *q) {
+// the values of part j of super-block i into q: Q4_K chunk j of 4 (sub-blocks 2 j, 2 j + 1: words 8 j .. 8 j + 7
+// of qs, low then high nibbles), 16 vectors; Q6_K half j of 2 (sub-blocks 8 j .. 8 j + 7), 32 vectors
+INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int j, __m256i *q) {
+    const uint8_t *v = g + (size_t)i * il8k_bytes(type);
+    if (type == LLMB_TYPE_Q6_K) {   // word 24 j + 3 t (+1, +2): values 128 j + 32 m + 4 t .. of m = 0, 1, 2, and m = 3
+        const __m256i k3f = _mm256_set1_epi8(0x3f);   // in bits 6-7 of the three (vecdot.c, q6_K_recode)
+        for (int t = 0; t < 8; t++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(v + 32 * (24 * j + 3 * t)));
+            const __m256i b = _mm256_loadu_si256((const __m256i *)(v + 32 * (24 * j + 3 * t + 1)));
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(v + 32 * (24 * j + 3 * t + 2)));
+            const __m256i v3 = _mm256_or_si256(
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 6), _mm256_set1_epi8(0x03)),
+                                _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0C))),
+                _mm256_and_si256(_mm256_srli_epi16(c, 2), _mm256_set1_epi8(0x30)));
+            // value 32 m + 4 t of the half: sub-block 2 m + t / 4 of the half, vector t % 4
+            q[4 * (0 + t / 4) + t % 4] = _mm256_and_si256(a, k3f);
+            q[4 * (2 + t / 4) + t % 4] = _mm256_and_si256(b, k3f);
+            q[4 * (4 + t / 4) + t % 4] = _mm256_and_si256(c, k3f);
+            q[4 * (6 + t / 4) + t % 4] = v3;
+        }
+        return;
+    }
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int k = 0; k < 8; k++) {
         const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 128 + 32 * (8 * j + k)));
@@ -356,77 +393,97 @@ INLINE IL_T void IL(il8k_chunk)(const uint8_t *v, int j, __m256i *q) {
     }
 }
 
-// S[c] += sc_s sum q x over sub-blocks 2 j and 2 j + 1 (q: their 16 vectors) for NC tokens (xq[c]: token c's
-// values of sub-block 2 j)
-INLINE IL_T void IL(il8k_sums)(const __m256i *q, const __m256i *sc, const int8_t *const *xq, __m256i *S, const int NC) {
-    for (int h = 0; h < 2; h++) {
-        __m256i h16[IL8_NC];
-        for (int c = 0; c < NC; c++) h16[c] = _mm256_setzero_si256();
-        for (int k = 0; k < 8; k++)
-            for (int c = 0; c < NC; c++) {
-                int32_t a;
-                memcpy(&a, xq[c] + 32 * h + 4 * k, 4);
-                h16[c] = _mm256_add_epi16(h16[c], _mm256_maddubs_epi16(q[8 * h + k], _mm256_set1_epi32(a)));
-                IL8_KEEP(h16[c]);
-            }
-        for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[c], sc[h]));
-    }
+// S[c] += sc_s sum q x over the sub-blocks of a part (q: its vectors, sc: their scales) for NC tokens (xq[c]:
+// token c's values of the part's first sub-block)
+INLINE IL_T void IL(il8k_sums)(const int type, const __m256i *q, const __m256i *sc, const int8_t *const *xq,
+                               __m256i *S, const int NC) {
+    const int q6 = type == LLMB_TYPE_Q6_K, subs = q6 ? 8 : 2, vecs = q6 ? 4 : 8, run = q6 ? 2 : 8;
+    for (int sb = 0; sb < subs; sb++)
+        for (int r0 = 0; r0 < vecs; r0 += run) {   // int16 sums of `run` maddubs, then a madd with the scale
+            __m256i h16[IL8_NC];
+            for (int c = 0; c < NC; c++) h16[c] = _mm256_setzero_si256();
+            for (int k = r0; k < r0 + run; k++)
+                for (int c = 0; c < NC; c++) {
+                    int32_t a;
+                    memcpy(&a, xq[c] + vecs * 4 * sb + 4 * k, 4);
+                    h16[c] = _mm256_add_epi16(h16[c], _mm256_maddubs_epi16(q[vecs * sb + k], _mm256_set1_epi32(a)));
+                    IL8_KEEP(h16[c]);
+                }
+            for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[c], sc[sb]));
+        }
 }
 
-// One group x NC tokens over super-blocks i0 .. i0 + bn - 1: from dec (decoded) or, where dec is NULL,
+// One group x NC tokens over super-blocks i0 .. i0 + bn - 1 (of nb): from dec (decoded) or, where dec is NULL,
 // decoding from g as it goes; the sums start at 0 where first, else from y
-INLINE IL_T void IL(il8k_tile)(const uint8_t *g, const il8k_dec *dec, int64_t i0, int64_t bn, const uint8_t *x,
-                               size_t xs, float *y, int64_t ldy, const int first, const int pf, const int NC) {
-    const size_t bytes = 36 * 32;
+INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, const il8k_dec *dec, int64_t i0,
+                               int64_t bn, const uint8_t *x, size_t xs, float *y, int64_t ldy, const int first,
+                               const int pf, const int NC) {
+    const int q6 = type == LLMB_TYPE_Q6_K, parts = q6 ? 2 : 4, pv = q6 ? 32 : 16;   // parts, vectors a part
+    const size_t bytes = il8k_bytes(type);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
-        const uint8_t *v = g + (size_t)(i0 + i) * bytes;
         il8k_dec head;
         const il8k_dec *o = dec ? dec + i : &head;
         if (!dec) {
             if (pf)
-                for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)v + IL8_PF_AHEAD + off, _MM_HINT_T0);
-            IL(il8k_head)(v, &head);
+                for (size_t off = 0; off < bytes; off += 64)
+                    _mm_prefetch((const char *)g + (i0 + i) * bytes + IL8_PF_AHEAD + off, _MM_HINT_T0);
+            IL(il8k_head)(type, g, nb, i0 + i, &head);
         }
         const llmb_block_q8_K *xb[IL8_NC];
         __m256i S[IL8_NC], M[IL8_NC];
-        for (int c = 0; c < NC; c++) {
+        for (int c = 0; c < NC; c++) {   // M: the mins (Q4_K) or scales (Q6_K) against the sums of x
             xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);   // sub-block sums, pairs as int32
-            const __m256i b8 = _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm256_castsi256_si128(bs),
-                                                                           _mm256_extracti128_si256(bs, 1)));
-            M[c] = _mm256_madd_epi16(o->mn[0], _mm256_shuffle_epi32(b8, 0x00));
-            M[c] = _mm256_add_epi32(M[c], _mm256_madd_epi16(o->mn[1], _mm256_shuffle_epi32(b8, 0x55)));
-            M[c] = _mm256_add_epi32(M[c], _mm256_madd_epi16(o->mn[2], _mm256_shuffle_epi32(b8, 0xAA)));
-            M[c] = _mm256_add_epi32(M[c], _mm256_madd_epi16(o->mn[3], _mm256_shuffle_epi32(b8, 0xFF)));
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);   // 16 sums of 16 values
+            M[c] = _mm256_setzero_si256();
+            if (q6) {   // pairs of sums of 16 as int32, against pairs of scales
+                const __m256i lo = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(bs));
+                const __m256i hi = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(bs, 1));
+                const __m256i p[8] = {_mm256_shuffle_epi32(lo, 0x00), _mm256_shuffle_epi32(lo, 0x55),
+                                      _mm256_shuffle_epi32(lo, 0xAA), _mm256_shuffle_epi32(lo, 0xFF),
+                                      _mm256_shuffle_epi32(hi, 0x00), _mm256_shuffle_epi32(hi, 0x55),
+                                      _mm256_shuffle_epi32(hi, 0xAA), _mm256_shuffle_epi32(hi, 0xFF)};
+                for (int k = 0; k < 8; k++) M[c] = _mm256_add_epi32(M[c], _mm256_madd_epi16(o->mn[k], p[k]));
+            } else {    // sums of 32 (sub-blocks), pairs as int32, against pairs of mins
+                const __m256i b8 = _mm256_broadcastsi128_si256(_mm_hadd_epi16(_mm256_castsi256_si128(bs),
+                                                                               _mm256_extracti128_si256(bs, 1)));
+                const __m256i p[4] = {_mm256_shuffle_epi32(b8, 0x00), _mm256_shuffle_epi32(b8, 0x55),
+                                      _mm256_shuffle_epi32(b8, 0xAA), _mm256_shuffle_epi32(b8, 0xFF)};
+                for (int k = 0; k < 4; k++) M[c] = _mm256_add_epi32(M[c], _mm256_madd_epi16(o->mn[k], p[k]));
+            }
             S[c] = _mm256_setzero_si256();
         }
-        for (int j = 0; j < 4; j++) {
-            __m256i q16[16];
-            const __m256i *q = dec ? o->q + 16 * j : q16;
-            if (!dec) IL(il8k_chunk)(v, j, q16);
+        for (int j = 0; j < parts; j++) {
+            __m256i qv[32];
+            const __m256i *q = dec ? o->q + pv * j : qv;
+            if (!dec) IL(il8k_part)(type, g, i0 + i, j, qv);
             const int8_t *xq[IL8_NC];
-            for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + 64 * j;
-            IL(il8k_sums)(q, o->sc + 2 * j, xq, S, NC);
+            for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + (q6 ? 128 : 64) * j;
+            IL(il8k_sums)(type, q, o->sc + (q6 ? 8 : 2) * j, xq, S, NC);
         }
         const __m256 sign = _mm256_set1_ps(-0.0f);
         for (int c = 0; c < NC; c++) {
             const __m256 dx = _mm256_set1_ps(xb[c]->d);
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(o->d, dx), _mm256_cvtepi32_ps(S[c]), acc[c]);
-            acc[c] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(o->dmin, dx), sign), _mm256_cvtepi32_ps(M[c]), acc[c]);
+            if (q6) {
+                const __m256i s32 = _mm256_sub_epi32(S[c], _mm256_slli_epi32(M[c], 5));
+                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(o->d, dx), _mm256_cvtepi32_ps(s32), acc[c]);
+            } else {
+                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(o->d, dx), _mm256_cvtepi32_ps(S[c]), acc[c]);
+                acc[c] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(o->dmin, dx), sign), _mm256_cvtepi32_ps(M[c]),
+                                         acc[c]);
+            }
         }
     }
     for (int c = 0; c < NC; c++) _mm256_storeu_ps(y + c * ldy, acc[c]);
 }
 
-#define IL8K_DEC 8   // super-blocks of a group decoded at a time for prefill (8 x 2.4 KiB)
-IL_T static void IL(q4_K_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                              float *y, int64_t ldy, int stream) {
-    const uint8_t *w = vw, *x = vx;
+#define IL8K_DEC 8   // super-blocks of a group decoded at a time for prefill (8 x 2.9 KiB)
+INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                                 size_t xs, int nc, float *y, int64_t ldy) {
     const int64_t nb = n / LLMB_QK_K, br = nb < IL8K_DEC ? nb : IL8K_DEC;
+    const int parts = type == LLMB_TYPE_Q6_K ? 2 : 4, pv = type == LLMB_TYPE_Q6_K ? 32 : 16;
     il8k_dec dec[IL8K_DEC];
-    (void)stream;
     for (int64_t i0 = 0; i0 < nb; i0 += br) {
         const int64_t bn = nb - i0 < br ? nb - i0 : br;
         for (int r0 = 0; r0 < nr; r0 += IL8_G) {
@@ -434,9 +491,8 @@ IL_T static void IL(q4_K_il8)(int64_t n, const void *vw, size_t ws, int nr, cons
             const il8k_dec *d = NULL;
             if (nc > IL8_NC) {   // several token tiles: the range decoded once
                 for (int64_t i = 0; i < bn; i++) {
-                    const uint8_t *v = g + (size_t)(i0 + i) * 36 * 32;
-                    IL(il8k_head)(v, &dec[i]);
-                    for (int j = 0; j < 4; j++) IL(il8k_chunk)(v, j, dec[i].q + 16 * j);
+                    IL(il8k_head)(type, g, nb, i0 + i, &dec[i]);
+                    for (int j = 0; j < parts; j++) IL(il8k_part)(type, g, i0 + i, j, dec[i].q + pv * j);
                 }
                 d = dec;
             }
@@ -444,7 +500,7 @@ IL_T static void IL(q4_K_il8)(int64_t n, const void *vw, size_t ws, int nr, cons
                 const uint8_t *xt = x + t0 * xs;
                 float *yt = y + t0 * ldy + r0;
                 const int k = nc - t0 < IL8_NC ? nc - t0 : IL8_NC, first = i0 == 0, pf = !d && t0 == 0;
-#define IL8K_RUN(NC) IL(il8k_tile)(g, d, i0, bn, xt, xs, yt, ldy, first, pf, NC)
+#define IL8K_RUN(NC) IL(il8k_tile)(type, g, nb, d, i0, bn, xt, xs, yt, ldy, first, pf, NC)
                 if (k == IL8_NC) IL8K_RUN(IL8_NC);
                 else if (k == 1) IL8K_RUN(1);
                 else if (k == 2) IL8K_RUN(2 < IL8_NC ? 2 : 1);
@@ -455,6 +511,16 @@ IL_T static void IL(q4_K_il8)(int64_t n, const void *vw, size_t ws, int nr, cons
     }
 }
 
+IL_T static void IL(q4_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
+                              int64_t ldy, int stream) {
+    (void)stream;
+    IL(il8k_kernel)(LLMB_TYPE_Q4_K, n, w, ws, nr, x, xs, nc, y, ldy);
+}
+IL_T static void IL(q6_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
+                              int64_t ldy, int stream) {
+    (void)stream;
+    IL(il8k_kernel)(LLMB_TYPE_Q6_K, n, w, ws, nr, x, xs, nc, y, ldy);
+}
 #endif
 
 #define IL8_KERNEL(name, T)                                                                                         \
