@@ -16,6 +16,11 @@ after each model), and the tg ratio's ceiling.
     python benchmarks/compare_llamacpp.py --models llama-125m:Q4_K_M --threads 2
     LLAMA_PY=/path/to/venv/bin/python python benchmarks/compare_llamacpp.py ...   # llama_cpp elsewhere
     python benchmarks/compare_llamacpp.py --models llama-125m:F16 llama-125m:F16@bf16
+    python benchmarks/compare_llamacpp.py --models llama-125m model-f16.gguf --types Q4_0 Q4_1 Q5_0 Q8_0 Q4_K_M
+
+--types crosses every model with every quantization mix: a dummy preset is built in that mix
+(`llmbench.dummy_model`), a GGUF file (best an F16 or F32 one) is converted with `llmbench quantize` into a
+temporary directory, so both engines read the same file.
 
 A model ending in @bf16 (or @f32) runs llmbench with LLM(activations=...), llama.cpp as always (it has no
 such switch: F16 weights against F16 activations); its pp is measured against the BF16 pair peak.
@@ -33,6 +38,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 from llmbench.perf.metrics import prefill_compute
 
@@ -108,6 +114,35 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
     return out
 
 
+def with_types(models: list[str], types: list[str], tmpdir: str, split_spec) -> list[str]:
+    """Every model crossed with every mix of ``types`` (none: the models as given). A preset ("llama-125m",
+    a type after ":" is replaced) becomes "preset:TYPE"; a GGUF file is quantized into ``tmpdir``; an
+    "@activations" suffix is kept."""
+    if not types:
+        return list(models)
+    from llmbench.dummy import PRESETS
+    from llmbench.quantize import MIXES, quantize_file
+
+    for t in types:
+        if t.upper() not in MIXES:
+            raise ValueError(f"--types: unknown mix {t!r}; choose from {', '.join(MIXES)}")
+    out = []
+    for spec in models:
+        model, act = split_spec(spec)
+        suffix = f"@{act}" if act != "q8" else ""
+        for t in (t.upper() for t in types):
+            name = model.partition(":")[0]
+            if not os.path.exists(model) and name in PRESETS:
+                out.append(f"{name}:{t}{suffix}")
+                continue
+            if not os.path.isfile(model):
+                raise FileNotFoundError(f"{model}: no such GGUF file, and not a dummy preset")
+            dst = os.path.join(tmpdir, f"{os.path.splitext(os.path.basename(model))[0]}.{t}.gguf")
+            quantize_file(model, dst, t)
+            out.append(dst + suffix)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama-125m:F16", "llama-125m:Q8_0", "llama-125m:Q4_K_M"])
@@ -117,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3, help="timed runs of each test per process, after its warmup")
     ap.add_argument("--json", help="write the raw samples here")
+    ap.add_argument("--types", nargs="+", default=[],
+                    help="quantization mixes to cross every model with (llmbench quantize's --type names)")
     a = ap.parse_args(argv)
     for name in ("threads", "pp", "tg", "rounds", "reps"):
         if getattr(a, name) < 1:
@@ -132,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, here)
     from bench_engine import split_spec
 
+    tmp = tempfile.TemporaryDirectory(prefix="compare-llamacpp-")
+    try:
+        a.models = with_types(a.models, a.types, tmp.name, split_spec)
+    except (ValueError, FileNotFoundError) as e:
+        ap.error(str(e))
     specs = [split_spec(m) for m in a.models]
     try:
         paths = [str(resolve_model(m)) for m, _ in specs]

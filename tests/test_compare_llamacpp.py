@@ -82,3 +82,21 @@ def test_missing_llama_cpp_says_what_to_install(stories_path):
         pass
     with pytest.raises(RuntimeError, match="llama-cpp-python"):
         cmp.measure(sys.executable, cmp.LLAMACPP, [str(stories_path), "1", "16", "4", "1"])
+
+
+def test_types_cross_models(stories_path, tmp_path):
+    """--types: a preset takes each mix by name (its own type replaced, the activations kept), a file is
+    converted with llmbench quantize; an unknown mix is refused before anything is built."""
+    from bench_engine import split_spec
+
+    out = cmp.with_types(["llama-125m:F16@bf16", str(stories_path)], ["q4_0", "Q8_0"], str(tmp_path), split_spec)
+    assert out[:2] == ["llama-125m:Q4_0@bf16", "llama-125m:Q8_0@bf16"]
+    for path, t in zip(out[2:], ("Q4_0", "Q8_0")):
+        assert path.startswith(str(tmp_path)) and path.endswith(f".{t}.gguf")
+        types = {x.type for x in GGUFFile(path).tensors.values()}
+        assert t in types and types <= {t, "F32", "F16", "Q6_K", "Q8_0"}, types
+    assert cmp.with_types(["x.gguf"], [], str(tmp_path), split_spec) == ["x.gguf"]
+    with pytest.raises(ValueError, match="unknown mix 'Q9'"):
+        cmp.with_types(["llama-125m"], ["Q9"], str(tmp_path), split_spec)
+    with pytest.raises(FileNotFoundError, match="no such GGUF file"):
+        cmp.with_types(["missing.gguf"], ["Q4_0"], str(tmp_path), split_spec)
