@@ -109,6 +109,14 @@ def test_stderr_formulas():
     assert lo == pytest.approx(1 - hi)
 
 
+def test_wilson_ends_are_exact():
+    """An all-wrong or all-right run's interval contains its estimate (rounding once put 0/3's lower
+    bound at 5.6e-17)."""
+    for n in range(1, 50):
+        assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 1.0
+        assert 0.0 < wilson(0, n)[1] < 1.0 and 0.0 < wilson(n, n)[0] < 1.0
+
+
 def test_aggregate_weights_by_size():
     recs = ([{"subject": "a", "metrics": {"acc": v}} for v in (1, 1, 0, 0)] +
             [{"subject": "b", "metrics": {"acc": v}} for v in (1, 0, 0, 0, 0, 0, 0, 0)] +

@@ -43,7 +43,8 @@ def wilson(k: float, n: int, z: float = 1.959963984540054) -> tuple[float, float
     d = 1 + z * z / n
     c = (p + z * z / (2 * n)) / d
     h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
+    # At k = 0 (k = n) the bound is exactly 0 (1); rounding can leave it 1e-17 off, outside the estimate.
+    return (0.0 if k == 0 else max(0.0, c - h), 1.0 if k == n else min(1.0, c + h))
 
 
 def _entry(values: list[float]) -> dict[str, Any]:
