@@ -1,4 +1,4 @@
-"""llmbench's evaluations: tasks (MMLU, C-Eval, CMMLU, perplexity, KL divergence) run on the embedded
+"""llmbench's evaluations: tasks (MMLU, C-Eval, CMMLU, GSM8K, perplexity, KL divergence) run on the embedded
 engine or any OpenAI-compatible server, with lm-evaluation-harness's and llama-perplexity's definitions.
 
 >>> res = llmbench.evaluate("SmolLM2-135M-Instruct.Q4_1.gguf", "mmlu", limit=10, threads=2)   # doctest: +SKIP
@@ -28,10 +28,12 @@ TASKS: dict[str, tuple[str, str]] = {
     "mmlu": ("llmbench.eval.tasks.mmlu", "MMLU"),
     "ceval": ("llmbench.eval.tasks.ceval", "CEval"),
     "cmmlu": ("llmbench.eval.tasks.cmmlu", "CMMLU"),
+    "gsm8k": ("llmbench.eval.tasks.gsm8k", "GSM8K"),
+    "gsm8k_cot": ("llmbench.eval.tasks.gsm8k", "GSM8KCoT"),
 }
 # Tasks on the engine's logits rather than requests (llama-perplexity's method).
 TEXT_TASKS = ("perplexity", "kld")
-DEFAULT_SHOTS = {"mmlu": 5, "ceval": 5, "cmmlu": 5}
+DEFAULT_SHOTS = {"mmlu": 5, "ceval": 5, "cmmlu": 5, "gsm8k": 5, "gsm8k_cot": 8}
 
 __all__ = ["TASKS", "TEXT_TASKS", "EvalResults", "evaluate", "make_adapter", "make_task"]
 
@@ -105,8 +107,8 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
 
     ``model``: a GGUF path or dummy preset (the engine, with ``threads``, ``ctx``, ``activations``), an
     `LLM`, an `Adapter`, or with ``backend="openai"`` the model name a server at ``base_url`` serves.
-    ``shots`` (default: each task's, 5 for MMLU, C-Eval and CMMLU), ``limit`` documents per subject,
-    ``subjects`` names or groups. ``out``: a folder for per-sample records and results.json;
+    ``shots`` (default: each task's, 5 for MMLU, C-Eval, CMMLU and gsm8k, 8 for gsm8k_cot), ``limit``
+    documents per subject, ``subjects`` names or groups. ``out``: a folder for per-sample records and results.json;
     ``resume=True`` continues the run in ``out``. ``precision_check=N`` re-scores N random documents of
     each log-likelihood task with f32 activations (engine only); by default (None) 100 when the engine
     runs a model with quantized matrices on 8-bit activations, where the rounding can flip answers.

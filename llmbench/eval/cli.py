@@ -15,6 +15,7 @@ EXAMPLES = """examples:
   llmbench eval mmlu --resume mmlu-smol                  # continue an interrupted run
   llmbench eval mmlu --model m.gguf --precision-check 200  # how often 8-bit activations flip an answer
   llmbench eval ceval,cmmlu --model m.gguf --limit 10
+  llmbench eval gsm8k_cot,gsm8k --model m.gguf --limit 50 --out gsm8k-smol   # generative, greedy
   llmbench eval perplexity --model m-Q4_K_M.gguf --ctx 512                 # WikiText-2
   llmbench eval kld --model m-Q4_K_M.gguf --base-model m-F16.gguf --max-chunks 100
   llmbench eval mmlu --backend openai --base-url http://127.0.0.1:8000/v1 --model NAME --limit 5"""
@@ -24,17 +25,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from . import task_names
 
     e = sub.add_parser(
-        "eval", help="evaluate a model: MMLU, C-Eval, CMMLU (lm-eval's definitions), perplexity, KL divergence",
+        "eval", help="evaluate a model: MMLU, C-Eval, CMMLU, GSM8K (lm-eval's definitions), perplexity, KL divergence",
         description="Evaluate a GGUF model on llmbench's engine, or a model an OpenAI-compatible server serves, "
                     "with lm-evaluation-harness's prompts and metrics (MMLU, C-Eval, CMMLU: log-likelihood of "
-                    "the answer letters, per subject, group and overall, with standard errors) and "
+                    "the answer letters, per subject, group and overall, with standard errors; GSM8K: greedy "
+                    "generation, exact match of the strict and flexible extractions) and "
                     "llama-perplexity's perplexity and KL divergence. Per-sample records go to "
                     "DIR/samples_TASK.jsonl as they finish, results to DIR/results.json; --resume DIR continues "
                     "an interrupted run. Data is read from --data-dir, $LLMBENCH_DATA or ../shared/data.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("tasks", nargs="?", help=f"comma-separated tasks: {', '.join(task_names())}")
     e.add_argument("--model", help="GGUF file or dummy preset; with --backend openai the server's model name")
-    e.add_argument("--shots", type=int, default=None, help="few-shot examples (default: the task's, 5 for MMLU)")
+    e.add_argument("--shots", type=int, default=None,
+                   help="few-shot examples (default: the task's, 5 for MMLU and gsm8k, 8 for gsm8k_cot)")
     e.add_argument("--limit", type=int, default=None, help="documents per subject (default: all)")
     e.add_argument("--subjects", default=None, help="comma-separated subjects or groups (e.g. stem,philosophy)")
     e.add_argument("--threads", type=int, default=None, help="engine threads (default: all CPUs)")
@@ -52,8 +55,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="documents whose requests go to the model together (default 256; results do not depend on it)")
     e.add_argument("--out", metavar="DIR", help="folder for samples_TASK.jsonl, run.json and results.json")
     e.add_argument("--resume", metavar="DIR", help="continue the run in DIR (its settings are reused)")
-    e.add_argument("--data-dir", help="folder holding mmlu/, ceval/, cmmlu/, wikitext2/ (default: $LLMBENCH_DATA, "
-                                      "../shared/data)")
+    e.add_argument("--data-dir", help="folder holding mmlu/, ceval/, cmmlu/, gsm8k/, wikitext2/ (default: "
+                                      "$LLMBENCH_DATA, ../shared/data)")
     e.add_argument("--text", help="perplexity/kld: a text file (default: WikiText-2 raw test)")
     e.add_argument("--base-model", help="kld: the base model (e.g. the F16 file) the KL divergence is measured against")
     e.add_argument("--max-chunks", type=int, default=None, help="perplexity/kld: at most this many chunks")
@@ -62,7 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--base-url", help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
     e.add_argument("--api-key", default=None, help="--backend openai: API key (default $OPENAI_API_KEY)")
     e.add_argument("--judge", default=None,
-                   help="judge model or URL (generative tasks; none of the tasks here uses one)")
+                   help="judge model or URL (judged generative tasks; none of the tasks here uses one)")
     e.add_argument("--subject-table", action="store_true", help="show every subject in the table")
     e.add_argument("--markdown", action="store_true", help="print a markdown table instead of the terminal table")
     e.add_argument("--json", action="store_true", help="print results.json instead of the table")
@@ -128,8 +131,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.backend == "openai" and not args.base_url:
         raise ValueError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
     if args.judge:
-        print("llmbench eval: --judge is for generative tasks; the tasks given score by log-likelihood, "
-              "so it is not used", file=sys.stderr)
+        print("llmbench eval: --judge is for judged tasks; the tasks given score by log-likelihood or exact "
+              "match, so it is not used", file=sys.stderr)
     console = Console(stderr=True)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
