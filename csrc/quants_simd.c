@@ -94,47 +94,42 @@ AVX2 static void dequant_q8_0_avx2(const void *vx, float *y, int64_t n) {
     }
 }
 
+// 32 floats as ggml's 8-bit blocks quantize them: d = max|x| / 127, q = round(x / d) (halves away from
+// zero) into qs; returns d, and the sum of the q in *sum
+AVX2 static inline float quant_block_q8_avx2(const float *x, int8_t *qs, int *sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+    }
+    const float d = hmax_ps(amax) / 127;
+    const float id = d ? 1.0f / d : 0.0f;
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+    *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    // pack 4x8 int32 to 32 int8; the in-lane packs leave 4-byte groups in order 0,2,4,6,1,3,5,7
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)qs, p);
+    return d;
+}
+
 AVX2 static void quant_q8_0_avx2(const float *x, void *vy, int64_t n) {
     llmb_block_q8_0 *y = vy;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
-        __m256 v[4], amax = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
-        }
-        const float d = hmax_ps(amax) / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = llmb_fp32_to_fp16(d);
-        __m256i q[4];
-        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
-        // pack 4x8 int32 to 32 int8; the in-lane packs leave 4-byte groups in order 0,2,4,6,1,3,5,7
-        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)y[i].qs, p);
+    for (int64_t i = 0; i < n / LLMB_QK; i++) {
+        int sum;
+        y[i].d = llmb_fp32_to_fp16(quant_block_q8_avx2(x + i * LLMB_QK, y[i].qs, &sum));
     }
 }
 
 // the activations of Q4_1 / Q5_1 products (vecdot.h, llmb_block_q8_1): quant_q8_1_ref of vecdot.c, vectorized
 AVX2 void llmb_quant_q8_1_avx2(const float *x, void *vy, int64_t n) {
     llmb_block_q8_1 *y = vy;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int64_t i = 0; i < n / LLMB_QK; i++, x += LLMB_QK) {
-        __m256 v[4], amax = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
-        }
-        const float d = hmax_ps(amax) / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        __m256i q[4];
-        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(round_away_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
-        const int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)y[i].qs, p);
-        y[i].d = d;
-        y[i].s = sum * d;
+    for (int64_t i = 0; i < n / LLMB_QK; i++) {
+        int sum;
+        y[i].d = quant_block_q8_avx2(x + i * LLMB_QK, y[i].qs, &sum);
+        y[i].s = sum * y[i].d;
     }
 }
 
