@@ -280,7 +280,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .perf.bench import failure_report, run, run_openai
+    from .perf.bench import BenchInterrupted, failure_report, run, run_openai
 
     if args.resume:
         given = [a for a in ("model", "batch", "input_len", "kv_dtype", "threads", "output_len", "reps", "dataset")
@@ -300,8 +300,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.output:
         _check_writable(args.output, "-o")
     console = Console(stderr=True)
-    with console.status("starting") as status:
-        result = (run_openai if cfg.backend == "openai" else run)(cfg, lambda msg: status.update(msg))
+    try:
+        with console.status("starting") as status:
+            result = (run_openai if cfg.backend == "openai" else run)(cfg, lambda msg: status.update(msg))
+    except BenchInterrupted as stop:   # Ctrl-C after a test finished: keep what was measured
+        part = stop.result
+        if args.output:
+            where = _save_result(part, args.output)
+        else:
+            import tempfile
+
+            fd, where = tempfile.mkstemp(prefix="llmbench-interrupted-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump(part, f, indent=1)
+        done = [t["test"] for t in part.get("llama_bench", [])]
+        print(f"llmbench bench: interrupted; what finished ({', '.join(done) or 'the latency runs'}) is saved in "
+              f"{where} (marked \"interrupted\")", file=sys.stderr)
+        return 130
     saved = _save_result(result, args.output) if args.output else None
     failures = failure_report(result.get("requests", []), cfg.max_failed)
     if args.json:
@@ -565,8 +580,8 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         print(f"llmbench {args.command}: interrupted" + (
-              "; a single run keeps no partial result (a sweep, --out-dir DIR, saves each point as it "
-              "finishes and continues with --resume DIR)" if args.command == "bench" else ""), file=sys.stderr)
+              " before any test finished (a sweep, --out-dir DIR, saves each point as it finishes and "
+              "continues with --resume DIR)" if args.command == "bench" else ""), file=sys.stderr)
         return 130
     except (LLMBenchError, OSError, MemoryError, ValueError, OverflowError) as e:
         if debug:

@@ -8,6 +8,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+import llmbench
+from llmbench import cli
+from llmbench.perf import bench as pb
 from llmbench.perf.schema import validate
 
 
@@ -218,7 +223,34 @@ def test_ctrl_c_during_a_single_run_ends_it_in_one_line(tmp_path):
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=30)
     assert p.returncode == 130 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1].startswith("llmbench bench: interrupted; a single run keeps no partial")
+    assert err.strip().splitlines()[-1].startswith("llmbench bench: interrupted before any test finished")
+
+
+def test_ctrl_c_after_a_test_keeps_it(tmp_path, monkeypatch, capsys):
+    """Ctrl-C once a llama-bench test has finished: run() raises BenchInterrupted with those tests in a
+    schema-valid result marked interrupted; the CLI saves it where -o says and exits 130."""
+    def stop_at_tg(msg: str) -> None:   # progress names each test as it starts: interrupt the second one
+        if msg.startswith("tg"):
+            raise KeyboardInterrupt
+
+    cfg = pb.BenchConfig(model=str(llmbench.dummy_model("tiny", "Q4_0")), pp=16, tg=8, repetitions=1, warmup=0,
+                         batch=0, threads=1)
+    with pytest.raises(pb.BenchInterrupted) as stop:
+        pb.run(cfg, stop_at_tg)
+    part = stop.value.result
+    validate(part)
+    assert part["interrupted"] is True and [t["test"] for t in part["llama_bench"]] == ["pp16"]
+    assert "metrics" not in part and "bandwidth" not in part
+    with pytest.raises(KeyboardInterrupt) as early:   # nothing finished yet: a plain Ctrl-C
+        pb.run(cfg, lambda msg: (_ for _ in ()).throw(KeyboardInterrupt) if msg.startswith("pp") else None)
+    assert not isinstance(early.value, pb.BenchInterrupted)
+
+    monkeypatch.setattr(pb, "run", lambda cfg, progress: (_ for _ in ()).throw(pb.BenchInterrupted(part)))
+    out = tmp_path / "r.json"
+    rc = cli.main(["bench", "--model", cfg.model, "--pp", "16", "--tg", "8", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 130 and json.loads(out.read_text()) == part, err
+    assert "interrupted; what finished (pp16) is saved in " + str(out) in err
 
 
 def test_threads_context_and_nan_weights_are_not_silent(tmp_path):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -32,8 +32,14 @@ from ..llm import ACTIVATIONS, Prefix, resolve_model
 from ..tokenizer import Tokenizer
 from . import membw, peak
 from .dataset import load_prompts, sample
-from .metrics import (RequestTiming, decode_bandwidth, decode_step_bytes, llama_bench_stats, prefill_compute,
-                      serving_metrics)
+from .metrics import (
+    RequestTiming,
+    decode_bandwidth,
+    decode_step_bytes,
+    llama_bench_stats,
+    prefill_compute,
+    serving_metrics,
+)
 from .schema import validate
 
 
@@ -304,14 +310,17 @@ def _test_name(kind: str, n: int, depth: int) -> str:
 
 def llama_bench_tests(llm: LLM, cfg: BenchConfig, rng: np.random.Generator,
                       progress: Callable[[str], None],
-                      phases: list[dict] | None = None) -> tuple[list[dict], list[float]]:
+                      phases: list[dict] | None = None,
+                      tests: list[dict] | None = None) -> tuple[list[dict], list[float]]:
     """llama-bench's pp and tg tests at each depth: tokens/s per repetition. At depth d the first d
     tokens are computed once, untimed, and held; each repetition forks them (so only the test's
     own tokens are timed, over a KV cache of d + n tokens) and releases its blocks afterwards.
     Returns the test entries and the decode step times of the depth-0 tg test; appends each test's
-    phase_times over its timed repetitions to ``phases``."""
+    phase_times over its timed repetitions to ``phases``. Each finished test is appended to ``tests``
+    (a new list if None) as soon as it finishes, so a caller keeps them if the run is interrupted."""
     vocab = llm.info["vocab"]
-    tests, step_s = [], []
+    tests = [] if tests is None else tests
+    step_s: list[float] = []
     for depth in cfg.depth:
         prefix = llm.hold_prefix(_random_prompt(rng, vocab, depth)) if depth else None
         try:
@@ -503,8 +512,33 @@ def prefill_roofline(llm: LLM, tests: list[dict], seen: dict[str, dict] | None =
     return {"n_prompt": pp["n_prompt"], **res, "instructions": {k: p["instruction"] for k, p in peaks.items()}}
 
 
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a single run after something was measured: ``result`` holds the finished llama-bench tests
+    (or latency runs) as a schema-valid result marked ``interrupted``."""
+
+    def __init__(self, result: dict):
+        super().__init__()
+        self.result = result
+
+
 def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> dict:
-    """Run the whole benchmark on the local engine; returns a schema-valid result dict."""
+    """Run the whole benchmark on the local engine; returns a schema-valid result dict. Ctrl-C once a test
+    has finished raises BenchInterrupted with what was measured."""
+    state: dict = {}
+    try:
+        return _run(cfg, progress, state)
+    except KeyboardInterrupt:
+        partial = state.get("result")
+        if not partial or not (partial.get("llama_bench") or partial.get("requests")):
+            raise
+        partial["interrupted"] = True
+        if not partial.get("llama_bench"):
+            partial.pop("llama_bench", None)
+        validate(partial)
+        raise BenchInterrupted(partial) from None
+
+
+def _run(cfg: BenchConfig, progress: Callable[[str], None], state: dict) -> dict:
     cfg.check()
     if cfg.backend == "cuda":
         from ..backends import cuda
@@ -532,13 +566,18 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         **header(),
         "environment": environment(llm, cfg),
         "config": {**config_json(cfg), "membw": bw},
+        "llama_bench": [],   # filled test by test (an interrupted run keeps the finished ones)
     }
+    state["result"] = result
     phases: list[dict] = []
     early_peaks = None
     if cfg.pp and llm.backend == "cpu":   # once before the tests, once after: the better of the two
         progress("measuring the arithmetic peak")
         early_peaks = peak.best(llm.threads)
-    tests, step_s = llama_bench_tests(llm, cfg, rng, progress, phases) if (cfg.pp or cfg.tg) else ([], [])
+    tests, step_s = (llama_bench_tests(llm, cfg, rng, progress, phases, result["llama_bench"])
+                     if (cfg.pp or cfg.tg) else ([], []))
+    if not tests:
+        del result["llama_bench"]
     if tests:
         result["llama_bench"] = tests
         progress("measuring the arithmetic peak again")

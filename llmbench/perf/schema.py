@@ -291,6 +291,9 @@ SCHEMA: dict[str, Any] = {
         "tokens": {"type": "object",
                    "description": "optional raw per-token samples, e.g. decode_step_ns",
                    "additionalProperties": {"type": "array", "items": _num}},
+        "interrupted": {"type": "boolean",
+                        "description": "true: the run was stopped (Ctrl-C) before it finished; the llama-bench "
+                                       "tests and latency runs that had finished are here, nothing else"},
     },
     "additionalProperties": False,
 }
