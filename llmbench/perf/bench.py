@@ -513,8 +513,8 @@ def prefill_roofline(llm: LLM, tests: list[dict], seen: dict[str, dict] | None =
 
 
 class BenchInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a single run after something was measured: ``result`` holds the finished llama-bench tests
-    (or latency runs) as a schema-valid result marked ``interrupted``."""
+    """Ctrl-C during a single run after a llama-bench test finished: ``result`` holds the finished tests as a
+    schema-valid result marked ``interrupted``."""
 
     def __init__(self, result: dict):
         super().__init__()
@@ -529,11 +529,11 @@ def run(cfg: BenchConfig, progress: Callable[[str], None] = lambda s: None) -> d
         return _run(cfg, progress, state)
     except KeyboardInterrupt:
         partial = state.get("result")
-        if not partial or not (partial.get("llama_bench") or partial.get("requests")):
+        if not partial or not partial.get("llama_bench"):
             raise
+        keep = ("schema_version", "llmbench_version", "commit", "created", "environment", "config", "llama_bench")
+        partial = {k: v for k, v in partial.items() if k in keep}
         partial["interrupted"] = True
-        if not partial.get("llama_bench"):
-            partial.pop("llama_bench", None)
         validate(partial)
         raise BenchInterrupted(partial) from None
 

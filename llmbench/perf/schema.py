@@ -292,8 +292,8 @@ SCHEMA: dict[str, Any] = {
                    "description": "optional raw per-token samples, e.g. decode_step_ns",
                    "additionalProperties": {"type": "array", "items": _num}},
         "interrupted": {"type": "boolean",
-                        "description": "true: the run was stopped (Ctrl-C) before it finished; the llama-bench "
-                                       "tests and latency runs that had finished are here, nothing else"},
+                        "description": "true: the run was stopped (Ctrl-C) before it finished; only the "
+                                       "llama-bench tests that had finished are here"},
     },
     "additionalProperties": False,
 }
