@@ -22,7 +22,7 @@ from llmbench.eval import evaluate, make_task
 from llmbench.eval.adapters import EngineAdapter, rolling_windows
 from llmbench.eval.api import Loglikelihood, LoglikelihoodRolling
 from llmbench.eval.data import DataNotFoundError
-from llmbench.eval.metrics import aggregate, mean_stderr, pooled_sample_stderr, wilson
+from llmbench.eval.metrics import aggregate, mean_stderr, paired_difference_ci, pooled_sample_stderr, wilson
 from llmbench.eval.results import SCHEMA, schema_json
 from llmbench.eval.runner import read_samples
 
@@ -107,6 +107,17 @@ def test_stderr_formulas():
     assert lo == 0 and 0.27 < hi < 0.28          # 0/10: [0, 0.278]
     lo, hi = wilson(5, 10)
     assert lo == pytest.approx(1 - hi)
+
+
+def test_paired_difference_interval_by_hand():
+    # Agresti-Min: b' = b + 1/2, c' = c + 1/2, n' = n + 2, d = (b' - c') / n',
+    # se = sqrt(b' + c' - (b' - c')^2 / n') / n'
+    lo, hi = paired_difference_ci(0, 0, 100)   # no question changed: d 0, se 1 / 102
+    assert lo == pytest.approx(-1.959963984540054 / 102) and hi == pytest.approx(1.959963984540054 / 102)
+    lo, hi = paired_difference_ci(3, 1, 100)   # d = 2 / 102, se = sqrt(5 - 4 / 102) / 102
+    se = (5 - 4 / 102) ** 0.5 / 102
+    assert (lo, hi) == pytest.approx((2 / 102 - 1.959963984540054 * se, 2 / 102 + 1.959963984540054 * se))
+    assert paired_difference_ci(50, 0, 50)[1] == 1.0 and paired_difference_ci(0, 0, 0) is None
 
 
 def test_wilson_ends_are_exact():

@@ -47,6 +47,19 @@ def wilson(k: float, n: int, z: float = 1.959963984540054) -> tuple[float, float
     return (0.0 if k == 0 else max(0.0, c - h), 1.0 if k == n else min(1.0, c + h))
 
 
+def paired_difference_ci(b: int, c: int, n: int, z: float = 1.959963984540054) -> tuple[float, float] | None:
+    """Interval of the difference of two paired proportions: n questions scored twice, b right only the second
+    time, c right only the first (Agresti and Min 2005: the Wald interval after adding 1/2 to every cell of
+    the 2x2 table). Unlike the plain Wald interval it keeps a width when no question changed (b = c = 0),
+    where the sample's own spread is 0 but 100 questions bound the change only to about +-0.02."""
+    if n <= 0:
+        return None
+    b2, c2, n2 = b + 0.5, c + 0.5, n + 2
+    d = (b2 - c2) / n2
+    se = math.sqrt(max(b2 + c2 - (b2 - c2) ** 2 / n2, 0.0)) / n2
+    return (max(-1.0, d - z * se), min(1.0, d + z * se))
+
+
 def _entry(values: list[float]) -> dict[str, Any]:
     return {"value": float(np.mean(values)) if values else None, "stderr": mean_stderr(values), "n": len(values)}
 

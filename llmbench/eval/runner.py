@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import LLMBenchError
 from .api import Adapter, Doc, Loglikelihood, Task, answer_json, request_json
-from .metrics import aggregate, mean_stderr
+from .metrics import aggregate, mean_stderr, paired_difference_ci
 from .results import TaskResult
 
 SAMPLES = "samples_{}.jsonl"
@@ -124,7 +124,8 @@ def precision_check(task: Task, records: Sequence[dict[str, Any]], reference: Ad
                     seed: int = 0) -> dict[str, Any] | None:
     """Re-score ``n`` random documents of a log-likelihood task with ``reference`` (the engine with f32
     activations) and compare with the records: how often the chosen answer flips, how accuracy moves
-    (paired, with its standard error and a 95% interval), how far log-likelihoods move."""
+    (paired, with its standard error and a 95% interval: metrics.paired_difference_ci), how far log-likelihoods
+    move."""
     docs = task.docs()
     if not docs or not isinstance(task.requests(docs[0])[0], Loglikelihood):
         return None
@@ -145,7 +146,8 @@ def precision_check(task: Task, records: Sequence[dict[str, Any]], reference: Ad
     m = len(pick)
     d_mean = sum(deltas) / m
     se = mean_stderr(deltas) or 0.0
+    gained, lost = sum(1 for x in deltas if x > 0), sum(1 for x in deltas if x < 0)
     return {"docs": m, "reference": reference.precision, "flip_rate": flips / m, "flips": flips,
             "acc_change": d_mean, "acc_change_stderr": se,
-            "acc_change_ci95": [d_mean - 1.96 * se, d_mean + 1.96 * se],
+            "acc_change_ci95": list(paired_difference_ci(gained, lost, m)),
             "max_abs_logprob_diff": max(diffs), "mean_abs_logprob_diff": sum(diffs) / len(diffs)}
