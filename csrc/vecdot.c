@@ -514,9 +514,17 @@ static void legacy_recode(int wtype, const uint8_t *from, uint8_t *to, int pack)
         break;
     }
 }
-static void q4_0_recode(const uint8_t *from, uint8_t *to, int pack) { legacy_recode(LLMB_TYPE_Q4_0, from, to, pack); }
-static void q5_0_recode(const uint8_t *from, uint8_t *to, int pack) { legacy_recode(LLMB_TYPE_Q5_0, from, to, pack); }
-static void q5_1_recode(const uint8_t *from, uint8_t *to, int pack) { legacy_recode(LLMB_TYPE_Q5_1, from, to, pack); }
+
+// whether blocks of wtype are recoded before interleaving, and the recoding (pack) or its inverse
+static int recoded(int wtype) {
+    return wtype == LLMB_TYPE_Q6_K || wtype == LLMB_TYPE_Q8_0 || wtype == LLMB_TYPE_Q4_0 || wtype == LLMB_TYPE_Q5_0 ||
+           wtype == LLMB_TYPE_Q5_1;
+}
+static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
+    if (wtype == LLMB_TYPE_Q6_K) q6_K_recode(from, to, pack);
+    else if (wtype == LLMB_TYPE_Q8_0) q8_0_recode(from, to, pack);
+    else legacy_recode(wtype, from, to, pack);
+}
 
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
@@ -527,21 +535,18 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
     assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
     const int64_t nb = n / tt->blck_size, words = tt->type_size / 4, tail = tt->type_size % 4;
     const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G, bs = tt->type_size;
-    void (*const recode)(const uint8_t *, uint8_t *, int) =
-        wtype == LLMB_TYPE_Q6_K ? q6_K_recode : wtype == LLMB_TYPE_Q8_0 ? q8_0_recode
-        : wtype == LLMB_TYPE_Q4_0 ? q4_0_recode : wtype == LLMB_TYPE_Q5_0 ? q5_0_recode
-        : wtype == LLMB_TYPE_Q5_1 ? q5_1_recode : NULL;
-    assert(!recode || bs <= sizeof(llmb_block_q6_K));   // the largest recoded block (blk below)
+    const int rec = recoded(wtype);
+    assert(!rec || bs <= sizeof(llmb_block_q6_K));   // the largest recoded block (blk below)
 #pragma omp parallel for schedule(static) if (nrows * nb >= 4096)
     for (int64_t g = 0; g < nrows / G; g++) {
         uint8_t *grp = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes;
         for (int64_t i = 0; i < nb; i++)
             for (int r = 0; r < G; r++) {
                 uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * bs;
-                uint8_t blk[sizeof(llmb_block_q6_K)], *plain = recode ? blk : row;   // the recoded block in blk
-                if (recode && pack) {   // (bytes recode leaves alone stay as they are: Q6_K's scales, d)
+                uint8_t blk[sizeof(llmb_block_q6_K)], *plain = rec ? blk : row;   // the recoded block in blk
+                if (rec && pack) {   // (bytes recode leaves alone stay as they are: Q6_K's scales, d)
                     memcpy(blk, row, bs);
-                    recode(row, blk, 1);
+                    recode(wtype, row, blk, 1);
                 }
                 for (int64_t k = 0; k < words; k++) {
                     uint8_t *il = grp + (size_t)i * wbytes + ((size_t)k * G + r) * 4, *p = plain + (size_t)k * 4;
@@ -551,9 +556,9 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
                     uint8_t *il = grp + (size_t)nb * wbytes + ((size_t)i * G + r) * tail, *p = plain + words * 4;
                     memcpy(pack ? il : p, pack ? p : il, tail);
                 }
-                if (recode && !pack) {
+                if (rec && !pack) {
                     memcpy(row, blk, bs);
-                    recode(blk, row, 0);
+                    recode(wtype, blk, row, 0);
                 }
             }
     }

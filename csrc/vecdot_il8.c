@@ -12,7 +12,7 @@
 // of word k of 8 rows in one vector against 4 activation bytes broadcast, so s comes exact per lane
 // (Q4_0, Q5_0 subtract 8 or 16 times the sum of the block's activations, made once per token and block),
 // then the reference's float steps, in its order, on 8 rows per instruction (no fma: -std=c11 does not
-// contract). The plain rows' kernels (vecdot_simd.c, legacy0_body, legacy1_body) do the same per row.
+// contract). The plain rows' kernel (vecdot_simd.c, legacy_body) does the same per row.
 //
 // Layout of a group's block (vecdot.c, interleave: word k of row r at word 8 k + r) after the recoding
 // of vecdot.c (legacy_recode): Q4_0 qs, then d as the tail; Q4_1 d m, qs; Q5_0 qh', qs, then d; Q5_1 d m,
@@ -23,8 +23,8 @@
 // Prefill decodes up to IL8_DEC blocks of a group into unpacked bytes once and runs the call's tokens
 // over them IL8_NC at a time; up to IL8_NC tokens (decode, small batches) decode each block in registers
 // as they go, and so does Q8_0 at every token count (its 16 decoded vectors a block, loaded back for
-// every token, made the kernel load-bound: 54 against 112 GOP/s, 1 thread, 1536 x 576, 512 tokens). Tested by csrc/tests/test_vecdot.c (check_interleaved, and every level against the
-// reference bit for bit).
+// every token, made the kernel load-bound: 54 against 112 GOP/s, 1 thread, 1536 x 576, 512 tokens).
+// Tested by csrc/tests/test_vecdot.c (check_interleaved, and every level against the reference bit for bit).
 #ifndef LLMB_IL8_BODY
 #include <string.h>
 
@@ -35,9 +35,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define IL8_G 8     // rows per group
-#ifndef IL8_NC
-#define IL8_NC 4    // tokens per register tile
-#endif
+#define IL8_NC 4    // tokens a register tile (Q4_1 1536 x 576 x 512, 1 thread: 2 151, 3 169, 4 172 GOP/s)
 #define IL8_DEC 64  // blocks of a group decoded at a time for prefill (64 x 320 bytes: L1)
 #ifndef LLMB_IL8_TOKS   // (token, block) entries of the Q4_0 / Q5_0 activation sums on the stack (the C tests:
 #define LLMB_IL8_TOKS 4096   // 64, so that tokens and blocks run several chunks)
@@ -47,8 +45,17 @@
 _Static_assert(LLMB_IL8_TOKS >= IL8_DEC, "a chunk of the activation sums holds at least one token");
 
 // An empty asm on v: GCC's reassociation would otherwise turn each token's chain of 8 adds into a tree
-// whose maddubs results, all live at once, spill to the stack (1.4x slower measured)
+// whose maddubs results, all live at once, spill to the stack (Q4_1 prefill 133 against 173 GOP/s)
 #define IL8_KEEP(v) __asm__("" : "+x"(v))
+
+// RUN(NC) for a tile of the `left` tokens still to run (at most IL8_NC), NC a constant in every branch
+#define IL8_TILES(left, RUN)                                                                                        \
+    switch ((left) < IL8_NC ? (left) : IL8_NC) {                                                                    \
+    case 1: RUN(1); break;                                                                                          \
+    case 2: RUN(2); break;                                                                                          \
+    case 3: RUN(3); break;                                                                                          \
+    default: RUN(IL8_NC); break;                                                                                    \
+    }
 
 typedef struct {
     __m256i q[8];   // word k's values: q[2k] values 4k..4k+3, q[2k+1] values 16+4k..16+4k+3 of each row
@@ -107,20 +114,24 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
 #else // LLMB_IL8_BODY
 // ---- compiled once per instruction set (IL_T, IL, IL_VNNI) ----
 
+// the 8 (low, high) half pairs of a vector's 32-bit lanes as floats: Q4_1 / Q5_1's (d, m), Q4_K's (d, dmin)
+INLINE IL_T void IL(il8_halves)(const uint8_t *v, __m256 *lo, __m256 *hi) {
+    const __m256i split = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)v),
+                                              _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1,
+                                                               4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+    const __m256i both = _mm256_permute4x64_epi64(split, 0xD8);   // the low halves, then the high ones
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(both));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(both, 1));
+}
+
 // block i of a group (nb blocks) unpacked
 INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8_dec *o) {
     const int words = il8_words(type), q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
     const int dm = type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1;
     const uint8_t *v = g + (size_t)i * words * 32;
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-    if (dm) {   // word 0: d and m of each row; d's to the low 8 halves, m's to the high ones
-        const __m256i pairs = _mm256_loadu_si256((const __m256i *)v);
-        const __m256i split = _mm256_shuffle_epi8(pairs, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11,
-                                                                          14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7,
-                                                                          10, 11, 14, 15));
-        const __m256i dms = _mm256_permute4x64_epi64(split, 0xD8);
-        o->d = _mm256_cvtph_ps(_mm256_castsi256_si128(dms));
-        o->m = _mm256_cvtph_ps(_mm256_extracti128_si256(dms, 1));
+    if (dm) {   // word 0: d and m of each row
+        IL(il8_halves)(v, &o->d, &o->m);
         v += 32;
     } else {   // the tail
         o->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * words * 32 + (size_t)i * 16)));
@@ -150,8 +161,9 @@ INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, in
 // weight vector loaded once for the NC tokens (u <= 15: the 8 maddubs sums stay below 2^15 in int16,
 // 8 x 2 x 15 x 127; u <= 31: two halves of 4)
 INLINE IL_T void IL(il8_isums)(const int type, const il8_dec *d, const int8_t *const *xq, __m256i *s, const int NC) {
-    const int q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;   // (the VNNI sums are int32 throughout)
-    (void)q5;
+#if !IL_VNNI   // (the VNNI sums are int32 throughout)
+    const int q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
+#endif
     const __m256i *q = d->q;
     __m256i h0[IL8_NC], h1[IL8_NC];
     for (int c = 0; c < NC; c++) h0[c] = h1[c] = _mm256_setzero_si256();
@@ -288,12 +300,8 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                     const int32_t *st = xsum + t0 * bn;
                     float *yt = yc + t0 * ldy;
                     const int pf = !d && t0 == 0;
-                    const int k = cn - t0 < IL8_NC ? cn - t0 : IL8_NC;
 #define IL8_RUN(NC) IL(il8_tile)(type, g, nb, d, i0, bn, xt, xs, st, bn, yt, ldy, first, pf, NC)
-                    if (k == IL8_NC) IL8_RUN(IL8_NC);
-                    else if (k == 1) IL8_RUN(1);
-                    else if (k == 2) IL8_RUN(2 < IL8_NC ? 2 : 1);
-                    else IL8_RUN(3 < IL8_NC ? 3 : 1);
+                    IL8_TILES(cn - t0, IL8_RUN)
 #undef IL8_RUN
                 }
             }
@@ -344,12 +352,7 @@ INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int
         }
         return;
     }
-    const __m256i split = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)v),
-                                              _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1,
-                                                               4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
-    const __m256i dms = _mm256_permute4x64_epi64(split, 0xD8);
-    o->d = _mm256_cvtph_ps(_mm256_castsi256_si128(dms));
-    o->dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(dms, 1));
+    IL(il8_halves)(v, &o->d, &o->dmin);
     const __m256i u0 = _mm256_loadu_si256((const __m256i *)(v + 32)), u1 = _mm256_loadu_si256((const __m256i *)(v + 64));
     const __m256i u2 = _mm256_loadu_si256((const __m256i *)(v + 96));
     const __m256i k3f = _mm256_set1_epi8(0x3f), k0f = _mm256_set1_epi8(0x0f), k03 = _mm256_set1_epi8(0x03);
@@ -499,12 +502,9 @@ INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, si
             for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
                 const uint8_t *xt = x + t0 * xs;
                 float *yt = y + t0 * ldy + r0;
-                const int k = nc - t0 < IL8_NC ? nc - t0 : IL8_NC, first = i0 == 0, pf = !d && t0 == 0;
+                const int first = i0 == 0, pf = !d && t0 == 0;
 #define IL8K_RUN(NC) IL(il8k_tile)(type, g, nb, d, i0, bn, xt, xs, yt, ldy, first, pf, NC)
-                if (k == IL8_NC) IL8K_RUN(IL8_NC);
-                else if (k == 1) IL8K_RUN(1);
-                else if (k == 2) IL8K_RUN(2 < IL8_NC ? 2 : 1);
-                else IL8K_RUN(3 < IL8_NC ? 3 : 1);
+                IL8_TILES(nc - t0, IL8K_RUN)
 #undef IL8K_RUN
             }
         }
