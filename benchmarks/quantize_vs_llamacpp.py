@@ -54,10 +54,7 @@ def compare(src_path: str, ours_path: str, theirs_path: str) -> dict[str, dict]:
             ra, rb = a.raw(name), b.raw(name)
             r = rows[ta.type]
             r["tensors"] += 1
-            if ta.type in ("F32", "F16", "BF16"):
-                ba, bb = ra.reshape(-1, 1), rb.reshape(-1, 1)
-            else:
-                ba, bb = blocks(ra, ta.type), blocks(rb, ta.type)
+            ba, bb = blocks(ra, ta.type), blocks(rb, ta.type)   # (float types: one value a "block")
             same = np.all(ba == bb, axis=1)
             r["blocks"] += len(same)
             r["same"] += int(same.sum())

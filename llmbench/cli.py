@@ -305,16 +305,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             result = (run_openai if cfg.backend == "openai" else run)(cfg, lambda msg: status.update(msg))
     except BenchInterrupted as stop:   # Ctrl-C after a test finished: keep what was measured
         part = stop.result
-        if args.output:
-            where = _save_result(part, args.output)
-        else:
-            import tempfile
-
-            fd, where = tempfile.mkstemp(prefix="llmbench-interrupted-", suffix=".json")
-            with os.fdopen(fd, "w") as f:
-                json.dump(part, f, indent=1)
-        done = [t["test"] for t in part.get("llama_bench", [])]
-        print(f"llmbench bench: interrupted; what finished ({', '.join(done) or 'the latency runs'}) is saved in "
+        where = _save_result(part, args.output)
+        done = [t["test"] for t in part["llama_bench"]]
+        print(f"llmbench bench: interrupted; what finished ({', '.join(done)}) is saved in "
               f"{where} (marked \"interrupted\")", file=sys.stderr)
         return 130
     saved = _save_result(result, args.output) if args.output else None
@@ -402,22 +395,25 @@ def _check_writable(path: str, option: str) -> None:
         raise PermissionError(f"{option} {path}: the folder {folder} is not writable")
 
 
-def _save_result(result: dict, path: str) -> str:
-    """Write the JSON result to ``path``; if that fails after all (a full disk, a folder removed
-    meanwhile), to a file in the temporary folder, saying so. Returns where it went."""
-    try:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
-        return path
-    except OSError as e:
-        import tempfile
+def _save_result(result: dict, path: str | None) -> str:
+    """Write the JSON result to ``path``; with no path, or if writing fails after all (a full disk, a folder
+    removed meanwhile), to a file in the temporary folder, saying why where it failed. Returns where it went."""
+    if path:
+        try:
+            with open(path, "w") as f:
+                json.dump(result, f, indent=1)
+            return path
+        except OSError as e:
+            error = e
+    import tempfile
 
-        fd, fallback = tempfile.mkstemp(prefix="llmbench-result-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"llmbench bench: error: cannot write {path} ({e}); the result is saved in {fallback}",
+    fd, fallback = tempfile.mkstemp(prefix="llmbench-result-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f, indent=1)
+    if path:
+        print(f"llmbench bench: error: cannot write {path} ({error}); the result is saved in {fallback}",
               file=sys.stderr)
-        return fallback
+    return fallback
 
 
 def _failed(failures: str | None) -> int:

@@ -138,6 +138,9 @@ def test_gsm8k_without_train_says_what_to_do(tmp_path):
     (d / "test.jsonl").write_text('{"question": "1+1?"}\n')
     with pytest.raises(Exception, match=r"test.jsonl:1: expected"):
         make_task("gsm8k", shots=0, data_dir=tmp_path)
+    (d / "test.jsonl").write_text('\n{"question": "1+1?", "answer": "#### 2"}\n{"question": \n')
+    with pytest.raises(Exception, match=r"test.jsonl:3: not a JSON line"):
+        make_task("gsm8k", shots=0, data_dir=tmp_path)
 
 
 # ---- filters and exact match ----

@@ -12,6 +12,7 @@ get the data.
 from __future__ import annotations
 
 import csv
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,21 @@ def read_csv(path: Path, header: bool) -> list[dict[str, str]] | list[list[str]]
         if header:
             return list(csv.DictReader(f))
         return [row for row in csv.reader(f) if row]
+
+
+def read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, value) of every non-blank line of a JSON Lines file; a line that is not JSON is an
+    LLMBenchError naming the file and line."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((i, json.loads(line)))
+            except ValueError as e:
+                raise LLMBenchError(f"{path}:{i}: not a JSON line ({e})") from e
+    return rows
 
 
 def read_parquet(path: Path) -> list[dict[str, Any]]:

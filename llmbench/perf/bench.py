@@ -579,7 +579,6 @@ def _run(cfg: BenchConfig, progress: Callable[[str], None], state: dict) -> dict
     if not tests:
         del result["llama_bench"]
     if tests:
-        result["llama_bench"] = tests
         progress("measuring the arithmetic peak again")
         roof = prefill_roofline(llm, tests, early_peaks)
         if roof:

@@ -123,19 +123,12 @@ def read_split(root: Path, split: str) -> list[dict[str, str]] | None:
     path = root / f"{split}.jsonl"
     if path.exists():
         rows = []
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError as e:
-                    raise data.LLMBenchError(f"{path}:{i}: not a JSON line ({e})") from e
-                if not isinstance(row, dict) or not isinstance(row.get("question"), str) \
-                        or not isinstance(row.get("answer"), str):
-                    raise data.LLMBenchError(f"{path}:{i}: expected {{\"question\": ..., \"answer\": ...}}, "
-                                             f"got {line.strip()[:200]}")
-                rows.append({"question": row["question"], "answer": row["answer"]})
+        for i, row in data.read_jsonl(path):
+            if not isinstance(row, dict) or not isinstance(row.get("question"), str) \
+                    or not isinstance(row.get("answer"), str):
+                raise data.LLMBenchError(f"{path}:{i}: expected {{\"question\": ..., \"answer\": ...}}, "
+                                         f"got {json.dumps(row)[:200]}")
+            rows.append({"question": row["question"], "answer": row["answer"]})
         return rows
     parquet = sorted((root / "main").glob(f"{split}-*.parquet")) or sorted(root.glob(f"{split}-*.parquet"))
     if parquet:
