@@ -7,6 +7,7 @@ Importing llmbench never loads CUDA libraries; the CUDA backend is loaded when a
 from __future__ import annotations
 
 import os as _os
+from importlib import metadata as _metadata
 
 # The engine's OpenMP threads meet at a barrier after every matrix product, some 65 times a token. A
 # thread that sleeps there takes about 25 us to wake in a VM, so the spin before sleeping must outlast
@@ -35,7 +36,10 @@ from ._core import (
     UnsupportedError,
 )
 
-__version__ = "0.1.0"
+try:   # the version is written in one place, pyproject.toml; an installed package's metadata carries it
+    __version__ = _metadata.version("llmbench")
+except _metadata.PackageNotFoundError:   # a source tree put on sys.path without installing it
+    __version__ = "0+unknown"
 
 __all__ = [
     "BackendUnavailableError",
