@@ -82,12 +82,44 @@ void llmb_prefetch_set(int mode) {
                                                : mode;
 }
 
-int llmb_cache_holds(size_t bytes) {
-    long llc = -1;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#if defined(__linux__)
+// the first word of /sys/devices/system/cpu/cpu0/cache/index<i>/<name>, or "" where it cannot be read
+static const char *cache_fact(int i, const char *name, char *buf, size_t n) {
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i, name);
+    FILE *f = fopen(path, "r");
+    buf[0] = 0;
+    if (f && fgets(buf, (int)n, f)) buf[strcspn(buf, " \n")] = 0;
+    if (f) fclose(f);
+    return buf;
+}
 #endif
+
+// Size of the last-level cache cpu0 shares with its neighbours: the highest data or unified level sysfs
+// lists (llmbench.info.llc_bytes reads the same). glibc's sysconf reports the whole package's L3 on AMD
+// (256 MiB on an EPYC whose cores share 32 MiB per CCD), so it is only the fallback where sysfs says nothing.
+static long llc_size(void) {
+    long best_level = 0, best = -1;
+#if defined(__linux__)
+    char level[16], kind[32], size[32];
+    for (int i = 0; *cache_fact(i, "level", level, sizeof level); i++) {
+        char *unit;
+        long bytes = strtol(cache_fact(i, "size", size, sizeof size), &unit, 10);
+        bytes *= *unit == 'K' ? 1L << 10 : *unit == 'M' ? 1L << 20 : *unit == 'G' ? 1L << 30 : 1;
+        if (strcmp(cache_fact(i, "type", kind, sizeof kind), "Instruction") && bytes > 0 && atol(level) > best_level)
+            best_level = atol(level), best = bytes;
+    }
+#endif
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    if (best <= 0) best = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (best <= 0) best = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return best;
+}
+
+int llmb_cache_holds(size_t bytes) {
+    static long llc = 0;   // 0: not read yet
+    if (!llc) llc = llc_size();
     return llc > 0 && bytes <= (size_t)llc;
 }
 

@@ -64,8 +64,9 @@ LLMB_API const char *llmb_cpu_features(void);        // e.g. "sse4.2 avx avx2 fm
 enum { LLMB_PREFETCH_PAGE = 0, LLMB_PREFETCH_LINES = 1, LLMB_PREFETCH_FAR = 2 };
 LLMB_API int llmb_prefetch_mode(void);
 LLMB_API void llmb_prefetch_set(int mode);   // a mode above; another value is taken as the nearest
-// 1 if `bytes` fit in this CPU's last-level cache (sysconf's L3 size, else L2), so that matrices of that
-// many bytes in all are read from the cache at every decode step; 0 if they do not or the size is unknown
+// 1 if `bytes` fit in the last-level cache cpu0 shares (sysfs's highest data level, else sysconf's L3, else
+// L2), so that matrices of that many bytes in all are read from the cache at every decode step; 0 if they do
+// not or the size is unknown
 LLMB_API int llmb_cache_holds(size_t bytes);
 LLMB_API int llmb_openmp_enabled(void);
 LLMB_API int llmb_max_threads(void);

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import llmbench
-from llmbench import _core
+from llmbench import _core, info
 from llmbench.backends import cuda
 
 
@@ -114,10 +114,14 @@ def test_decode_prefetch_default_and_switch():
 
 
 def test_cache_holds():
-    # the engine's judgement of whether a model's matrices stream from DRAM (llmb_cache_holds): nothing
-    # holds 2^63 bytes, a cache that holds 1 TiB holds a byte, and a size must be a non-negative int
-    assert _core.cache_holds(2**63) is False
-    assert _core.cache_holds(1) >= _core.cache_holds(2**40)
+    # the engine's judgement of whether a model's matrices stream from DRAM (llmb_cache_holds) uses the
+    # last-level cache `llmbench info` reports: it holds exactly that many bytes and not one more (glibc's
+    # sysconf would say 256 MiB on an EPYC whose cores share 32 MiB); a size must be a non-negative int
+    llc = info.llc_bytes()
+    if llc is None:
+        pytest.skip("sysfs lists no cache sizes here")
+    assert _core.cache_holds(llc) is True and _core.cache_holds(llc + 1) is False
+    assert _core.cache_holds(1) is True and _core.cache_holds(2**63) is False
     with pytest.raises(OverflowError):
         _core.cache_holds(-1)
     with pytest.raises(TypeError):
