@@ -4,8 +4,8 @@ stories260K greedy story, batch invariance, chunked prefill, prefix forks, and c
 from __future__ import annotations
 
 import re
+import sys
 import threading
-import time
 
 import gguf
 import numpy as np
@@ -461,45 +461,40 @@ def test_requests_beyond_the_kv_budget_wait_their_turn(stories_path, stories):
 
 
 def test_steps_release_the_gil():
-    """While one thread runs engine steps, other Python threads go on: the longest pause the main
-    thread sees is a fraction of the longest step (a step holding the GIL pauses it for all of it)."""
-    # one step of 4000 tokens: about 0.35 s here, so a loaded host's scheduling pauses stay far below a quarter
+    """A step lets go of the GIL, and a raw Engine refuses a second thread meanwhile. No clock: with forced
+    GIL switches pushed 60 s away, the main thread, waiting for the GIL while the worker runs Python, can
+    run before the worker is done only where the worker lets go of it, and the only place it can is inside
+    step(); so the main thread finds the worker inside the step exactly when step() releases the GIL."""
     llm = LLM("tiny-llama3:F32", threads=1, ctx=4096, max_batch_tokens=4096, activations="f32")
     ids = np.random.default_rng(0).integers(0, llm.info["vocab"], 4000).tolist()
-    steps: list[float] = []
+    state = {"in_step": False}
 
     def work():
-        for _ in range(2):
-            seq = llm.engine.add(ids, max_tokens=0)
-            busy = True
-            while busy:
-                t = time.perf_counter()
-                busy = llm.engine.step()
-                steps.append(time.perf_counter() - t)
-            llm.engine.poll()
-            llm.engine.release(seq)
+        seq = llm.engine.add(ids, max_tokens=0)
+        state["in_step"] = True
+        llm.engine.step()   # the whole prompt in one step (max_batch_tokens)
+        state["in_step"] = False
+        while llm.engine.step():
+            pass
+        llm.engine.poll()
+        llm.engine.release(seq)
 
-    worker = threading.Thread(target=work)
-    longest, last = 0.0, time.perf_counter()
-    worker.start()
-    while worker.is_alive():
-        now = time.perf_counter()
-        longest, last = max(longest, now - last), now
-    worker.join()
-    assert max(steps) > 0.05, "the step is too short to tell"
-    assert longest < max(steps) / 4
-    # and a raw Engine refuses a second thread instead of racing it
-    seq = llm.engine.add(ids, max_tokens=0)
-    refused = ""
-    worker = threading.Thread(target=lambda: llm.engine.step())
-    worker.start()
-    while worker.is_alive() and not refused:
-        try:
-            llm.engine.stats()
-        except RuntimeError as e:
-            refused = str(e)
-    worker.join()
-    llm.engine.release(seq)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(60.0)
+    try:
+        worker = threading.Thread(target=work)
+        worker.start()   # waits (GIL released) for the worker to start, then for the GIL
+        inside = state["in_step"]
+        refused = ""
+        if inside:
+            try:
+                llm.engine.stats()
+            except RuntimeError as e:
+                refused = str(e)
+        worker.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert inside, "the main thread ran only after the step: engine.step() held the GIL"
     assert "another thread is running it" in refused
 
 
