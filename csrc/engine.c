@@ -42,6 +42,8 @@ typedef struct {
     uint64_t rng;
     float *prompt_lp;
     uint8_t *prompt_greedy;
+    int32_t *prompt_top;      // argmax token of each scored prompt position
+    float *prompt_top_lp;     // and its logprob
     float *prompt_logits;
     int admitted;
 } seq_t;
@@ -328,6 +330,8 @@ static void seq_destroy(seq_t *s) {
     free(s->blocks);
     free(s->prompt_lp);
     free(s->prompt_greedy);
+    free(s->prompt_top);
+    free(s->prompt_top_lp);
     free(s->prompt_logits);
     free(s);
 }
@@ -451,6 +455,8 @@ llmb_status llmb_engine_add(llmb_engine *e, const int32_t *prompt, int n_prompt,
             size_t m = (size_t)(n_prompt - 1 - sp->prompt_logprobs_from);
             s->prompt_lp = xcalloc(m, sizeof(float), &oom);
             s->prompt_greedy = xcalloc(m, 1, &oom);
+            s->prompt_top = xcalloc(m, sizeof(int32_t), &oom);
+            s->prompt_top_lp = xcalloc(m, sizeof(float), &oom);
         }
         if (sp->prompt_logits) s->prompt_logits = xcalloc((size_t)n_prompt * (size_t)c->vocab, sizeof(float), &oom);
     }
@@ -522,6 +528,17 @@ llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t id, float *lp, u
     if (s->n_computed < run_len(s)) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
     memcpy(lp, s->prompt_lp, (size_t)m * sizeof *lp);
     memcpy(greedy, s->prompt_greedy, (size_t)m);
+    return LLMB_OK;
+}
+
+llmb_status llmb_engine_prompt_top(llmb_engine *e, int64_t id, int32_t *ids, float *lp, int n) {
+    seq_t *s = get_seq(e, id);
+    if (!s || !s->prompt_lp) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has no prompt logprobs", (long long)id);
+    int m = s->n_prompt - 1 - s->s.prompt_logprobs_from;
+    if (n != m) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has %d prompt logprobs, not %d", (long long)id, m, n);
+    if (s->n_computed < run_len(s)) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
+    memcpy(ids, s->prompt_top, (size_t)m * sizeof *ids);
+    memcpy(lp, s->prompt_top_lp, (size_t)m * sizeof *lp);
     return LLMB_OK;
 }
 
@@ -939,6 +956,8 @@ static llmb_status process_logits(llmb_engine *e, int n, int nt) {
             const int k = it->pos - s->s.prompt_logprobs_from, next = s->tokens[it->pos + 1];
             s->prompt_lp[k] = (float)(row[next] - e->lse[it->logit_row]);
             s->prompt_greedy[k] = row[next] >= row[e->lse_am[it->logit_row]];
+            s->prompt_top[k] = e->lse_am[it->logit_row];
+            s->prompt_top_lp[k] = (float)(row[e->lse_am[it->logit_row]] - e->lse[it->logit_row]);
         }
     }
     // Advance the computed counts, then sample where a sequence reached its last known token: the rows

@@ -98,6 +98,8 @@ LLMB_API llmb_status llmb_engine_abort(llmb_engine *e, int64_t seq);    // finis
 LLMB_API llmb_status llmb_engine_release(llmb_engine *e, int64_t seq);  // forget a finished sequence
 // After a sequence with prompt_logprobs_from >= 0 finished prefill: n = n_prompt - 1 - from entries.
 LLMB_API llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t seq, float *lp, uint8_t *greedy, int n);
+// The same positions' most likely token and its logprob (the top-1 alternative a server's echo reports).
+LLMB_API llmb_status llmb_engine_prompt_top(llmb_engine *e, int64_t seq, int32_t *ids, float *lp, int n);
 // After a sequence with prompt_logits finished prefill: n_prompt x vocab floats.
 LLMB_API llmb_status llmb_engine_prompt_logits(llmb_engine *e, int64_t seq, float *out, int64_t n);
 LLMB_API void llmb_engine_get_stats(const llmb_engine *e, llmb_engine_stats *st);

@@ -252,6 +252,30 @@ static PyObject *Engine_prompt_logprobs(EngineObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", lp, gr);
 }
 
+// prompt_top(seq, n) -> (ids int32[n], logprobs float32[n]): each scored prompt position's most likely token
+static PyObject *Engine_prompt_top(EngineObject *self, PyObject *args) {
+    ENGINE(self);
+    long long id;
+    int n;
+    if (!PyArg_ParseTuple(args, "Li", &id, &n)) return NULL;
+    if (n < 0) return PyErr_Format(PyExc_ValueError, "n must be >= 0");
+    npy_intp d = n;
+    PyObject *ids = PyArray_SimpleNew(1, &d, NPY_INT32), *lp = PyArray_SimpleNew(1, &d, NPY_FLOAT32);
+    if (!ids || !lp) {
+        Py_XDECREF(ids);
+        Py_XDECREF(lp);
+        return NULL;
+    }
+    llmb_status s = llmb_engine_prompt_top(self->e, id, PyArray_DATA((PyArrayObject *)ids),
+                                           PyArray_DATA((PyArrayObject *)lp), n);
+    if (s) {
+        Py_DECREF(ids);
+        Py_DECREF(lp);
+        return llmb_py_raise(s, NULL);
+    }
+    return Py_BuildValue("(NN)", ids, lp);
+}
+
 static PyObject *Engine_prompt_logits(EngineObject *self, PyObject *args) {
     ENGINE(self);
     long long id;
@@ -316,6 +340,7 @@ static PyMethodDef Engine_methods[] = {
     {"abort", (PyCFunction)Engine_abort, METH_O, "Finish a sequence now."},
     {"release", (PyCFunction)Engine_release, METH_O, "Forget a finished sequence and free its KV blocks."},
     {"prompt_logprobs", (PyCFunction)Engine_prompt_logprobs, METH_VARARGS, "(logprobs, is_greedy) of prompt tokens."},
+    {"prompt_top", (PyCFunction)Engine_prompt_top, METH_VARARGS, "(argmax ids, their logprobs) of scored prompt positions."},
     {"prompt_logits", (PyCFunction)Engine_prompt_logits, METH_VARARGS, "Full logits of every prompt position."},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "Phase times (ns) and token counts."},
     {"timing_cost", (PyCFunction)Engine_timing_cost, METH_VARARGS, "Mean ns of one clock read and one logged event."},

@@ -155,6 +155,13 @@ static void test_forks(const llmb_gguf *g) {
         CHECK(llmb_engine_prompt_logprobs(e, shared[c], a, ga, 3) == LLMB_OK, "logprobs: %s", llmb_last_error());
         CHECK(llmb_engine_prompt_logprobs(e, alone[c], b, gb, 3) == LLMB_OK, "logprobs: %s", llmb_last_error());
         CHECK(memcmp(a, b, sizeof a) == 0 && memcmp(ga, gb, 3) == 0, "fork %d equals the unshared computation", c);
+        int32_t top[3];
+        float top_lp[3];
+        CHECK(llmb_engine_prompt_top(e, shared[c], top, top_lp, 3) == LLMB_OK, "top: %s", llmb_last_error());
+        for (int k = 0; k < 3; k++)
+            CHECK(top_lp[k] >= a[k] && ga[k] == (top_lp[k] == a[k]) &&
+                      (top[k] != (k == 0 ? 300 + c : k == 1 ? 301 : 302 + c) || top_lp[k] == a[k]),
+                  "prompt top-1 %d of fork %d: the greedy flag says whether it is the prompt's token", k, c);
         llmb_engine_release(e, shared[c]);
         llmb_engine_release(e, alone[c]);
     }
