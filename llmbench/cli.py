@@ -541,8 +541,10 @@ def build_parser() -> argparse.ArgumentParser:
     mb.set_defaults(func=cmd_membw)
     _add_model_commands(sub)
     from .eval.cli import add_parser as add_eval
+    from .serve.cli import add_parser as add_serve
 
     add_eval(sub)
+    add_serve(sub)
     return p
 
 
