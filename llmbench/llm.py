@@ -384,12 +384,21 @@ class LLM:
         self.engine.poll()
 
     @_exclusive
-    def hold_prefix(self, prompt: str | Sequence[int]) -> Prefix:
+    def hold_prefix(self, prompt: str | Sequence[int], parent: Prefix | None = None) -> Prefix:
         """Compute a prompt prefix once and keep its KV cache: ``generate(..., prefix=p)`` then
         forks it (copy on write) for each request instead of recomputing it. Release it with
-        ``p.release()`` or use it as a context manager."""
+        ``p.release()`` or use it as a context manager. With ``parent`` (a held prefix that
+        ``prompt``'s token ids begin with) only the tokens past the parent are computed: nested
+        prefixes, such as a task's header and a subject's few-shot block below it."""
         ids = self._prompt_ids(prompt)
-        seq = self.engine.add(ids, max_tokens=0, hold=True)
+        fork = -1
+        if parent is not None:
+            if parent.llm is not self or parent.seq is None:
+                raise ValueError("hold_prefix: parent was released or belongs to another LLM")
+            if ids[: len(parent.ids)] != parent.ids:
+                raise ValueError("hold_prefix: the prompt's token ids do not begin with the parent's")
+            fork = parent.seq
+        seq = self.engine.add(ids, max_tokens=0, hold=True, fork_from=fork)
         try:
             self._run_to_idle()
         except BaseException:
@@ -401,31 +410,33 @@ class LLM:
     def generate(self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
                  on_token: Callable[[int, int, str], None] | None = None,
-                 prefix: Prefix | None = None) -> list[Completion]:
+                 prefix: Prefix | Sequence[Prefix | None] | None = None) -> list[Completion]:
         """Generate for one prompt or a batch (text or token ids); all run concurrently in the engine.
 
         ``on_token(request_index, token_id, text_delta)`` is called as tokens arrive. With
         ``prefix`` (from ``hold_prefix``) each prompt continues that prefix: the request's prompt is
         prefix + prompt, and the prefix's KV cache is shared rather than recomputed (a prompt given
-        as text is then tokenized without BOS)."""
+        as text is then tokenized without BOS). ``prefix`` may also be a list, one held prefix (or
+        None) per prompt, so requests below different prefixes run in one batch."""
         single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], (int, np.integer)))
         batch = [prompts] if single else list(prompts)
         plist = params if isinstance(params, Sequence) else [params or SamplingParams()] * len(batch)
         if len(plist) != len(batch):
             raise ValueError(f"{len(plist)} SamplingParams for {len(batch)} prompts")
-        if prefix is not None and (prefix.llm is not self or prefix.seq is None):
-            raise ValueError("generate: prefix was released or belongs to another LLM")
-        if prefix is None:
-            runs = [_Run(self, self._prompt_ids(p), sp) for p, sp in zip(batch, plist)]
-        else:
-            runs = [_Run(self, prefix.ids + (self.tokenize(p, add_bos=False) if isinstance(p, str) else
-                                             [int(t) for t in p]), sp) for p, sp in zip(batch, plist)]
-        fork = -1 if prefix is None else prefix.seq
+        prefixes = list(prefix) if isinstance(prefix, Sequence) else [prefix] * len(batch)
+        if len(prefixes) != len(batch):
+            raise ValueError(f"{len(prefixes)} prefixes for {len(batch)} prompts")
+        for pf in prefixes:
+            if pf is not None and (pf.llm is not self or pf.seq is None):
+                raise ValueError("generate: prefix was released or belongs to another LLM")
+        runs = [_Run(self, self._prompt_ids(p) if pf is None else
+                     pf.ids + (self.tokenize(p, add_bos=False) if isinstance(p, str) else [int(t) for t in p]), sp)
+                for p, sp, pf in zip(batch, plist, prefixes)]
         by_seq = {}
         try:
-            for i, r in enumerate(runs):
+            for i, (r, pf) in enumerate(zip(runs, prefixes)):
                 r.index = i
-                r.seq = self.engine.add(r.prompt, **r.engine_args(), fork_from=fork)
+                r.seq = self.engine.add(r.prompt, **r.engine_args(), fork_from=-1 if pf is None else pf.seq)
                 by_seq[r.seq] = r
             self._drive(by_seq, on_token)
         finally:
@@ -523,27 +534,7 @@ class LLM:
         keys = [tuple(ids[:n]) for ids, n in reqs]
         order = sorted(range(len(reqs)), key=keys.__getitem__)
         ctxs = [keys[i] for i in order]
-        branches = set()
-        for a, b in itertools.pairwise(ctxs if share_prefix else []):
-            k, m = 0, min(len(a), len(b))
-            while k < m and a[k] == b[k]:
-                k += 1
-            if k >= SHARED_PREFIX_MIN or len(a) == len(b) == k > 1:
-                branches.add(a[:k])
-        # One walk over branches and contexts in sorted order (a prefix sorts before what extends it, a
-        # branch before the context equal to it): a stack of the prefixes of the current entry gives
-        # each branch its parent branch and each context the deepest branch it extends.
-        parent: dict[tuple[int, ...], tuple[int, ...] | None] = {}
-        attach: list[tuple[int, ...] | None] = [None] * len(ctxs)
-        stack: list[tuple[int, ...]] = []
-        for key, kind, j in sorted([(p, 0, -1) for p in branches] + [(c, 1, j) for j, c in enumerate(ctxs)]):
-            while stack and key[: len(stack[-1])] != stack[-1]:
-                stack.pop()
-            if kind == 0:
-                parent[key] = stack[-1] if stack else None
-                stack.append(key)
-            else:
-                attach[j] = stack[-1] if stack else None
+        parent, attach = prefix_tree(ctxs) if share_prefix else ({}, [None] * len(ctxs))
         held: dict[tuple[int, ...], int] = {}
         live: list[int] = []
         out: list[tuple[float, bool]] = [(0.0, False)] * len(reqs)
@@ -587,6 +578,38 @@ class LLM:
         finally:
             for s in live + list(held.values()):
                 self.engine.release(s)
+
+
+def prefix_tree(keys: Sequence[tuple[int, ...]], min_len: int = SHARED_PREFIX_MIN) \
+        -> tuple[dict[tuple[int, ...], tuple[int, ...] | None], list[tuple[int, ...] | None]]:
+    """The tree of shared prefixes of token sequences: (parent, attach). A branch is a prefix that two
+    sequences next to each other in sorted order share, of at least ``min_len`` tokens, or the whole of
+    two equal sequences (of more than one token); ``parent[b]`` is the longest branch that ``b``
+    extends (None at the top); ``attach[i]`` the longest branch ``keys[i]`` begins with (None: none)."""
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    branches = set()
+    for i, j in itertools.pairwise(order):
+        a, b = keys[i], keys[j]
+        k, m = 0, min(len(a), len(b))
+        while k < m and a[k] == b[k]:
+            k += 1
+        if k >= min_len or len(a) == len(b) == k > 1:
+            branches.add(a[:k])
+    # One walk over branches and sequences in sorted order (a prefix sorts before what extends it, a
+    # branch before the sequence equal to it): a stack of the prefixes of the current entry gives
+    # each branch its parent branch and each sequence the deepest branch it extends.
+    parent: dict[tuple[int, ...], tuple[int, ...] | None] = {}
+    attach: list[tuple[int, ...] | None] = [None] * len(keys)
+    stack: list[tuple[int, ...]] = []
+    for key, kind, j in sorted([(p, 0, -1) for p in branches] + [(keys[i], 1, i) for i in order]):
+        while stack and key[: len(stack[-1])] != stack[-1]:
+            stack.pop()
+        if kind == 0:
+            parent[key] = stack[-1] if stack else None
+            stack.append(key)
+        else:
+            attach[j] = stack[-1] if stack else None
+    return parent, attach
 
 
 class Prefix:

@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..llm import LLM, SamplingParams
+from ..llm import LLM, SamplingParams, prefix_tree
 from .api import (
     Adapter,
     GenerateUntil,
@@ -44,6 +44,31 @@ def rolling_windows(tokens: Sequence[int], prefix_token: int, max_len: int) -> l
         ctx = [prefix_token] if done == 0 else [tokens[done - 1]]
         out.append((ctx + list(tokens[done: done + n]), 1))
         done += n
+    return out
+
+
+def token_texts(tok: Any, ids: Sequence[int]) -> list[str]:
+    """The text each output token adds: decode(ids[:i + 1]) past decode(ids[:i]), so that they join to
+    the decoded text (a token that ends inside a UTF-8 character adds nothing; the one completing it
+    adds the character)."""
+    out, prev = [], ""
+    for i in range(len(ids)):
+        cur = tok.decode(list(ids[: i + 1]))
+        if cur.endswith("\ufffd"):              # an incomplete character: wait for its other bytes
+            out.append("")
+            continue
+        out.append(cur[len(prev):])
+        prev = cur
+    return out
+
+
+def _unique_keys(tok: Any, top: dict[int, float]) -> dict[str, float]:
+    """A top-logprobs entry keyed by token text; ids whose texts collide (byte tokens of one broken
+    character) keep their own entry under "text[id]", so no probability is lost."""
+    out: dict[str, float] = {}
+    for i, v in top.items():
+        key = tok.decode([i], skip_special=False)
+        out[key if key not in out else f"{key}[{i}]"] = v
     return out
 
 
@@ -101,23 +126,85 @@ class EngineAdapter(Adapter):
         return [RollingAnswer(t, n) for t, n in zip(total, lengths)]
 
     def generate_until(self, reqs: Sequence[GenerateUntil]) -> list[Generation]:
-        out: list[Generation] = []
-        # One engine run per distinct set of parameters (all requests of a task share them).
+        """All requests in one engine run (continuous batching: up to ``max_seqs`` sequences decode
+        together, finished ones replaced by waiting ones). With ``share_prefix`` the prompts' shared
+        prefixes (`LLM.prefix_tree`: a few-shot block, a subject's header) are held once
+        (`LLM.hold_prefix`, nested prefixes forked from their parent) and each request forks the longest
+        one it begins with, so only its own tokens are computed; the token ids are the same either way,
+        and so are the outputs. A prompt longer than ``ctx - max_tokens`` keeps its last tokens, as
+        lm-evaluation-harness cuts generation contexts (``stats["truncated"]`` counts them)."""
+        if not reqs:
+            return []
+        tok = self.llm._tok()
+        prompts: list[list[int]] = []
+        for r in reqs:
+            ids = (tok.encode(tok.apply_chat_template(list(r.context), True)) if isinstance(r.context, tuple)
+                   else self.llm._prompt_ids(r.context))
+            room = self.llm.ctx - r.max_tokens
+            if room < 1:
+                raise ValueError(f"generate_until: max_tokens {r.max_tokens} leaves no room for a prompt in the "
+                                 f"context of {self.llm.ctx} tokens")
+            if len(ids) > room:
+                ids = ids[-room:]
+                self.stats["truncated"] = self.stats.get("truncated", 0) + 1
+            prompts.append(ids)
         params = [SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
                                  seed=r.seed, max_tokens=r.max_tokens, stop=list(r.until), logprobs=r.logprobs)
                   for r in reqs]
-        tok = self.llm._tok()
-        prompts = [tok.encode(tok.apply_chat_template(list(r.context), True)) if isinstance(r.context, tuple)
-                   else r.context for r in reqs]
-        if not reqs:
-            return out
-        done = self.llm.generate(prompts, params)
+        before = self.llm.engine.stats()
+        held: dict[tuple[int, ...], Any] = {}
+        try:
+            attach: list[tuple[int, ...] | None] = [None] * len(prompts)
+            if self.share_prefix:
+                parent, attach = prefix_tree([tuple(p) for p in prompts])
+                parent, attach = self._fit(parent, attach)
+                for b in sorted(parent, key=len):          # a parent is shorter than its children
+                    held[b] = self.llm.hold_prefix(list(b), parent=held[parent[b]] if parent[b] else None)
+            done = self.llm.generate([p[len(a):] if a else p for p, a in zip(prompts, attach)], params,
+                                     prefix=[held[a] if a else None for a in attach])
+        finally:
+            for h in held.values():
+                h.release()
+        self._count(before, len(reqs), sum(len(p) for p in prompts))
+        self.stats["generated_tokens"] = self.stats.get("generated_tokens", 0) + sum(len(c.token_ids) for c in done)
+        out = []
         for r, c in zip(reqs, done):
-            top = None
-            if r.logprobs:
-                top = [{tok.decode([i], skip_special=False): v for i, v in d.items()} for d in c.top_logprobs or []]
-            out.append(Generation(c.text, c.finish_reason, len(c.token_ids), list(c.logprobs), top))
+            top = texts = None
+            if r.logprobs is not None:
+                texts = token_texts(tok, c.token_ids)
+                top = [_unique_keys(tok, d) for d in c.top_logprobs or []] if r.logprobs else None
+            out.append(Generation(c.text, c.finish_reason, len(c.token_ids), list(c.logprobs), top, texts))
         return out
+
+    def _fit(self, parent: dict, attach: list) -> tuple[dict, list]:
+        """Drop held prefixes, those that save the fewest tokens first, until they take at most half of
+        the KV cache (the rest is for the requests); a request below a dropped prefix forks the longest
+        kept one above it."""
+        bs = self.llm.block_size
+        budget = self.llm.kv_blocks // 2
+
+        def own(b: tuple[int, ...]) -> int:        # blocks a held prefix adds to its parent's
+            return -(-len(b) // bs) - (len(parent[b]) // bs if parent[b] else 0)
+
+        if sum(own(b) for b in parent) <= budget:
+            return parent, attach
+        below: dict[tuple[int, ...], int] = {}
+        for a in attach:
+            while a is not None:
+                below[a] = below.get(a, 0) + 1
+                a = parent[a]
+        keep, used = set(), 0
+        for b in sorted(parent, key=lambda b: -(len(b) - len(parent[b] or ())) * below.get(b, 0)):
+            if used + -(-len(b) // bs) <= budget:   # counted whole: its parent may be dropped
+                keep.add(b)
+                used += -(-len(b) // bs)
+
+        def up(a: tuple[int, ...] | None) -> tuple[int, ...] | None:
+            while a is not None and a not in keep:
+                a = parent[a]
+            return a
+
+        return {b: up(parent[b]) for b in keep}, [up(a) for a in attach]
 
     def environment(self) -> dict[str, Any]:
         from ..perf.bench import engine_environment, header

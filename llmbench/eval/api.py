@@ -75,6 +75,7 @@ class Generation:
     n_tokens: int | None = None
     token_logprobs: list[float] | None = None
     top_logprobs: list[dict[str, float]] | None = None   # token text -> logprob, per output token
+    tokens: list[str] | None = None                      # each output token's text (with logprobs)
 
 
 Answer = Union[LLAnswer, RollingAnswer, Generation]

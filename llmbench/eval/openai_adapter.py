@@ -407,11 +407,11 @@ class OpenAIAdapter(Adapter):
                 while keep < len(tokens) and start < cut:
                     start += len(tokens[keep])
                     keep += 1
-                lps, tops = lps[:keep], tops[:keep]  # type: ignore[index]
+                tokens, lps, tops = tokens[:keep], lps[:keep], tops[:keep]  # type: ignore[index]
         usage = obj.get("usage")
         n_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         return Generation(text, finish if finish in ("length", "abort") else "stop",
-                          n_tokens if isinstance(n_tokens, int) else None, lps, tops)
+                          n_tokens if isinstance(n_tokens, int) else None, lps, tops, tokens)
 
     @staticmethod
     def _output_logprobs(lp: Any) -> tuple[list[str] | None, list[float] | None,

@@ -102,21 +102,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _uvicorn_server():
+    import contextlib
+
     import uvicorn
 
     class Uvicorn(uvicorn.Server):
-        """uvicorn's server, saying on the first SIGTERM/Ctrl-C how many requests it lets finish."""
+        """uvicorn's server, saying on the first SIGTERM/Ctrl-C how many sequences it lets finish, exiting at
+        once on a second, and returning normally after a drain (uvicorn would raise the signal again)."""
 
         def __init__(self, config, app_server):
             super().__init__(config)
             self.app_server = app_server
 
         def handle_exit(self, sig, frame) -> None:
-            if not self.should_exit:
+            if self.should_exit:
+                self.force_exit = True
+            else:
                 n = self.app_server.worker.in_flight
                 print(f"llmbench serve: signal {sig}: finishing {n} running or queued sequences, then exiting "
-                      "(again to exit at once)", file=sys.stderr, flush=True)
+                      "(signal again to exit at once)", file=sys.stderr, flush=True)
             super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()
 
     return Uvicorn
 
