@@ -11,6 +11,10 @@ OpenAI-compatible server (`OpenAIAdapter`).
   log-probability, scored in windows of the model's context as lm-eval does.
 - ``GenerateUntil(context, until, ...)`` -> ``Generation``: text sampled until a stop string, EOS or
   ``max_tokens``, with per-token log-probabilities when asked for.
+- ``ForJudge(GenerateUntil(...))`` -> ``Generation``: the same, answered by the judge adapter.
+
+A task whose requests depend on earlier answers (a second turn, a judge's verdict) returns them from
+`Task.followup`; the runner asks for them round by round, each round batched over the documents.
 """
 
 from __future__ import annotations
@@ -53,7 +57,15 @@ class GenerateUntil:
     kind: ClassVar[str] = "generate_until"
 
 
-Request = Union[Loglikelihood, LoglikelihoodRolling, GenerateUntil]
+@dataclass(frozen=True)
+class ForJudge:
+    """A request for the judge model (``--judge``: MT-Bench's grading), not the model under evaluation."""
+
+    request: GenerateUntil
+    kind: ClassVar[str] = "judge"
+
+
+Request = Union[Loglikelihood, LoglikelihoodRolling, GenerateUntil, ForJudge]
 
 
 @dataclass
@@ -172,6 +184,12 @@ class Task(ABC):
 
     @abstractmethod
     def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored: ...
+
+    def followup(self, doc: Doc, answers: Sequence[Answer]) -> list[Request]:
+        """More requests for ``doc`` once ``answers`` (to all its requests so far, in order) are in: a
+        dialogue's next turn, a judge's verdict. [] when the document is complete (by default after its
+        `requests`); `score` then sees all answers in order."""
+        return []
 
     def prompt(self, doc: Doc) -> str:
         """The prompt of a document as the sample record shows it."""

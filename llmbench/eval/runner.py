@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import LLMBenchError
-from .api import Adapter, Doc, Loglikelihood, Task, answer_json, request_json
+from .api import Adapter, Answer, Doc, ForJudge, Loglikelihood, Request, Task, answer_json, request_json
 from .metrics import aggregate, mean_stderr, paired_difference_ci
 from .results import TaskResult
 
@@ -75,9 +75,26 @@ def _chunks(docs: list[Doc], size: int) -> list[list[Doc]]:
     return out
 
 
+def answer_all(reqs: Sequence[Request], adapter: Adapter, judge: Adapter | None, task: str) -> list[Answer]:
+    """Answers in order: `ForJudge` requests by ``judge``, the rest by ``adapter``."""
+    mine = [i for i, r in enumerate(reqs) if not isinstance(r, ForJudge)]
+    judged = [i for i, r in enumerate(reqs) if isinstance(r, ForJudge)]
+    out: list[Answer | None] = [None] * len(reqs)
+    if judged and judge is None:
+        raise LLMBenchError(f"{task} is graded by a judge model: name one with --judge (a GGUF file, or NAME@URL of "
+                            "an OpenAI-compatible server), or judge=... in llmbench.evaluate")
+    for idx, who, rs in ((mine, adapter, [reqs[i] for i in mine]),
+                         (judged, judge, [reqs[i].request for i in judged])):  # type: ignore[union-attr]
+        if idx:
+            for i, a in zip(idx, who.answer(rs)):  # type: ignore[union-attr]
+                out[i] = a
+    return out  # type: ignore[return-value]
+
+
 def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int = 256, resume: bool = False,
-             on_docs: Callable[[int], None] | None = None) -> TaskResult:
-    """Run one task; records go to ``out_dir`` (when given) as each chunk finishes."""
+             on_docs: Callable[[int], None] | None = None, judge: Adapter | None = None) -> TaskResult:
+    """Run one task; records go to ``out_dir`` (when given) as each chunk finishes. A chunk's documents
+    go round by round (`Task.followup`) until none asks for more; ``judge`` answers `ForJudge` requests."""
     docs = task.docs()
     path = out_dir / SAMPLES.format(task.name) if out_dir else None
     old: dict[tuple[str, int], dict[str, Any]] = {}
@@ -95,14 +112,21 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
     t0 = time.perf_counter()
     with open(path, "a", encoding="utf-8") if path is not None else contextlib.nullcontext() as f:
         for group in _chunks(todo, chunk):
-            per_doc = [task.requests(d) for d in group]
-            flat = [r for rs in per_doc for r in rs]
-            answers = adapter.answer(flat)
-            k = 0
-            for d, rs in zip(group, per_doc):
-                rec = _record(task, d, rs, answers[k: k + len(rs)], task.score(d, answers[k: k + len(rs)]),
-                              adapter.precision)
-                k += len(rs)
+            per_doc = [list(task.requests(d)) for d in group]
+            got: list[list[Answer]] = [[] for _ in group]
+            pending = [list(rs) for rs in per_doc]
+            while any(pending):
+                flat = [r for rs in pending for r in rs]
+                answers = answer_all(flat, adapter, judge, task.name)
+                k = 0
+                for i, rs in enumerate(pending):
+                    got[i] += answers[k: k + len(rs)]
+                    k += len(rs)
+                pending = [task.followup(d, got[i]) if pending[i] else [] for i, d in enumerate(group)]
+                for rs, more in zip(per_doc, pending):
+                    rs += more
+            for d, rs, ans in zip(group, per_doc, got):
+                rec = _record(task, d, rs, ans, task.score(d, ans), adapter.precision)
                 new[(d.subject, d.id)] = rec
                 if f is not None:
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
