@@ -30,10 +30,17 @@ TASKS: dict[str, tuple[str, str]] = {
     "cmmlu": ("llmbench.eval.tasks.cmmlu", "CMMLU"),
     "gsm8k": ("llmbench.eval.tasks.gsm8k", "GSM8K"),
     "gsm8k_cot": ("llmbench.eval.tasks.gsm8k", "GSM8KCoT"),
+    "mmlu_cot": ("llmbench.eval.tasks.mmlu_cot", "MMLUCoT"),
+    "mmlu_cot_zeroshot": ("llmbench.eval.tasks.mmlu_cot", "MMLUCoTZeroShot"),
+    "hotpotqa": ("llmbench.eval.tasks.hotpotqa", "HotpotQA"),
+    "humaneval": ("llmbench.eval.tasks.humaneval", "HumanEval"),
+    "mt_bench": ("llmbench.eval.tasks.mt_bench", "MTBench"),
 }
+# Options only some tasks take (evaluate's keyword -> the tasks that take it).
+TASK_OPTIONS = {"allow_code_execution": ("humaneval",), "samples": ("humaneval",), "judge_max_tokens": ("mt_bench",)}
 # Tasks on the engine's logits rather than requests (llama-perplexity's method).
 TEXT_TASKS = ("perplexity", "kld")
-DEFAULT_SHOTS = {"mmlu": 5, "ceval": 5, "cmmlu": 5, "gsm8k": 5, "gsm8k_cot": 8}
+DEFAULT_SHOTS = {"mmlu": 5, "ceval": 5, "cmmlu": 5, "gsm8k": 5, "gsm8k_cot": 8, "mmlu_cot": 4}
 
 __all__ = ["TASKS", "TEXT_TASKS", "EvalResults", "evaluate", "make_adapter", "make_task"]
 
@@ -43,12 +50,18 @@ def task_names() -> list[str]:
 
 
 def make_task(name: str, *, shots: int | None = None, limit: int | None = None,
-              subjects: Sequence[str] | None = None, data_dir: str | os.PathLike[str] | None = None) -> Task:
+              subjects: Sequence[str] | None = None, data_dir: str | os.PathLike[str] | None = None,
+              **options: Any) -> Task:
+    """Task ``name``; ``options`` (`TASK_OPTIONS`) go to the tasks that take them, None ones nowhere."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r} (tasks: {', '.join(task_names())})")
+    for k in options:
+        if k not in TASK_OPTIONS:
+            raise TypeError(f"make_task: unknown option {k!r}")
+    mine = {k: v for k, v in options.items() if v is not None and name in TASK_OPTIONS[k]}
     mod, cls = TASKS[name]
     return getattr(importlib.import_module(mod), cls)(shots=DEFAULT_SHOTS.get(name, 0) if shots is None else shots,
-                                                      limit=limit, subjects=subjects, data_dir=data_dir)
+                                                      limit=limit, subjects=subjects, data_dir=data_dir, **mine)
 
 
 def make_adapter(model: Any, *, backend: str = "engine", base_url: str | None = None, api_key: str | None = None,
@@ -70,6 +83,47 @@ def make_adapter(model: Any, *, backend: str = "engine", base_url: str | None = 
     if backend == "cuda":
         llm_options["backend"] = "cuda"
     return EngineAdapter(model, share_prefix=share_prefix, **llm_options)
+
+
+_SAME_MODEL: Any = object()      # make_judge's answer when the judge is the model under test (one adapter)
+
+
+def make_judge(judge: Any, model: Any = None, *, threads: int | None = None, activations: str = "q8") -> Any:
+    """The judge's adapter: an `Adapter` as is; ``"NAME@URL"`` or an http(s) ``"URL"`` (the server's first
+    listed model) through the OpenAI adapter; else a GGUF path or `LLM` on the engine."""
+    if isinstance(judge, Adapter):
+        return judge
+    if isinstance(judge, str) and ("://" in judge):
+        name, _, url = judge.partition("@") if "@" in judge.split("://")[0] else ("", "", judge)
+        from .openai_adapter import OpenAIAdapter
+
+        if not name:
+            probe = OpenAIAdapter(url, "?")
+            listed = (probe.environment().get("server") or {}).get("models") or []
+            if not listed:
+                raise LLMBenchError(f"--judge {judge}: the server lists no model (GET /v1/models); name it as "
+                                    "NAME@URL")
+            name = listed[0]
+        return OpenAIAdapter(url, name)
+    if isinstance(judge, (str, os.PathLike)) and isinstance(model, (str, os.PathLike)) and \
+            Path(judge).resolve() == Path(model).resolve():
+        return _SAME_MODEL
+    from .adapters import EngineAdapter
+
+    opts: dict[str, Any] = {"activations": activations}
+    if threads is not None:
+        opts["threads"] = threads
+    return EngineAdapter(judge, **opts)
+
+
+def _judge_name(judge: Any) -> str:
+    return getattr(judge, "model_name", None) or getattr(judge, "model", None) or str(judge)
+
+
+def _judge_max_tokens(judge: Any) -> int | None:
+    """FastChat's 2048 new tokens for the judge, at most half of an engine judge's context."""
+    llm = getattr(judge, "llm", None)
+    return None if llm is None else min(2048, llm.ctx // 2)
 
 
 def _comparable(settings: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
@@ -102,12 +156,13 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
              ctx: int | None = None, activations: str = "q8", share_prefix: bool = True,
              precision_check: int | None = None, chunk: int = 256, seed: int = 0,
              base_model: str | None = None, text: str | os.PathLike[str] | None = None, max_chunks: int | None = None,
+             allow_code_execution: bool = False, samples: int | None = None, judge: Any = None,
              progress: Callable[[str, int, int], None] | None = None) -> EvalResults:
     """Run ``tasks`` (a name, comma-separated names or a list) on ``model`` and return the results.
 
     ``model``: a GGUF path or dummy preset (the engine, with ``threads``, ``ctx``, ``activations``), an
     `LLM`, an `Adapter`, or with ``backend="openai"`` the model name a server at ``base_url`` serves.
-    ``shots`` (default: each task's, 5 for MMLU, C-Eval, CMMLU and gsm8k, 8 for gsm8k_cot), ``limit``
+    ``shots`` (default: each task's, 5 for MMLU, C-Eval, CMMLU and gsm8k, 8 for gsm8k_cot, 4 for mmlu_cot), ``limit``
     documents per subject, ``subjects`` names or groups. ``out``: a folder for per-sample records and results.json;
     ``resume=True`` continues the run in ``out``. ``precision_check=N`` re-scores N random documents of
     each log-likelihood task with f32 activations (engine only); by default (None) 100 when the engine
@@ -115,6 +170,10 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     ``share_prefix=False`` computes every
     request whole (for measuring what sharing buys). ``perplexity``/``kld`` take ``text`` (default
     WikiText-2), ``ctx`` (default 512) and, for ``kld``, ``base_model``.
+    ``humaneval`` runs the generated code only with ``allow_code_execution=True`` (in a sandbox:
+    llmbench.eval.sandbox), ``samples`` completions per problem (pass@k). ``mt_bench`` needs ``judge``:
+    a GGUF path or `LLM` (the engine), ``"NAME@URL"`` or ``"URL"`` (an OpenAI-compatible server; its
+    first listed model), or an `Adapter`.
     ``progress(task, done, total)`` is called as documents finish."""
     from .runner import precision_check as run_check
     from .runner import run_task
@@ -134,8 +193,13 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     if "kld" in names and base_model is None:
         raise ValueError("the kld task needs base_model (--base-model: the model the KL divergence is measured against, "
                          "e.g. the F16 file)")
-    task_objs = [make_task(n, shots=shots, limit=limit, subjects=subjects, data_dir=data_dir)
-                 for n in names if n in TASKS]
+    if "mt_bench" in names and judge is None:
+        raise ValueError("mt_bench is graded by a judge model: name one with --judge (judge=): a GGUF file for the "
+                         "engine, or NAME@URL of an OpenAI-compatible server (e.g. gpt-4o@https://api.openai.com/v1)")
+    if "humaneval" in names and not allow_code_execution:
+        make_task("humaneval")                         # refuses, saying why, before a model loads
+    judge_adapter = make_judge(judge, model, threads=threads, activations=activations) \
+        if judge is not None and "mt_bench" in names else None
     llm_options: dict[str, Any] = {"activations": activations}
     if threads is not None:
         llm_options["threads"] = threads
@@ -143,6 +207,19 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         llm_options["ctx"] = ctx
     adapter = make_adapter(model, backend=backend, base_url=base_url, api_key=api_key,
                            share_prefix=share_prefix, **llm_options)
+    if judge_adapter is _SAME_MODEL:
+        judge_adapter = adapter
+    fallback = []
+    if "mt_bench" in names:
+        from .tasks.mt_bench import give_chat_template
+
+        fallback = [who for who, a in (("model", adapter), ("judge", judge_adapter)) if give_chat_template(a)]
+        if judge_adapter is adapter and fallback == ["model"]:
+            fallback.append("judge")
+    task_objs = [make_task(n, shots=shots, limit=limit, subjects=subjects, data_dir=data_dir,
+                           allow_code_execution=allow_code_execution, samples=samples,
+                           judge_max_tokens=_judge_max_tokens(judge_adapter))
+                 for n in names if n in TASKS]
     if precision_check is None:
         precision_check = AUTO_CHECK if _rounds_activations(adapter) else 0
     from ..perf.bench import header
@@ -150,6 +227,12 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     settings = {"tasks": names, "shots": shots, "limit": limit, "subjects": list(subjects) if subjects else None,
                 "backend": adapter.name, "base_url": base_url, "share_prefix": share_prefix, "chunk": chunk,
                 "precision_check": precision_check, "seed": seed, "threads": threads}
+    if samples is not None:
+        settings["samples"] = samples
+    if judge_adapter is not None:
+        settings["judge"] = _judge_name(judge)
+    if fallback:
+        settings["zero_shot_chat_template"] = fallback   # models without a chat template of their own
     if any(n in TEXT_TASKS for n in names):
         settings.update({"ctx": ctx or 512, "text": str(text) if text else "wikitext2", "base_model": base_model,
                          "max_chunks": max_chunks})
@@ -172,7 +255,8 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
             if progress:
                 progress(name, done[0], total)
 
-        results.tasks[t.name] = run_task(t, adapter, out_dir, chunk=chunk, resume=resume, on_docs=on_docs)
+        results.tasks[t.name] = run_task(t, adapter, out_dir, chunk=chunk, resume=resume, on_docs=on_docs,
+                                         judge=judge_adapter)
         if precision_check and getattr(adapter, "llm", None) is not None:
             results.precision_check[t.name] = run_check(t, results.tasks[t.name].records,
                                                         _f32_twin(adapter), precision_check, seed)
@@ -181,6 +265,9 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
             results.extra[n] = _text_task(n, adapter, base_model, text, data_dir, ctx or 512, max_chunks, llm_options)
     results.adapter_stats = dict(getattr(adapter, "stats", {}))
     results.environment = adapter.environment()   # again: a server adapter's counters are final now
+    if judge_adapter is not None:
+        results.environment["judge"] = judge_adapter.environment()
+        results.adapter_stats["judge"] = dict(getattr(judge_adapter, "stats", {}))
     results.header["created"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     if out_dir is not None:
         tmp = out_dir / "results.json.tmp"

@@ -16,6 +16,8 @@ EXAMPLES = """examples:
   llmbench eval mmlu --model m.gguf --precision-check 200  # how often 8-bit activations flip an answer
   llmbench eval ceval,cmmlu --model m.gguf --limit 10
   llmbench eval gsm8k_cot,gsm8k --model m.gguf --limit 50 --out gsm8k-smol   # generative, greedy
+  llmbench eval humaneval --model m.gguf --limit 20 --allow-code-execution   # runs generated code (sandboxed)
+  llmbench eval mt_bench --model m.gguf --judge gpt-4o@https://api.openai.com/v1 --limit 2
   llmbench eval perplexity --model m-Q4_K_M.gguf --ctx 512                 # WikiText-2
   llmbench eval kld --model m-Q4_K_M.gguf --base-model m-F16.gguf --max-chunks 100
   llmbench eval mmlu --backend openai --base-url http://127.0.0.1:8000/v1 --model NAME --limit 5"""
@@ -29,8 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Evaluate a GGUF model on llmbench's engine, or a model an OpenAI-compatible server serves, "
                     "with lm-evaluation-harness's prompts and metrics (MMLU, C-Eval, CMMLU: log-likelihood of "
                     "the answer letters, per subject, group and overall, with standard errors; GSM8K: greedy "
-                    "generation, exact match of the strict and flexible extractions) and "
-                    "llama-perplexity's perplexity and KL divergence. Per-sample records go to "
+                    "generation, exact match of the strict and flexible extractions; HumanEval: pass@k of the "
+                    "generated code, run sandboxed with --allow-code-execution), FastChat's MT-Bench graded by a "
+                    "--judge model, and llama-perplexity's perplexity and KL divergence. Per-sample records go to "
                     "DIR/samples_TASK.jsonl as they finish, results to DIR/results.json; --resume DIR continues "
                     "an interrupted run. Data is read from --data-dir, $LLMBENCH_DATA or ../shared/data.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,7 +68,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--base-url", help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
     e.add_argument("--api-key", default=None, help="--backend openai: API key (default $OPENAI_API_KEY)")
     e.add_argument("--judge", default=None,
-                   help="judge model or URL (judged generative tasks; none of the tasks here uses one)")
+                   help="mt_bench's judge: a GGUF file (the engine), or NAME@URL / URL of an OpenAI-compatible "
+                        "server (e.g. gpt-4o@https://api.openai.com/v1; a bare URL takes its first listed model)")
+    e.add_argument("--allow-code-execution", action="store_true",
+                   help="humaneval: run the model's code (each sample in a sandboxed subprocess; see "
+                        "docs/evaluations.md for what the sandbox does and does not stop)")
+    e.add_argument("--samples", type=int, default=None, metavar="N",
+                   help="humaneval: completions per problem (default 1, greedy; N > 1 samples at temperature "
+                        "0.2 and reports pass@k for k <= N)")
     e.add_argument("--subject-table", action="store_true", help="show every subject in the table")
     e.add_argument("--markdown", action="store_true", help="print a markdown table instead of the terminal table")
     e.add_argument("--json", action="store_true", help="print results.json instead of the table")
@@ -88,6 +98,8 @@ def _resume_args(args: argparse.Namespace) -> None:
     args.activations = opts.get("activations", args.activations)
     args.backend = {"engine": "cpu"}.get(s.get("backend"), s.get("backend") or args.backend)
     args.base_url = s.get("base_url")
+    args.samples = s.get("samples")
+    args.judge = args.judge or s.get("judge")
     for k in ("ctx", "base_model", "max_chunks", "text"):
         if s.get(k) is not None and k != "text":
             setattr(args, k, s[k])
@@ -130,9 +142,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
                          "server's model name)")
     if args.backend == "openai" and not args.base_url:
         raise ValueError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
-    if args.judge:
-        print("llmbench eval: --judge is for judged tasks; the tasks given score by log-likelihood or exact "
-              "match, so it is not used", file=sys.stderr)
+    if args.judge and "mt_bench" not in args.tasks.split(","):
+        print("llmbench eval: --judge is for judged tasks (mt_bench); the tasks given score by log-likelihood, "
+              "exact match or execution, so it is not used", file=sys.stderr)
     console = Console(stderr=True)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
@@ -152,7 +164,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                            share_prefix=not args.no_prefix_sharing, chunk=args.chunk,
                            precision_check=args.precision_check,
                            base_model=args.base_model, text=args.text, max_chunks=args.max_chunks,
-                           progress=progress)
+                           allow_code_execution=args.allow_code_execution, samples=args.samples,
+                           judge=args.judge, progress=progress)
     except KeyboardInterrupt:
         if args.out:
             print(f"llmbench eval: interrupted; finished samples are in {args.out}: continue with  "

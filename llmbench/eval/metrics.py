@@ -7,7 +7,9 @@ standard errors.
   (lm-eval's ``weight_by_size: True``), so the task figure is the mean over all its documents
   (micro average); their standard errors are lm-eval's ``pooled_sample_stderr`` of the members'.
   The macro average (each subject counting once) is given beside it.
-- Wilson score intervals (95%) for proportions, which stay inside [0, 1] at small counts.
+- Wilson score intervals (95%) for proportions, which stay inside [0, 1] at small counts; for a
+  mean of other values (MT-Bench's ratings, pass@k from several samples) the normal interval, the
+  value +- 1.96 standard errors.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+
+Z95 = 1.959963984540054
 
 
 def mean_stderr(values: Sequence[float]) -> float | None:
@@ -98,11 +103,16 @@ def aggregate(records: Sequence[dict[str, Any]], metrics: Sequence[str], groups:
                    all(s in groups for s in subjects) else subjects)
     top = combine(top_members)
     for m in metrics:
-        top[m]["macro"] = float(np.mean([e[m]["value"] for e in subjects.values() if e[m]["n"]])) \
-            if subjects else None
+        means = [e[m]["value"] for e in subjects.values() if e[m]["n"]]
+        top[m]["macro"] = float(np.mean(means)) if means else None      # none when no document has the metric
         vals = [e[m]["value"] * e[m]["n"] for e in subjects.values() if e[m]["n"]]
         n = top[m]["n"]
-        ci = wilson(sum(vals), n) if n and _is_proportion(records, m) else None
+        if n and _is_proportion(records, m):
+            ci = wilson(sum(vals), n)
+        elif n and top[m]["stderr"] is not None:      # a mean of other values (a rating, pass@k of n samples)
+            ci = (top[m]["value"] - Z95 * top[m]["stderr"], top[m]["value"] + Z95 * top[m]["stderr"])
+        else:
+            ci = None
         top[m]["ci95"] = list(ci) if ci else None
     return {"task": task, "subjects": subjects, "groups": group_res, "metrics": top}
 

@@ -1,0 +1,242 @@
+"""MT-Bench as FastChat's llm_judge defines it: the judge prompts filled byte for byte for real questions
+(expected strings written out by hand from judge_prompts.jsonl's templates), the rating parser and the
+consistency figure on crafted judgments, the two turns and the judge requests a question makes, the task
+end to end on stories260K judged by stories260K (unparseable ratings counted, resume) and through two
+OpenAI-compatible test servers, one the model and one the judge (tests/eval_server.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+from conftest import ROOT, SHARED
+
+from llmbench.eval import evaluate, make_task
+from llmbench.eval.api import ForJudge, Generation
+from llmbench.eval.results import SCHEMA
+from llmbench.eval.runner import read_samples
+from llmbench.eval.tasks.mt_bench import ZERO_SHOT_TEMPLATE, consistency, parse_rating
+
+DATA = SHARED / "data"
+
+# judge_prompts.jsonl's instructions, copied by hand
+SINGLE_V1 = (
+    "[Instruction]\nPlease act as an impartial judge and evaluate the quality of the response provided by an AI "
+    "assistant to the user question displayed below. Your evaluation should consider factors such as the "
+    "helpfulness, relevance, accuracy, depth, creativity, and level of detail of the response. Begin your "
+    "evaluation by providing a short explanation. Be as objective as possible. After providing your explanation, "
+    "you must rate the response on a scale of 1 to 10 by strictly following this format: \"[[rating]]\", for "
+    "example: \"Rating: [[5]]\".\n\n")
+MATH_MT_SYSTEM = (
+    "Please act as an impartial judge and evaluate the quality of the response provided by an AI assistant to the "
+    "user question. Your evaluation should consider correctness and helpfulness. You will be given a reference "
+    "answer and the assistant's answer. You evaluation should focus on the assistant's answer to the second "
+    "question. Begin your evaluation by comparing the assistant's answer with the reference answer. Identify and "
+    "correct any mistakes. Be as objective as possible. After providing your explanation, you must rate the "
+    "response on a scale of 1 to 10 by strictly following this format: \"[[rating]]\", for example: "
+    "\"Rating: [[5]]\".\n\n")
+
+
+@pytest.fixture(scope="module")
+def mt_data():
+    if not (DATA / "mt_bench" / "question.jsonl").exists():
+        pytest.skip(f"{DATA / 'mt_bench'} not found: the MT-Bench data lives in ../shared/data")
+    return DATA
+
+
+def _doc(task, qid):
+    return next(d for d in task.docs() if d.id == qid)
+
+
+def test_judge_prompt_single_v1_byte_exact(mt_data):
+    """Question 81 (writing), turn 1: single-v1, system "You are a helpful assistant."."""
+    t = make_task("mt_bench", subjects=["writing"], limit=1, data_dir=mt_data)
+    doc = _doc(t, 81)
+    answer = "Aloha! Hawaii was {wonderful}."          # braces in an answer stay as they are
+    system, user = t.judge_requests(doc, [answer, "A second."])[0].request.context
+    assert system == {"role": "system", "content": "You are a helpful assistant."}
+    assert user["role"] == "user" and user["content"] == (
+        SINGLE_V1 + "[Question]\nCompose an engaging travel blog post about a recent trip to Hawaii, highlighting "
+        "cultural experiences and must-see attractions.\n\n[The Start of Assistant's Answer]\nAloha! Hawaii was "
+        "{wonderful}.\n[The End of Assistant's Answer]")
+
+
+def test_judge_prompt_math_multi_turn_byte_exact(mt_data):
+    """Question 111 (math), turn 2: single-math-v1-multi-turn with GPT-4's two reference answers."""
+    t = make_task("mt_bench", subjects=["math"], limit=1, data_dir=mt_data)
+    doc = _doc(t, 111)
+    refs = [json.loads(x) for x in (mt_data / "mt_bench" / "reference_answer" / "gpt-4.jsonl").read_text().splitlines()]
+    ref = next(r for r in refs if r["question_id"] == 111)["choices"][0]["turns"]
+    j1, j2 = t.judge_requests(doc, ["It is 3.", "It is 5 pi."])
+    assert j2.request.context[0] == {"role": "system", "content": MATH_MT_SYSTEM}
+    assert j2.request.context[1]["content"] == (
+        "<|The Start of Reference Answer|>\n\n### User:\nThe vertices of a triangle are at points (0, 0), (-1, 1), "
+        "and (3, 3). What is the area of the triangle?\n\n### Reference answer:\n" + ref[0] + "\n\n### User:\n"
+        "What's area of the circle circumscribing the triangle?\n\n### Reference answer:\n" + ref[1] + "\n\n"
+        "<|The End of Reference Answer|>\n\n\n<|The Start of Assistant A's Conversation with User|>\n\n### User:\n"
+        "The vertices of a triangle are at points (0, 0), (-1, 1), and (3, 3). What is the area of the triangle?"
+        "\n\n### Assistant A:\nIt is 3.\n\n### User:\nWhat's area of the circle circumscribing the triangle?\n\n"
+        "### Assistant A:\nIt is 5 pi.\n\n<|The End of Assistant A's Conversation with User|>")
+    assert "[The Start of Reference Answer]\n" + ref[0] + "\n[The End of Reference Answer]" in j1.request.context[1]["content"]
+    assert j1.request.temperature == j2.request.temperature == 0.0 and j1.request.max_tokens == 2048
+
+
+@pytest.mark.parametrize("judgment, want", [
+    ("The answer is good. Rating: [[5]]", 5.0),
+    ("Rating: [[8.5]]", 8.5),
+    ("Rating: [[10]]", 10.0),
+    ("I would give it [7] out of 10.", 7.0),           # FastChat's backup pattern
+    ("First [[7]], on reflection [[3]]", 7.0),          # the first match
+    ("Point [1] is wrong... Rating: [[9]]", 9.0),       # [[n]] wins over an earlier [n]
+    ("Rating: [[15]]", 15.0),                           # out of range: kept, as FastChat keeps it
+    ("Rating: 5/10", None),
+    ("Rating: [[ 5 ]]", None),
+    ("Rating: [[rating]]", None),
+    ("[5, 6]", None),
+    ("", None),
+])
+def test_rating_parser(judgment, want):
+    assert parse_rating(judgment) == want
+
+
+def test_consistency_figure():
+    assert consistency(5.0, 7.0) == 1.0 and consistency(6.0, 6.0) == 1.0 and consistency(7.0, 5.0) == 0.0
+    assert consistency(None, 5.0) is None and consistency(5.0, None) is None
+
+
+def test_turns_then_judgments_then_done(mt_data):
+    """Turn 1 alone, turn 2 with the model's stripped answer, then the two judge requests, then nothing;
+    the category's temperature and a seed where it samples."""
+    t = make_task("mt_bench", subjects=["writing", "math"], limit=1, data_dir=mt_data)
+    w, m = _doc(t, 81), _doc(t, 111)
+    (r1,) = t.requests(w)
+    assert r1.context == ({"role": "user", "content": w.data["turns"][0]},)
+    assert r1.temperature == 0.7 and r1.seed == 81 and r1.max_tokens == 1024 and r1.until == ()
+    (r2,) = t.followup(w, [Generation("  Aloha!\n", "stop")])
+    assert r2.context == ({"role": "user", "content": w.data["turns"][0]}, {"role": "assistant", "content": "Aloha!"},
+                          {"role": "user", "content": w.data["turns"][1]})
+    js = t.followup(w, [Generation(" Aloha!", "stop"), Generation("A day.", "stop")])
+    assert len(js) == 2 and all(isinstance(j, ForJudge) for j in js)
+    assert "[The Start of Assistant's Answer]\nAloha!\n" in js[0].request.context[1]["content"]
+    assert t.followup(w, [Generation("x", "stop")] * 4) == []
+    assert t.requests(m)[0].temperature == 0.0 and t.requests(m)[0].seed is None
+    assert [d.subject for d in t.docs()] == ["writing", "math"]
+
+
+def test_score_counts_unparseable_and_excludes_them(mt_data):
+    t = make_task("mt_bench", subjects=["writing"], limit=1, data_dir=mt_data)
+    d = t.docs()[0]
+    a = [Generation("one", "stop"), Generation("two", "stop")]
+    s = t.score(d, a + [Generation("Rating: [[4]]", "stop"), Generation("Rating: [[6]]", "stop")])
+    assert s.metrics == {"score": 5.0, "score_turn1": 4.0, "score_turn2": 6.0, "consistency": 1.0, "unparseable": 0.0}
+    s = t.score(d, a + [Generation("no idea", "stop"), Generation("Rating: [8]", "stop")])
+    assert s.metrics == {"score": 8.0, "score_turn1": None, "score_turn2": 8.0, "consistency": None,
+                         "unparseable": 0.5}
+    assert s.extra["judgments"] == ["no idea", "Rating: [8]"] and s.extra["turns"] == ["one", "two"]
+
+
+def test_bad_options(mt_data):
+    with pytest.raises(ValueError, match="no category 'poetry'"):
+        make_task("mt_bench", subjects=["poetry"], data_dir=mt_data)
+    with pytest.raises(ValueError, match="--judge"):
+        evaluate("no-such-model.gguf", "mt_bench", data_dir=mt_data)
+
+
+def test_zero_shot_template_is_fastchats():
+    from llmbench.tokenizer import Tokenizer
+
+    render = Tokenizer.apply_chat_template
+    msgs = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}]
+
+    class T:                                             # only what apply_chat_template reads
+        chat_template, bos_id, eos_id, hf = ZERO_SHOT_TEMPLATE, None, None, None
+
+    assert render(T(), msgs) == (
+        "A chat between a curious human and an artificial intelligence assistant. The assistant gives helpful, "
+        "detailed, and polite answers to the human's questions.\n### Human: Q1\n### Assistant: A1\n### Human: Q2\n"
+        "### Assistant:")
+    assert render(T(), [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]) == \
+        "S\n### Human: Q\n### Assistant:"
+
+
+# ---- end to end ----
+
+def test_mt_bench_on_stories260k_judged_by_itself_with_resume(stories_path, mt_data, tmp_path):
+    """`llmbench eval mt_bench --limit 2 --judge stories260K` over a category with references (reasoning) and
+    one without (writing, sampled): the tiny judge writes stories, not ratings, and every unparseable rating
+    is counted, never fatal; a run cut after one record resumes to the same records and numbers."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "llmbench", "eval", "mt_bench", "--model", str(stories_path), "--judge",
+            str(stories_path), "--limit", "2", "--subjects", "reasoning,writing", "--threads", "2",
+            "--data-dir", str(mt_data), "--out", str(out), "--json"]
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    whole = json.loads(r.stdout)
+    jsonschema.validate(whole, SCHEMA)
+    t = whole["tasks"]["mt_bench"]
+    assert whole["settings"]["zero_shot_chat_template"] == ["model", "judge"]
+    assert whole["settings"]["judge"] == str(stories_path) and t["settings"]["judge_max_tokens"] == 1024
+    recs = read_samples(out / "samples_mt_bench.jsonl")
+    assert sorted((x["subject"], x["doc_id"]) for x in recs) == [("reasoning", 101), ("reasoning", 102),
+                                                                  ("writing", 81), ("writing", 82)]
+    unparseable = 0
+    for x in recs:
+        assert [q["kind"] for q in x["requests"]] == ["generate_until", "generate_until", "judge", "judge"]
+        assert len(x["answers"]) == 4 and x["turns"] == [a["text"].strip() for a in x["answers"][:2]]
+        assert x["judgments"] == [a["text"] for a in x["answers"][2:]]
+        assert x["ratings"] == [parse_rating(j) for j in x["judgments"]]
+        unparseable += sum(v is None for v in x["ratings"])
+        assert x["metrics"]["unparseable"] == sum(v is None for v in x["ratings"]) / 2
+        names = x["judge_prompts"]
+        assert names == (["single-math-v1", "single-math-v1-multi-turn"] if x["subject"] == "reasoning"
+                         else ["single-v1", "single-v1-multi-turn"])
+    e = t["metrics"]["unparseable"]
+    assert e["n"] == 4 and e["value"] * 8 == pytest.approx(unparseable)
+    assert t["metrics"]["score"]["n"] == sum(1 for x in recs if any(v is not None for v in x["ratings"]))
+
+    samples = out / "samples_mt_bench.jsonl"
+    lines = samples.read_bytes().splitlines(keepends=True)
+    samples.write_bytes(lines[0] + lines[1][: len(lines[1]) // 3])
+    r = subprocess.run([sys.executable, "-m", "llmbench", "eval", "--resume", str(out), "--json"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    again = json.loads(r.stdout)["tasks"]["mt_bench"]
+    assert again["timing"]["docs_resumed"] == 1 and again["timing"]["docs_computed"] == 3
+    assert again["metrics"] == t["metrics"]
+    assert sorted(json.loads(x)["answers"] == y["answers"] for x, y in
+                  zip(sorted(samples.read_bytes().splitlines(), key=lambda s: json.loads(s)["doc_id"]),
+                      sorted(recs, key=lambda x: x["doc_id"]))) == [True] * 4
+
+
+def test_mt_bench_through_openai_servers(mt_data, tmp_path):
+    """The model on one server, the judge (NAME@URL) on another: the chat bodies each sends, the ratings read
+    from the judge's text, and a 503 from the judge retried."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from eval_server import MODEL, EvalServer
+
+    with EvalServer() as model_srv, EvalServer() as judge_srv:
+        model_srv.gen_text = "  Here is my answer. "
+        judge_srv.gen_text = "A fair answer. Rating: [[6]]"
+        judge_srv.faults = ["503"]
+        res = evaluate(MODEL, "mt_bench", backend="openai", base_url=model_srv.base_url, limit=1,
+                       subjects=["writing", "coding"], data_dir=mt_data, out=tmp_path,
+                       judge=f"{MODEL}@{judge_srv.base_url}")
+        asked = model_srv.bodies("/v1/chat/completions")
+        assert len(asked) == 4 and all(b["max_tokens"] == 1024 for b in asked)
+        assert sorted(b["temperature"] for b in asked) == [0.0, 0.0, 0.7, 0.7]
+        second = [b for b in asked if len(b["messages"]) == 3]
+        assert len(second) == 2 and all(b["messages"][1] == {"role": "assistant", "content": "Here is my answer."}
+                                        for b in second)
+        judged = judge_srv.bodies("/v1/chat/completions")     # 4 and the one answered 503
+        assert len(judged) == 5 and all(b["temperature"] == 0.0 and b["max_tokens"] == 2048 for b in judged)
+        assert all(b["messages"][0]["role"] == "system" and b["messages"][1]["role"] == "user" for b in judged)
+        t = res["mt_bench"]
+        assert t.metric("score") == 6.0 and t.metric("score_turn1") == 6.0 and t.metric("score_turn2") == 6.0
+        assert t.metric("consistency") == 1.0 and t.metric("unparseable") == 0.0
+        assert t.aggregate["subjects"]["coding"]["score"]["value"] == 6.0
+        assert res.adapter_stats["judge"]["retries"] == 1
+        assert res.environment["judge"]["base_url"] == judge_srv.base_url.rstrip("/") or \
+            res.environment["judge"]["backend"] == "openai"
