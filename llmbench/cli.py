@@ -542,9 +542,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_commands(sub)
     from .eval.cli import add_parser as add_eval
     from .serve.cli import add_parser as add_serve
+    from .study.cli import add_parser as add_study
 
     add_eval(sub)
     add_serve(sub)
+    add_study(sub)
     return p
 
 

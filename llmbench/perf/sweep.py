@@ -140,11 +140,17 @@ def point_key(params: dict) -> str:
 # ---- the log ----
 
 class SweepLog:
-    """``points.jsonl``: the sweep's configuration, then one finished point per line."""
+    """``points.jsonl``: the sweep's configuration, then one finished point per line. Studies keep
+    theirs the same way (llmbench.study.runner.StudyLog: another ``config_type``)."""
+
+    config_type = "sweep"
 
     def __init__(self, directory: str):
         self.dir = directory
         self.path = os.path.join(directory, LOG_NAME)
+
+    def config_from_json(self, d: dict) -> Sweep:
+        return Sweep.from_json(d)
 
     def create(self, sweep: Sweep) -> None:
         os.makedirs(self.dir, exist_ok=True)
@@ -157,7 +163,7 @@ class SweepLog:
         """The sweep and its finished points by key. A last line without its newline (the process
         died while writing it) is cut off the file; any other bad line is an error."""
         if not os.path.exists(self.path):
-            raise FileNotFoundError(f"{self.path}: no sweep to resume here")
+            raise FileNotFoundError(f"{self.path}: no {self.config_type} to resume here")
         with open(self.path, "rb") as f:
             data = f.read()
         lines = data.split(b"\n")
@@ -166,9 +172,9 @@ class SweepLog:
             with open(self.path, "r+b") as f:
                 f.truncate(len(data) - len(tail))
         if not lines:
-            raise ValueError(f"{self.path}: the sweep's configuration line is missing")
+            raise ValueError(f"{self.path}: the {self.config_type}'s configuration line is missing")
         try:
-            sweep = Sweep.from_json(json.loads(lines[0]))
+            sweep = self.config_from_json(json.loads(lines[0]))
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{self.path}:1: {e}") from None
         done = {}
@@ -177,7 +183,7 @@ class SweepLog:
                 rec = json.loads(line)
                 done[point_key(rec["params"])] = rec
             except (ValueError, KeyError, TypeError):
-                raise ValueError(f"{self.path}:{i}: not a sweep point; the file was edited or damaged "
+                raise ValueError(f"{self.path}:{i}: not a {self.config_type} point; the file was edited or damaged "
                                  "(delete that line to re-run its point)") from None
         return sweep, done
 
