@@ -191,6 +191,15 @@ class Task(ABC):
         `requests`); `score` then sees all answers in order."""
         return []
 
+    def answer_record(self, a: Answer) -> dict[str, Any]:
+        """An answer as the per-sample record holds it (a task may leave bulky parts out)."""
+        return answer_json(a)
+
+    def extra_results(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """More of the task's results from its per-sample records (all of them, resumed ones too), beside
+        the metrics in results.json: e.g. ``cot_decay``. Nothing by default."""
+        return {}
+
     def prompt(self, doc: Doc) -> str:
         """The prompt of a document as the sample record shows it."""
         r = self.requests(doc)[0]

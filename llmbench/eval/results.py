@@ -7,7 +7,8 @@ results.json:
                   backend, threads, activations, ... or the server's URL and model)
     settings      the run's options (tasks, shots, limit, subjects, chunk, ...)
     tasks         {task: {version, settings, timing, subjects, groups, metrics}}, each metric as
-                  {value, stderr, n} (groups and the task also macro, and a 95% Wilson interval)
+                  {value, stderr, n} (groups and the task also macro, and a 95% Wilson interval);
+                  chain-of-thought tasks add cot_decay (accuracy by step count: llmbench.eval.cot)
     precision_check   {task: flip rate, accuracy change with its interval, log-likelihood moves}
     adapter_stats     the adapter's counters (engine: prompt tokens held vs computed; server: retries)
 Validated against `SCHEMA` in tests; docs/eval-results.schema.json is written from it
@@ -44,7 +45,10 @@ SCHEMA: dict[str, Any] = {
                            "timing": {"type": "object", "required": ["wall_s", "docs_computed", "docs_resumed"]},
                            "subjects": {"type": "object", "additionalProperties": _METRICS},
                            "groups": {"type": "object", "additionalProperties": _METRICS},
-                           "metrics": _METRICS}}},
+                           "metrics": _METRICS,
+                           "cot_decay": {"type": "object", "required": ["rule", "metrics", "subjects", "groups", "all"],
+                                         "description": "chain-of-thought tasks: accuracy by reasoning step count "
+                                                        "(llmbench.eval.cot.decay_table)"}}}},
         "precision_check": {"type": "object"},
         "adapter_stats": {"type": "object"},
     },
@@ -63,6 +67,7 @@ class TaskResult:
     aggregate: dict[str, Any]          # metrics.aggregate's output
     records: list[dict[str, Any]] = field(repr=False)
     timing: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)    # Task.extra_results: cot_decay, ...
 
     def metric(self, name: str = "acc") -> float | None:
         return self.aggregate["metrics"][name]["value"]
@@ -70,7 +75,7 @@ class TaskResult:
     def to_json(self) -> dict[str, Any]:
         a = self.aggregate
         return {"version": self.version, "settings": self.settings, "timing": self.timing,
-                "subjects": a["subjects"], "groups": a["groups"], "metrics": a["metrics"]}
+                "subjects": a["subjects"], "groups": a["groups"], "metrics": a["metrics"], **self.extra}
 
 
 @dataclass

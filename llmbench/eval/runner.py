@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import LLMBenchError
-from .api import Adapter, Answer, Doc, ForJudge, Loglikelihood, Request, Task, answer_json, request_json
+from .api import Adapter, Answer, Doc, ForJudge, Loglikelihood, Request, Task, request_json
 from .metrics import aggregate, mean_stderr, paired_difference_ci
 from .results import TaskResult
 
@@ -61,7 +61,7 @@ def _record(task: Task, doc: Doc, reqs, answers, scored, precision: str) -> dict
             del d["context"]
         rq.append(d)
     return {"task": task.name, "subject": doc.subject, "doc_id": doc.id, "prompt": prompt, "requests": rq,
-            "answers": [answer_json(a) for a in answers], "target": scored.target, "pred": scored.pred,
+            "answers": [task.answer_record(a) for a in answers], "target": scored.target, "pred": scored.pred,
             "metrics": scored.metrics, "precision": precision, **scored.extra}
 
 
@@ -138,10 +138,10 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
     wall = time.perf_counter() - t0
     records = [old.get((d.subject, d.id)) or new[(d.subject, d.id)] for d in docs]
     agg = aggregate(records, list(task.metrics), task.groups(), task.name)
-    return TaskResult(task.name, task.version, task.settings(), agg, records,
-                      {"wall_s": wall, "docs_computed": len(todo), "docs_resumed": len(old),
-                       "docs_per_s": len(todo) / wall if wall > 0 and todo else None,
-                       "requests": sum(len(r["requests"]) for r in records)})
+    timing = {"wall_s": wall, "docs_computed": len(todo), "docs_resumed": len(old),
+              "docs_per_s": len(todo) / wall if wall > 0 and todo else None,
+              "requests": sum(len(r["requests"]) for r in records)}
+    return TaskResult(task.name, task.version, task.settings(), agg, records, timing, task.extra_results(records))
 
 
 def precision_check(task: Task, records: Sequence[dict[str, Any]], reference: Adapter, n: int,

@@ -19,6 +19,10 @@ that file (``COT_EXEMPLARS``, first ``shots`` of them), each ``"Q: {question}\\n
 between; YAML folds that to a single newline.) The reference is the number after "####". Stop strings
 "Q:", "</s>", "<|im_end|>". ``strict-match`` is the first match of ``The answer is (\\-?[0-9\\.\\,]+).``
 (the final "." is any character, as in lm-eval's pattern); ``flexible-extract`` as above.
+Each gsm8k_cot answer also carries chain-of-thought decay data (llmbench.eval.cot: its reasoning steps,
+the sentences before "The answer is", and their entropy from the top-20 log-probabilities, which the
+requests ask for; lm-eval asks for none, which changes no token of a greedy answer), gathered in
+results.json's ``cot_decay``.
 
 A filter that finds nothing gives "[invalid]". Exact match (lm-eval's ``exact_match`` with the task's
 ``regexes_to_ignore``, ``ignore_case: true``, ``ignore_punctuation: false``) deletes, in this order and
@@ -45,10 +49,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import data
+from .. import cot, data
 from ..api import Answer, Doc, GenerateUntil, Request, Scored, Task
 
 INVALID = "[invalid]"                       # lm-eval's RegexFilter fallback
+ANSWER_CUE = "The answer is"                # gsm8k_cot's final answer, for the step count (llmbench.eval.cot)
 FEWSHOT_SEED = 1234                         # lm-eval's default --fewshot_random_seed
 MAX_TOKENS = 256                            # lm-eval's default max_gen_toks
 FLEXIBLE = r"(-?[$0-9.,]{2,})|(-?[0-9]+)"   # flexible-extract, last match
@@ -240,7 +245,23 @@ class GSM8KCoT(GSM8K):
     def target(self, doc: Doc) -> str:
         return doc.data["answer"].split("####")[-1].strip()
 
+    def requests(self, doc: Doc) -> list[Request]:
+        return [GenerateUntil(self.prompt(doc), self.until, max_tokens=MAX_TOKENS, temperature=0.0,
+                              logprobs=cot.TOP_LOGPROBS)]
+
+    def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored:
+        s = super().score(doc, answers)
+        g = answers[0]
+        s.extra["cot"] = cot.analyse(g.text, ANSWER_CUE, g.tokens, g.top_logprobs)  # type: ignore[union-attr]
+        return s
+
+    def answer_record(self, a: Answer) -> dict[str, Any]:
+        return cot.answer_record(a)
+
+    def extra_results(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return {"cot_decay": cot.decay_table(records, list(self.metrics))}
+
     def settings(self) -> dict[str, Any]:
         return {"shots": self.shots, "limit": self.limit, "split": "test",
                 "fewshot_split": "gsm8k-cot.yaml's exemplars", "fewshot_sampler": "first_n",
-                **self._generation_settings()}
+                **self._generation_settings(), "top_logprobs": cot.TOP_LOGPROBS}
