@@ -120,3 +120,15 @@ def test_env_page_lists_what_the_code_reads():
 def test_table_cell_escapes_pipes_outside_code_only():
     gen = _hooks()
     assert gen._cell("a|b `x|y` c|d\n e") == "a\\|b `x|y` c\\|d e"
+
+
+def test_doctests_become_fenced_code():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("llmbench_griffe_doctest", ROOT / "docs" / "_hooks" / "griffe_doctest.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = ("Intro.\n\n    >>> x = f(a)[0]   # doctest: +SKIP\n    ... more\n    42\n\nAfter.\n"
+            "```\n>>> inside a fence\n```")
+    assert mod.fence_doctests(text) == ("Intro.\n\n    ```pycon\n    >>> x = f(a)[0]\n    ... more\n    42\n    ```\n\n"
+                                        "After.\n```\n>>> inside a fence\n```")
