@@ -128,17 +128,21 @@ def _table(result: dict) -> None:
         for k, v in (r.get("metrics") or {}).items():
             if k not in metrics and not isinstance(v, dict):
                 metrics.append(k)
-    t = Table(title=result["study"].get("name", "study"))
+    short = {"outputs": "n", "mean_output_tokens": "len", "cut_share": "cut", "distinct_1": "d-1", "distinct_2": "d-2",
+             "self_bleu": "sBLEU", "repetition_rate": "rep", "perplexity": "ppl", "temperature": "T", "top_p": "p",
+             "top_k": "k", "min_p": "min_p", "max_tokens": "L"}
+    t = Table(title=result["study"].get("name", "study"), caption="n outputs, len mean output tokens, cut share "
+              "ended by max tokens, d-1/d-2 distinct-n, sBLEU self-BLEU-4, rep 4-gram repetition, ppl perplexity")
     for c in varying + metrics + ["tok/s"]:
-        t.add_column(c, justify="right")
+        t.add_column(short.get(c, c), justify="right")
     for r in result["points"]:
         row = [str(r["params"].get(a)) for a in varying]
         if "error" in r:
             row += ["failed: " + r["error"][:60]] + [""] * len(metrics)
         else:
             m = r["metrics"]
-            row += [f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k)) for k in metrics]
+            row += [f"{m[k]:.3g}" if isinstance(m.get(k), float) else str(m.get(k)) for k in metrics]
             tps = r.get("timing", {}).get("output_tokens_per_s")
-            row.append(f"{tps:.1f}" if tps else "")
+            row.append(f"{tps:.0f}" if tps else "")
         t.add_row(*row)
-    Console().print(t)
+    Console(width=max(120, Console().width)).print(t)

@@ -31,7 +31,7 @@ from typing import Any
 ENGINE_KEYS = ("threads", "ctx", "kv_dtype", "activations", "max_batch_tokens", "max_seqs", "backend")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed")
 SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "max_tokens": 64, "seed": 0}
-WORKLOAD_KEYS = ("prompts", "task", "limit", "shots", "subjects")
+WORKLOAD_KEYS = ("prompts", "prompts_file", "task", "limit", "shots", "subjects")
 
 
 def _axis(v: Any) -> list:
@@ -72,8 +72,13 @@ class Study:
                     raise ValueError(f"study: sampling.{k} must be a number or a list of numbers, got {x!r}")
         if self.reference:
             self.reference = _absolute(self.reference)
-        if "prompts" in self.workload:
-            self.prompt_list()   # read it now: a missing file is an error before any model loads
+        if "prompts" in self.workload and not isinstance(self.workload["prompts"], (list, tuple)):
+            # read once, now: a missing file is an error before any model loads, and the grid keeps the
+            # prompts themselves, so a resumed study runs the same ones whatever became of the file
+            self.workload = {**self.workload, "prompts_file": str(self.workload["prompts"]),
+                             "prompts": self.prompt_list()}
+        elif "prompts" in self.workload:
+            self.prompt_list()
 
     def axes(self) -> dict[str, list]:
         """The swept settings, model-load axes first, in the order points run."""
@@ -125,8 +130,6 @@ class Study:
     def to_json(self) -> dict:
         d = asdict(self)
         d["kind"] = "study"
-        if "prompts" in self.workload:   # the prompts themselves, so a resumed study runs the same
-            d["workload"] = {**self.workload, "prompts": self.prompt_list()}
         return d
 
     @classmethod

@@ -14,8 +14,10 @@ speed, ``output_tokens_per_s`` (generated tokens over the wall time of the batch
 (``texts``), so any other metric can be computed later. A task workload records the task's metrics
 as `llmbench.evaluate` aggregates them (value, standard error, interval).
 
-Everything but the speed (``timing``) is a function of the point's settings alone: the same grid gives
-the same records on any executor.
+Each record carries the ``environment`` of the worker that ran it (CPU, SIMD level, build, model file
+hash: perf.bench.engine_environment), so points run on different hosts of a cluster say so. Everything but
+``timing`` and ``environment`` is a function of the point's settings alone: the same grid gives the same
+records on any executor.
 """
 
 from __future__ import annotations
@@ -58,11 +60,16 @@ def _reference(point: dict[str, Any], reference: str | None, llm):
 def run_point(config: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
     """The record of one point: ``{"params": point, "metrics": {...}, "timing": {...}}``. ``config``
     is the study's ``to_json()``. Errors propagate; the executor records them."""
+    from ..perf.bench import engine_environment
+
     llm = _llm(point)
     work = config["workload"]
     if "task" in work:
-        return _task_point(llm, point, work)
-    return _prompts_point(llm, point, work["prompts"], config.get("reference"))
+        rec = _task_point(llm, point, work)
+    else:
+        rec = _prompts_point(llm, point, work["prompts"], config.get("reference"))
+    rec["environment"] = engine_environment(llm, point["model"], False)   # the host that ran it
+    return rec
 
 
 def _task_point(llm, point: dict[str, Any], work: dict[str, Any]) -> dict[str, Any]:

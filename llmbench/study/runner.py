@@ -13,7 +13,8 @@ Executors:
   backend), submitted at once; records are appended in the order they finish. ``address`` is passed
   to ``ray.init`` ("auto" joins a running cluster, "ray://host:10001" a remote one, None starts a
   local one). Ray is optional: ``pip install llmbench[ray]``.
-The records (all but ``timing``) are the same on both: a point's outputs depend only on its settings.
+The records (all but ``timing`` and ``environment``) are the same on both: a point's outputs depend only
+on its settings.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import traceback
 from collections.abc import Callable
 
 from .. import LLMBenchError
+from ..perf.bench import header
 from ..perf.sweep import SweepLog, _die_with_parent, _locked
 from .grid import Study, point_key
 
@@ -73,7 +75,8 @@ def run_study(study: Study | None, directory: str, executor: str = "local", addr
         if todo:
             (_run_local if executor == "local" else _run_ray)(config, todo, finished, address)
         records = [done[point_key(p)] for p in points]
-        result = {"study": config, "points": records, "failed": sum("error" in r for r in records)}
+        result = {**header(), "kind": "study", "study": config, "points": records,
+                  "failed": sum("error" in r for r in records)}
         with open(os.path.join(directory, "result.json"), "w") as f:
             json.dump(result, f, indent=1)
     if records and result["failed"] == len(records):
