@@ -1,5 +1,6 @@
 // quants.c — scalar reference kernels for ggml's tensor formats: dequantization of F32, F16, BF16,
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K and quantization to each of them, following
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, and quantization to each
+// of them but Q2_K, Q3_K, IQ4_NL and IQ4_XS (dequantization only, for now), following
 // ggml-quants.c's reference algorithms (quantize_row_*_ref: no importance matrix) operation for
 // operation so results are bit-identical; the per-SIMD-level kernel tables; and the whole-tensor
 // entry points, split over OpenMP threads. SIMD kernels live in quants_simd.c.
@@ -412,6 +413,63 @@ static void quantize_k_superblock(const float *x, int nmax, float rmin, int nste
     }
 }
 
+// ---- Q2_K: super-blocks of 256, 16 sub-blocks with 4-bit scale and min, 2-bit quants ----
+
+static void dequant_q2_K_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q2_K *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d), min = llmb_fp16_to_fp32(x[i].dmin);
+        for (int e = 0; e < LLMB_QK_K; e++, y++) {   // e = 128 h + 32 s + l: bits 2s of qs[32 h + l]
+            const int j = e / 16, q = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * (e / 32 % 4))) & 3;
+            const float dl = d * (x[i].scales[j] & 0xF), ml = min * (x[i].scales[j] >> 4);
+            *y = dl * q - ml;
+        }
+    }
+}
+
+// ---- Q3_K: super-blocks of 256, 16 sub-blocks with a 6-bit signed scale, 3-bit quants ----
+
+static void dequant_q3_K_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q3_K *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        for (int e = 0; e < LLMB_QK_K; e++, y++) {   // as Q2_K; the high bit: bit e / 32 of hmask[e % 32]
+            const int lo = (x[i].qs[32 * (e / 128) + e % 32] >> (2 * (e / 32 % 4))) & 3;
+            const int h = (x[i].hmask[e % 32] >> (e / 32)) & 1;
+            const float dl = d * llmb_q3_K_scale(e / 16, x[i].scales);
+            *y = dl * (lo - (h ? 0 : 4));
+        }
+    }
+}
+
+// ---- IQ4_NL, IQ4_XS: 4-bit indices into the 16 non-linear values of llmb_kvalues_iq4nl ----
+
+static void dequant_iq4_nl_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_iq4_nl *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            y[j] = d * llmb_kvalues_iq4nl[x[i].qs[j] & 0xF];
+            y[j + LLMB_QK / 2] = d * llmb_kvalues_iq4nl[x[i].qs[j] >> 4];
+        }
+    }
+}
+
+static void dequant_iq4_xs_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_iq4_xs *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d = llmb_fp16_to_fp32(x[i].d);
+        for (int j = 0; j < LLMB_QK_K / 32; j++, y += 32) {
+            const float dl = d * llmb_iq4_xs_scale(j, &x[i]);
+            const uint8_t *qs = x[i].qs + 16 * j;
+            for (int l = 0; l < 16; l++) {
+                y[l] = dl * llmb_kvalues_iq4nl[qs[l] & 0xF];
+                y[l + 16] = dl * llmb_kvalues_iq4nl[qs[l] >> 4];
+            }
+        }
+    }
+}
+
 // ---- Q4_K: super-blocks of 256, 8 sub-blocks with 6-bit scale and min ----
 
 static void dequant_q4_K_ref(const void *vx, float *y, int64_t n) {
@@ -610,6 +668,10 @@ static const llmb_quant_traits ref_table[LLMB_TYPE_COUNT] = {
     [LLMB_TYPE_Q5_0] = REF(dequant_q5_0_ref, quant_q5_0_ref),
     [LLMB_TYPE_Q5_1] = REF(dequant_q5_1_ref, quant_q5_1_ref),
     [LLMB_TYPE_Q8_0] = REF(dequant_q8_0_ref, quant_q8_0_ref),
+    [LLMB_TYPE_Q2_K] = REF(dequant_q2_K_ref, NULL),
+    [LLMB_TYPE_Q3_K] = REF(dequant_q3_K_ref, NULL),
+    [LLMB_TYPE_IQ4_NL] = REF(dequant_iq4_nl_ref, NULL),
+    [LLMB_TYPE_IQ4_XS] = REF(dequant_iq4_xs_ref, NULL),
     [LLMB_TYPE_Q4_K] = REF(dequant_q4_K_ref, quant_q4_K_ref),
     [LLMB_TYPE_Q5_K] = REF(dequant_q5_K_ref, quant_q5_K_ref),
     [LLMB_TYPE_Q6_K] = REF(dequant_q6_K_ref, quant_q6_K_ref),

@@ -24,8 +24,9 @@ extern "C" {
 // ggml type ids of the formats handled here (the full list is csrc/types.c)
 enum {
     LLMB_TYPE_F32 = 0, LLMB_TYPE_F16 = 1, LLMB_TYPE_Q4_0 = 2, LLMB_TYPE_Q4_1 = 3, LLMB_TYPE_Q5_0 = 6,
-    LLMB_TYPE_Q5_1 = 7, LLMB_TYPE_Q8_0 = 8, LLMB_TYPE_Q4_K = 12, LLMB_TYPE_Q5_K = 13, LLMB_TYPE_Q6_K = 14,
-    LLMB_TYPE_Q8_K = 15, LLMB_TYPE_BF16 = 30,
+    LLMB_TYPE_Q5_1 = 7, LLMB_TYPE_Q8_0 = 8, LLMB_TYPE_Q2_K = 10, LLMB_TYPE_Q3_K = 11, LLMB_TYPE_Q4_K = 12,
+    LLMB_TYPE_Q5_K = 13, LLMB_TYPE_Q6_K = 14, LLMB_TYPE_Q8_K = 15, LLMB_TYPE_IQ4_NL = 20, LLMB_TYPE_IQ4_XS = 23,
+    LLMB_TYPE_BF16 = 30,
 };
 
 typedef uint16_t llmb_half;   // IEEE binary16 bits (ggml_half)
@@ -66,6 +67,25 @@ typedef struct {
 } llmb_block_q8_0;
 LLMB_STATIC_ASSERT(sizeof(llmb_block_q8_0) == 34, "wrong q8_0 block size");
 
+// 16 sub-blocks of 16: x = d*(scales[j] & 0xF)*q - dmin*(scales[j] >> 4), q 2-bit
+typedef struct {
+    uint8_t scales[LLMB_QK_K / 16];   // 4-bit scale (low nibble) and min (high nibble) of sub-block j
+    uint8_t qs[LLMB_QK_K / 4];   // per 128 elements: 32 bytes, element 32s + l in bits 2s..2s+1 of byte l
+    llmb_half d, dmin;
+} llmb_block_q2_K;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q2_K) == 84, "wrong q2_K block size");
+
+// 16 sub-blocks of 16: x = d*(sc[j] - 32)*(q - 4*!h), q 2-bit as in Q2_K, h its bit of hmask, sc 6-bit:
+// low 4 bits in the nibbles of scales[0..7] (j < 8: low nibble of scales[j], else high of scales[j-8]),
+// high 2 bits in bits 2(j/4).. of scales[8 + j%4]
+typedef struct {
+    uint8_t hmask[LLMB_QK_K / 8];   // element 32b + l: bit b of hmask[l]
+    uint8_t qs[LLMB_QK_K / 4];
+    uint8_t scales[12];
+    llmb_half d;
+} llmb_block_q3_K;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q3_K) == 110, "wrong q3_K block size");
+
 // 8 sub-blocks of 32: x = d*sc[j]*q - dmin*m[j], sc and m 6-bit packed in `scales`
 typedef struct {
     llmb_half d, dmin;
@@ -90,6 +110,38 @@ typedef struct {
     llmb_half d;
 } llmb_block_q6_K;
 LLMB_STATIC_ASSERT(sizeof(llmb_block_q6_K) == 210, "wrong q6_K block size");
+
+// the 16 values of the non-linear 4-bit formats IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl)
+static const int8_t llmb_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                              1,    13,   25,  38,  53,  69,  89,  113};
+
+// x = d*kvalues[q], q 4-bit: element j in the low nibble of qs[j], j+16 in the high (as Q4_0)
+typedef struct {
+    llmb_half d;
+    uint8_t qs[LLMB_QK / 2];
+} llmb_block_iq4_nl;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq4_nl) == 18, "wrong iq4_nl block size");
+
+// 8 sub-blocks of 32 as IQ4_NL blocks: x = d*(ls[j] - 32)*kvalues[q], ls 6-bit: low 4 bits in nibble j%2 of
+// scales_l[j/2], high 2 bits in bits 2j..2j+1 of scales_h
+typedef struct {
+    llmb_half d;
+    uint16_t scales_h;
+    uint8_t scales_l[LLMB_QK_K / 64];
+    uint8_t qs[LLMB_QK_K / 2];   // per sub-block 16 bytes, laid out as an IQ4_NL block's qs
+} llmb_block_iq4_xs;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq4_xs) == 136, "wrong iq4_xs block size");
+
+// the 6-bit scale of sub-block j (0..15) from Q3_K's 12 packed bytes, minus 32
+static inline int llmb_q3_K_scale(int j, const uint8_t *s) {
+    const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+// the 6-bit scale of sub-block j (0..7) of an IQ4_XS block, minus 32
+static inline int llmb_iq4_xs_scale(int j, const llmb_block_iq4_xs *b) {
+    return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
 
 // activations for integer dot products: x = d*q, bsums[j] = sum of q over elements 16j..16j+15
 typedef struct {

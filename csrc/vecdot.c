@@ -197,7 +197,7 @@ static void dot_q8_0_ref(int64_t n, float *s, const void *vw, const void *vx) {
     *s = sumf;
 }
 
-// ---- K formats x Q8_K ----
+// ---- K formats (and IQ4_NL / IQ4_XS, below) x Q8_K ----
 
 // The shared tail of ggml's K reference loops: a[256] are the weight's integer values, `scale(j)`
 // the integer scale of 16-element group j; eight int32 lanes per super-block, then 8 float sums.
@@ -289,6 +289,86 @@ static void dot_q6_K_ref(int64_t n, float *s, const void *vw, const void *vx) {
     *s = sum8(sums, 0.0f);
 }
 
+// Q2_K: per 16 elements an exact integer sum weighted by the 4-bit scale, the mins against bsums, and
+// per super-block sumf += dall*isum - dmin*summs (ggml_vec_dot_q2_K_q8_K_generic)
+static void dot_q2_K_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q2_K *w = vw;
+    const llmb_block_q8_K *x = vx;
+    float sumf = 0;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const uint8_t *sc = w[i].scales;
+        int summs = 0, isum = 0;
+        for (int j = 0; j < 16; j++) summs += x[i].bsums[j] * (sc[j] >> 4);
+        const float dall = x[i].d * F16(w[i].d), dmin = x[i].d * F16(w[i].dmin);
+        for (int j = 0; j < 16; j++) {   // sub-block j: elements 16 j.., bits 2 (j / 2 % 4) of qs[32 (j / 8) + 16 (j % 2) + l]
+            const uint8_t *q2 = w[i].qs + 32 * (j / 8) + 16 * (j % 2);
+            const int8_t *q8 = x[i].qs + 16 * j;
+            int isuml = 0;
+            for (int l = 0; l < 16; l++) isuml += q8[l] * ((q2[l] >> (2 * (j / 2 % 4))) & 3);
+            isum += (sc[j] & 0xF) * isuml;
+        }
+        sumf += dall * isum - dmin * summs;
+    }
+    *s = sumf;
+}
+
+// Q3_K: values q - 4*!h in -4..3 through k_accumulate with the signed 6-bit scales
+static void dot_q3_K_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q3_K *w = vw;
+    const llmb_block_q8_K *x = vx;
+    float sums[8] = {0};
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        int8_t a[LLMB_QK_K];
+        int scales16[16];
+        for (int e = 0; e < LLMB_QK_K; e++) {
+            const int lo = (w[i].qs[32 * (e / 128) + e % 32] >> (2 * (e / 32 % 4))) & 3;
+            a[e] = (int8_t)(lo - ((w[i].hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4));
+        }
+        for (int j = 0; j < 16; j++) scales16[j] = llmb_q3_K_scale(j, w[i].scales);
+        k_accumulate(a, scales16, x[i].qs, F16(w[i].d) * x[i].d, sums);
+    }
+    *s = sum8(sums, 0.0f);
+}
+
+// IQ4_NL x Q8_0 (ggml_vec_dot_iq4_nl_q8_0_generic): per block sumf += (d_x d_w) * sumi
+static void dot_iq4_nl_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_iq4_nl *w = vw;
+    const llmb_block_q8_0 *x = vx;
+    float sumf = 0;
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        const float d = F16(x[ib].d) * F16(w[ib].d);
+        int sumi1 = 0, sumi2 = 0;
+        for (int j = 0; j < LLMB_QK / 2; j++) {
+            sumi1 += x[ib].qs[j] * llmb_kvalues_iq4nl[w[ib].qs[j] & 0xF];
+            sumi2 += x[ib].qs[j + LLMB_QK / 2] * llmb_kvalues_iq4nl[w[ib].qs[j] >> 4];
+        }
+        sumf += d * (sumi1 + sumi2);
+    }
+    *s = sumf;
+}
+
+// IQ4_XS x Q8_K (ggml_vec_dot_iq4_xs_q8_K_generic): per sub-block of 32 sumf += (d_w d_x (ls - 32)) * sumi
+static void dot_iq4_xs_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_iq4_xs *w = vw;
+    const llmb_block_q8_K *x = vx;
+    float sumf = 0;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        const float d4d8 = F16(w[i].d) * x[i].d;
+        for (int j = 0; j < LLMB_QK_K / 32; j++) {
+            const uint8_t *qs = w[i].qs + 16 * j;
+            const int8_t *q8 = x[i].qs + 32 * j;
+            const float dl = d4d8 * llmb_iq4_xs_scale(j, &w[i]);
+            int sumi1 = 0, sumi2 = 0;
+            for (int l = 0; l < 16; l++) {
+                sumi1 += q8[l] * llmb_kvalues_iq4nl[qs[l] & 0xF];
+                sumi2 += q8[l + 16] * llmb_kvalues_iq4nl[qs[l] >> 4];
+            }
+            sumf += dl * (sumi1 + sumi2);
+        }
+    }
+    *s = sumf;
+}
+
 // Q8_K weights (ggml has no dot for them; the Q8_0 loop per super-block)
 static void dot_q8_K_ref(int64_t n, float *s, const void *vw, const void *vx) {
     const llmb_block_q8_K *w = vw, *x = vx;
@@ -335,6 +415,7 @@ static void tile_ref(llmb_vec_dot_fn dot, int64_t n, const void *w, size_t ws, i
     }
 REF_TILE(f32) REF_TILE(f16) REF_TILE(bf16) REF_TILE(q4_0) REF_TILE(q4_1) REF_TILE(q5_0) REF_TILE(q5_1)
 REF_TILE(q8_0) REF_TILE(q4_K) REF_TILE(q5_K) REF_TILE(q6_K) REF_TILE(q8_K) REF_TILE(bf16dp)
+REF_TILE(q2_K) REF_TILE(q3_K) REF_TILE(iq4_nl) REF_TILE(iq4_xs)
 
 #define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL, 0, NULL}
 static const llmb_vec_dot_kernels ref_table[LLMB_VEC_DOT_TYPES] = {
@@ -342,6 +423,8 @@ static const llmb_vec_dot_kernels ref_table[LLMB_VEC_DOT_TYPES] = {
     [LLMB_TYPE_Q4_0] = REF(q4_0), [LLMB_TYPE_Q4_1] = REF(q4_1), [LLMB_TYPE_Q5_0] = REF(q5_0),
     [LLMB_TYPE_Q5_1] = REF(q5_1), [LLMB_TYPE_Q8_0] = REF(q8_0), [LLMB_TYPE_Q4_K] = REF(q4_K),
     [LLMB_TYPE_Q5_K] = REF(q5_K), [LLMB_TYPE_Q6_K] = REF(q6_K), [LLMB_TYPE_Q8_K] = REF(q8_K),
+    [LLMB_TYPE_Q2_K] = REF(q2_K), [LLMB_TYPE_Q3_K] = REF(q3_K), [LLMB_TYPE_IQ4_NL] = REF(iq4_nl),
+    [LLMB_TYPE_IQ4_XS] = REF(iq4_xs),
     [LLMB_TYPE_BF16_DP] = REF(bf16dp),
 };
 
@@ -365,9 +448,10 @@ static const llmb_vec_dot_kernels *kernels(int wtype) {
 int llmb_vec_dot_type(int wtype) {
     switch (wtype) {
     case LLMB_TYPE_F32: case LLMB_TYPE_F16: case LLMB_TYPE_BF16: return LLMB_TYPE_F32;
-    case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q8_0: return LLMB_TYPE_Q8_0;
+    case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q8_0: case LLMB_TYPE_IQ4_NL: return LLMB_TYPE_Q8_0;
     case LLMB_TYPE_Q4_1: case LLMB_TYPE_Q5_1: return LLMB_TYPE_Q8_1;
-    case LLMB_TYPE_Q4_K: case LLMB_TYPE_Q5_K: case LLMB_TYPE_Q6_K: case LLMB_TYPE_Q8_K: return LLMB_TYPE_Q8_K;
+    case LLMB_TYPE_Q2_K: case LLMB_TYPE_Q3_K: case LLMB_TYPE_Q4_K: case LLMB_TYPE_Q5_K: case LLMB_TYPE_Q6_K:
+    case LLMB_TYPE_Q8_K: case LLMB_TYPE_IQ4_XS: return LLMB_TYPE_Q8_K;
     case LLMB_TYPE_BF16_DP: return LLMB_TYPE_BF16_DP;
     default: return -1;
     }

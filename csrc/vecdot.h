@@ -1,6 +1,7 @@
 // vecdot.h — the decode kernels of the CPU engine: dot products between one weight row of a ggml
 // type and one activation row quantized once per token to that type's `vec_dot_type` (as ggml):
-//   Q4_0, Q5_0, Q8_0 -> Q8_0      Q4_1, Q5_1 -> Q8_1 (below)      Q4_K, Q5_K, Q6_K, Q8_K -> Q8_K
+//   Q4_0, Q5_0, Q8_0, IQ4_NL -> Q8_0      Q4_1, Q5_1 -> Q8_1 (below)
+//   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS -> Q8_K
 //   F32, F16, BF16   -> F32 (the weight is converted on the fly)
 // plus a tile kernel for prefill (nr <= 4 weight rows x nc <= 4 tokens, loads reused) and, where a
 // level has one, a panel kernel (nr <= its panel_r rows decoded once, then any number of tokens;

@@ -1895,7 +1895,9 @@ GEN(f16, f16_body_neon, LLMB_TYPE_F16)
     SET(sfx, LLMB_TYPE_F32, f32); SET(sfx, LLMB_TYPE_F16, f16); SET(sfx, LLMB_TYPE_BF16, bf16);                     \
     SET(sfx, LLMB_TYPE_Q4_0, q4_0); SET(sfx, LLMB_TYPE_Q5_0, q5_0); SET(sfx, LLMB_TYPE_Q8_0, q8_0);                 \
     SET(sfx, LLMB_TYPE_Q4_1, q4_1); SET(sfx, LLMB_TYPE_Q5_1, q5_1); SET(sfx, LLMB_TYPE_Q4_K, q4_K);                 \
-    SET(sfx, LLMB_TYPE_Q5_K, q5_K); SET(sfx, LLMB_TYPE_Q6_K, q6_K); SET(sfx, LLMB_TYPE_Q8_K, q8_K)
+    SET(sfx, LLMB_TYPE_Q5_K, q5_K); SET(sfx, LLMB_TYPE_Q6_K, q6_K); SET(sfx, LLMB_TYPE_Q8_K, q8_K);                 \
+    SET(sfx, LLMB_TYPE_Q2_K, q2_K); SET(sfx, LLMB_TYPE_Q3_K, q3_K); SET(sfx, LLMB_TYPE_IQ4_NL, iq4_nl);             \
+    SET(sfx, LLMB_TYPE_IQ4_XS, iq4_xs)
 
 void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     switch (lvl) {
@@ -2196,6 +2198,181 @@ INLINE VD_T void VD(q6_K_body)(const int type, int64_t n, const uint8_t *w, size
         for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
 }
 
+// Q2_K x Q8_K: the reference's arithmetic to the bit (vecdot.c, dot_q2_K_ref): per 32 elements maddubs(q, x)
+// (q 0..3) weighted by the two 4-bit scales of its sub-blocks of 16 (madd), the mins against the activation's
+// bsums; per super-block the exact integers isum and summs, then sum += dall isum - dmin summs
+INLINE VD_T void VD(q2_K_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                               float *y, int64_t ldy, const int NR, const int NC) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const llmb_block_q2_K *b = (const llmb_block_q2_K *)(w + r * ws) + i;
+            prefetch_w((const uint8_t *)b, sizeof *b);
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)b->scales);
+            const __m128i scl = _mm_and_si128(sc8, _mm_set1_epi8(0x0F));
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+            const float wd = half_at((const uint8_t *)&b->d), wdmin = half_at((const uint8_t *)&b->dmin);
+            __m256i q[8], sck[8];   // k = 4 h + s: the values 128 h + 32 s + 0..31 and their two sub-blocks' scales
+            for (int h = 0; h < 2; h++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+                for (int sh = 0; sh < 4; sh++) {
+                    const int k = 4 * h + sh;
+                    q[k] = sh ? _mm256_and_si256(_mm256_srli_epi16(bits, 2 * sh), m3) : _mm256_and_si256(bits, m3);
+                    const __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (2 * k + 1), 0x0101010101010101LL * (2 * k));
+                    sck[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scl, shuf));
+                }
+            }
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
+                const int summs = hsum_epi32(_mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i *)xb->bsums)));
+                __m256i sumi = _mm256_setzero_si256();
+                for (int k = 0; k < 8; k++) {
+                    const __m256i xq = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * k));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sck[k], _mm256_maddubs_epi16(q[k], xq)));
+                }
+                const float dall = xb->d * wd, dmin = xb->d * wdmin;
+                acc[r][c] += dall * (float)hsum_epi32(sumi) - dmin * (float)summs;
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
+}
+
+// Q3_K x Q8_K: the values plus 4, u = q + 4 h (0..7), as maddubs(u, x) weighted by the signed 6-bit scales
+// (madd), less 4 sum_j sc_j bsum_j; per super-block the exact integer S = sum sc (q - 4 !h) x, then one fma
+// per output (as Q6_K)
+INLINE VD_T void VD(q3_K_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                               float *y, int64_t ldy, const int NR, const int NC) {
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const llmb_block_q3_K *b = (const llmb_block_q3_K *)(w + r * ws) + i;
+            prefetch_w((const uint8_t *)b, sizeof *b);
+            int8_t scb[16];
+            for (int j = 0; j < 16; j++) scb[j] = (int8_t)llmb_q3_K_scale(j, b->scales);
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)scb);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+            const float wd = half_at((const uint8_t *)&b->d);
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+            __m256i u[8], sck[8];   // k = 4 h + s: the values 32 k + 0..31 plus 4, their sub-blocks' scales
+            for (int h = 0; h < 2; h++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * h));
+                for (int sh = 0; sh < 4; sh++) {
+                    const int k = 4 * h + sh;
+                    const __m256i lo = sh ? _mm256_and_si256(_mm256_srli_epi16(bits, 2 * sh), m3) : _mm256_and_si256(bits, m3);
+                    const __m256i hb = _mm256_set1_epi8((char)(1 << k));
+                    u[k] = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, hb), hb), four));
+                    const __m128i shuf = _mm_set_epi64x(0x0101010101010101LL * (2 * k + 1), 0x0101010101010101LL * (2 * k));
+                    sck[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, shuf));
+                }
+            }
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
+                const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)xb->bsums));
+                __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 2));
+                for (int k = 0; k < 8; k++) {
+                    const __m256i xq = _mm256_loadu_si256((const __m256i *)(xb->qs + 32 * k));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sck[k], _mm256_maddubs_epi16(u[k], xq)));
+                }
+                acc[r][c] = fmaf(wd * xb->d, (float)hsum_epi32(sumi), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
+}
+
+// the 32 values of 16 bytes of IQ4_NL / IQ4_XS indices (kv: llmb_kvalues_iq4nl in both lanes)
+INLINE VD_T __m256i VD(iq4_values)(const uint8_t *qs, const __m256i kv) { return _mm256_shuffle_epi8(kv, nibbles_32(qs)); }
+
+// IQ4_NL x Q8_0: the reference's arithmetic to the bit (vecdot.c, dot_iq4_nl_ref), as q8_0_body: each block's
+// exact integer sum (|w| against x * sign(w)), then sum += (d_x d_w) * isum block after block
+INLINE VD_T void VD(iq4_nl_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                                 float *y, int64_t ldy, const int NR, const int NC) {
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
+    const int64_t nb = n / LLMB_QK;
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t ib = 0; ib < nb; ib += 4) {
+        const int nk = nb - ib < 4 ? (int)(nb - ib) : 4;
+        for (int r = 0; r < NR; r++) {
+            const llmb_block_iq4_nl *wb = (const llmb_block_iq4_nl *)(w + r * ws) + ib;
+            prefetch_w((const uint8_t *)wb, 4 * sizeof *wb);
+            __m256i wq[4], wa[4];
+            float wd[4];
+            for (int e = 0; e < 4; e++) {
+                wq[e] = e < nk ? VD(iq4_values)(wb[e].qs, kv) : _mm256_setzero_si256();
+                wa[e] = _mm256_abs_epi8(wq[e]);
+                wd[e] = e < nk ? half_at((const uint8_t *)&wb[e].d) : 0.0f;
+            }
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + ib;
+                __m256i p[4];
+                for (int e = 0; e < 4; e++)
+                    p[e] = e < nk ? DOTACC(_mm256_setzero_si256(), wa[e],
+                                           _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb[e].qs), wq[e]))
+                                  : _mm256_setzero_si256();
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                int32_t is[4];
+                _mm_storeu_si128((__m128i *)is, _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+                for (int e = 0; e < nk; e++) acc[r][c] += (half_at((const uint8_t *)&xb[e].d) * wd[e]) * (float)is[e];
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
+}
+
+// IQ4_XS x Q8_K: the reference's arithmetic to the bit (vecdot.c, dot_iq4_xs_ref): each sub-block's exact
+// integer sum (|w| against x * sign(w)), the eight reduced together by hadd, then sum += (d_w d_x ls_j) * isum_j
+// sub-block after sub-block
+INLINE VD_T void VD(iq4_xs_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                                 float *y, int64_t ldy, const int NR, const int NC) {
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        for (int r = 0; r < NR; r++) {
+            const llmb_block_iq4_xs *b = (const llmb_block_iq4_xs *)(w + r * ws) + i;
+            prefetch_w((const uint8_t *)b, sizeof *b);
+            __m256i wq[8], wa[8];
+            float ls[8];
+            for (int j = 0; j < 8; j++) {
+                wq[j] = VD(iq4_values)(b->qs + 16 * j, kv);
+                wa[j] = _mm256_abs_epi8(wq[j]);
+                ls[j] = (float)llmb_iq4_xs_scale(j, b);
+            }
+            const float wd = half_at((const uint8_t *)&b->d);
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
+                __m256i p[8];
+                for (int j = 0; j < 8; j++)
+                    p[j] = DOTACC(_mm256_setzero_si256(), wa[j],
+                                  _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j)), wq[j]));
+                // lane l of h: sub-block l % 4 + 4 (l >= 4) of the lower / upper 128 bits: fold the halves
+                const __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+                int32_t is[8];
+                _mm_storeu_si128((__m128i *)is, _mm_add_epi32(_mm256_castsi256_si128(h0), _mm256_extracti128_si256(h0, 1)));
+                _mm_storeu_si128((__m128i *)(is + 4), _mm_add_epi32(_mm256_castsi256_si128(h1), _mm256_extracti128_si256(h1, 1)));
+                const float d4d8 = wd * xb->d;
+                for (int j = 0; j < 8; j++) acc[r][c] += (d4d8 * ls[j]) * (float)is[j];
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
+}
+
 // F32, F16, BF16 x F32: two 8-float accumulators per output over 16 elements, then 8, then scalars
 INLINE VD_T void VD(float_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                                 float *y, int64_t ldy, const int NR, const int NC) {
@@ -2237,6 +2414,10 @@ GEN(q4_K, VD(q45_K_body), LLMB_TYPE_Q4_K)
 GEN(q5_K, VD(q45_K_body), LLMB_TYPE_Q5_K)
 GEN(q6_K, VD(q6_K_body), LLMB_TYPE_Q6_K)
 GEN(q8_K, VD(q8_K_body), LLMB_TYPE_Q8_K)
+GEN(q2_K, VD(q2_K_body), LLMB_TYPE_Q2_K)
+GEN(q3_K, VD(q3_K_body), LLMB_TYPE_Q3_K)
+GEN(iq4_nl, VD(iq4_nl_body), LLMB_TYPE_IQ4_NL)
+GEN(iq4_xs, VD(iq4_xs_body), LLMB_TYPE_IQ4_XS)
 GEN(f32, VD(float_body), LLMB_TYPE_F32)
 GEN(f16, VD(float_body), LLMB_TYPE_F16)
 GEN(bf16, VD(float_body), LLMB_TYPE_BF16)

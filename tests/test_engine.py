@@ -395,14 +395,14 @@ def test_errors(stories, tmp_path):
 
 
 def test_unsupported_tensor_type_is_named(tmp_path):
-    """A weight in a type the engine cannot run (here IQ4_NL) raises, naming tensor and type."""
+    """A weight in a type the engine cannot run (here MXFP4) raises, naming tensor and type."""
     src = llmbench.dummy_model("tiny", "F32")
     q = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.0.attn_q.weight")
     rows, cols = np.asarray(q.data).shape
-    with_tensor_replaced(src, tmp_path / "iq.gguf", q.name, np.zeros((rows, cols // 32 * 18), np.uint8),
-                         gguf.GGMLQuantizationType.IQ4_NL)
-    with pytest.raises(llmbench.UnsupportedError, match="blk.0.attn_q.weight.*IQ4_NL"):
-        LLM(tmp_path / "iq.gguf")
+    with_tensor_replaced(src, tmp_path / "mx.gguf", q.name, np.zeros((rows, cols // 32 * 17), np.uint8),
+                         gguf.GGMLQuantizationType.MXFP4)
+    with pytest.raises(llmbench.UnsupportedError, match="blk.0.attn_q.weight.*MXFP4"):
+        LLM(tmp_path / "mx.gguf")
 
 
 def test_backend_selection_and_memory(stories, stories_path):

@@ -1,7 +1,8 @@
 """llmbench.quant against the gguf package's NumPy code (version 0.19) and real GGUF files.
 
 - Dequantization of every type is bit-identical to ``gguf.quants.dequantize`` on random blocks
-  (random bytes, finite scales; F16/BF16 fully random, NaN payloads included). Q8_K, which gguf
+  (random bytes, finite scales; F16/BF16 fully random, NaN payloads included), the dequantize-only
+  types Q2_K, Q3_K, IQ4_NL and IQ4_XS included. Q8_K, which gguf
   lacks, is checked against its one-line definition.
 - Quantization is byte-identical to ``gguf.quants.quantize`` for every type gguf can quantize
   (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), and to llama.cpp's own quantize_row_*_ref for every
@@ -75,7 +76,7 @@ def random_blocks(type_name: str, nblocks: int, rng: np.random.Generator) -> np.
     blocks = rng.integers(0, 256, (nblocks, type_size(type_name)), dtype=np.uint8)
     finite_half = lambda: (rng.integers(0, 0x7C00, nblocks) | (rng.integers(0, 2, nblocks) << 15)).astype(np.uint16)
     scale_fields = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2],
-                    "Q5_K": [0, 2], "Q6_K": [208]}
+                    "Q5_K": [0, 2], "Q6_K": [208], "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0]}
     for off in scale_fields.get(type_name, []):
         blocks[:, off:off + 2] = finite_half().view(np.uint8).reshape(nblocks, 2)
     if type_name == "Q8_K":
@@ -226,11 +227,13 @@ def test_simd_levels_agree_with_scalar(simd_level, level):
     x = gaussian_rows(9, 512, seed=9)
     raws = {t: random_blocks(t, 9 * 512 // block_size(t), rng) for t in SUPPORTED_TYPES}
     simd_level("scalar")
-    want = {t: (bits(dequantize(raws[t], t, (9, 512))), quantize(x, t)) for t in SUPPORTED_TYPES}
+    want = {t: bits(dequantize(raws[t], t, (9, 512))) for t in SUPPORTED_TYPES}
+    want_q = {t: quantize(x, t) for t in QUANTIZE_TYPES}
     simd_level(level)
     for t in SUPPORTED_TYPES:
-        np.testing.assert_array_equal(bits(dequantize(raws[t], t, (9, 512))), want[t][0], err_msg=f"{level} {t}")
-        np.testing.assert_array_equal(quantize(x, t), want[t][1], err_msg=f"{level} {t}")
+        np.testing.assert_array_equal(bits(dequantize(raws[t], t, (9, 512))), want[t], err_msg=f"{level} {t}")
+    for t in QUANTIZE_TYPES:
+        np.testing.assert_array_equal(quantize(x, t), want_q[t], err_msg=f"{level} {t}")
 
 
 # ---- arguments ----
@@ -241,8 +244,10 @@ def test_bad_arguments_explain_themselves():
         quantize(x, "Q4K")
     with pytest.raises(ValueError, match="unknown ggml type id 5"):
         dequantize(b"", 5, (0, 32))
-    with pytest.raises(llmbench.UnsupportedError, match="cannot dequantize Q2_K; supported: .*Q4_K"):
-        dequantize(b"", "Q2_K", (0, 256))
+    with pytest.raises(llmbench.UnsupportedError, match="cannot dequantize IQ2_XXS; supported: .*Q4_K"):
+        dequantize(b"", "IQ2_XXS", (0, 256))
+    with pytest.raises(llmbench.UnsupportedError, match="cannot quantize to Q3_K; supported: .*Q4_K"):
+        quantize(x, "Q3_K")
     with pytest.raises(ValueError, match="whole blocks of 256 elements, but the last dimension is 100; pad it to 256"):
         quantize(np.ones((2, 100)), "Q4_K")
     with pytest.raises(ValueError, match="whole blocks of 32"):

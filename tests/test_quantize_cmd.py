@@ -162,13 +162,13 @@ def test_refuses_existing_destination(tmp_path, capsys):
 
 
 def test_unsupported_source_type(tmp_path, capsys):
-    src = tmp_path / "q2k.gguf"
-    rows = np.random.default_rng(0).integers(0, 256, (4, 84), dtype=np.uint8)   # 4 rows of one Q2_K block
-    write_gguf(src, {"general.architecture": "llama"}, {"blk.0.attn_q.weight": ("Q2_K", rows)})
+    src = tmp_path / "iq2.gguf"
+    rows = np.random.default_rng(0).integers(0, 256, (4, 66), dtype=np.uint8)   # 4 rows of one IQ2_XXS block
+    write_gguf(src, {"general.architecture": "llama"}, {"blk.0.attn_q.weight": ("IQ2_XXS", rows)})
     rc, _, err = _run(capsys, str(src), str(tmp_path / "out.gguf"), "--type", "Q4_K_M")
     assert rc == 2
-    assert "'blk.0.attn_q.weight' is Q2_K" in err and "cannot convert" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["q2k.gguf"]
+    assert "'blk.0.attn_q.weight' is IQ2_XXS" in err and "cannot convert" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iq2.gguf"]
 
 
 def test_user_errors(tmp_path, capsys):

@@ -19,14 +19,17 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import pytest
+from lowbit import QUANTIZERS
 
 from llmbench import _core
 from llmbench.quant import dequantize, quantize, type_id
 
 RTOL_SUM = 1e-5
-TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q4_0", "F16", "Q5_K", "Q5_0", "Q4_1", "Q5_1", "BF16", "Q8_K", "F32"]
+TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q4_0", "F16", "Q5_K", "Q5_0", "Q4_1", "Q5_1", "BF16", "Q8_K", "F32", "Q2_K",
+         "Q3_K", "IQ4_NL", "IQ4_XS"]
 ACT = {"Q8_0": "Q8_0", "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "Q8_1", "Q4_K": "Q8_K",
-       "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q8_K": "Q8_K", "F16": "F32", "BF16": "F32", "F32": "F32"}
+       "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q8_K": "Q8_K", "F16": "F32", "BF16": "F32", "F32": "F32", "Q2_K": "Q8_K",
+       "Q3_K": "Q8_K", "IQ4_NL": "Q8_0", "IQ4_XS": "Q8_K"}
 STEP = {"Q8_0": 0.57, "Q8_1": 0.5, "Q8_K": 0.5, "F32": 0.0}
 ACT_DTYPE = {
     "Q8_0": np.dtype([("d", "<f2"), ("qs", "i1", 32)]),
@@ -51,9 +54,11 @@ def dequant_w(t: str, w: np.ndarray, rows: int, n: int) -> np.ndarray:
 
 def case(t: str, rows: int, nblocks: int, ntok: int, seed: int):
     rng = np.random.default_rng(seed)
-    n = nblocks * (256 if t in ("Q4_K", "Q5_K", "Q6_K", "Q8_K") else 32)
+    n = nblocks * (256 if t in ("Q4_K", "Q5_K", "Q6_K", "Q8_K", "Q2_K", "Q3_K", "IQ4_XS") else 32)
     scale = np.exp2(rng.integers(-6, 3, size=(rows, n // 32, 1))).astype(np.float32)
-    w = quantize((rng.standard_normal((rows, n // 32, 32), dtype=np.float32) * scale).reshape(rows, n), t)
+    # the types llmbench does not quantize to: tests/lowbit.py's plain round-to-nearest writers
+    w = (QUANTIZERS[t] if t in QUANTIZERS else lambda a: quantize(a, t))(
+        (rng.standard_normal((rows, n // 32, 32), dtype=np.float32) * scale).reshape(rows, n))
     w = w.reshape(rows, -1)
     xs = np.exp2(rng.integers(-4, 4, size=(ntok, n // 32, 1))).astype(np.float32)
     x = (rng.standard_normal((ntok, n // 32, 32), dtype=np.float32) * xs + (rng.random((ntok, n // 32, 1)) < 0.25) * xs)

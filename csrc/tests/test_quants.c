@@ -43,6 +43,9 @@ static void random_blocks(int type, uint8_t *buf, int64_t nblocks, int64_t type_
         case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q8_0: memcpy(blk, h, 2); break;
         case LLMB_TYPE_Q4_1: case LLMB_TYPE_Q5_1: case LLMB_TYPE_Q4_K: case LLMB_TYPE_Q5_K: memcpy(blk, h, 4); break;
         case LLMB_TYPE_Q6_K: memcpy(blk + offsetof(llmb_block_q6_K, d), h, 2); break;
+        case LLMB_TYPE_Q2_K: memcpy(blk + offsetof(llmb_block_q2_K, d), h, 4); break;
+        case LLMB_TYPE_Q3_K: memcpy(blk + offsetof(llmb_block_q3_K, d), h, 2); break;
+        case LLMB_TYPE_IQ4_NL: case LLMB_TYPE_IQ4_XS: memcpy(blk, h, 2); break;
         case LLMB_TYPE_Q8_K: {
             float d = ldexpf(rng_normal(), (int)(rng_u64() % 40) - 20);
             memcpy(blk, &d, 4);
@@ -90,6 +93,11 @@ static void compare_level(const char *level) {
                 memset(x, 0, (size_t)tt->blck_size * 4);   // one all-zero block
                 // one block of ties: amax 127 makes Q8_0's and Q8_K's scale 1, so x.5 must round as the reference does
                 for (int64_t j = 0; j < tt->blck_size; j++) x[tt->blck_size + j] = j ? (float)(j % 64) - 31.5f : 127.0f;
+            }
+            if (!q->from_float_ref) {   // dequantization only (Q2_K, Q3_K, IQ4_NL, IQ4_XS)
+                CHECK(!q->from_float, "%s: %s has a quantizer but no reference", level, type_name(t));
+                free(raw), free(qa), free(qb), free(ya), free(yb), free(x);
+                continue;
             }
             q->from_float(x, qa, n);
             q->from_float_ref(x, qb, n);
@@ -143,8 +151,10 @@ static void whole_tensors(void) {
     }
     CHECK(llmb_dequantize(LLMB_TYPE_Q4_K, q1, y1, 2, 100, 0) == LLMB_E_ARG && strstr(llmb_last_error(), "multiple"),
           "ncols not a multiple of the block size: %s", llmb_last_error());
-    CHECK(llmb_dequantize(10, q1, y1, 1, 256, 0) == LLMB_E_UNSUPPORTED && strstr(llmb_last_error(), "Q2_K"),
-          "Q2_K is not supported: %s", llmb_last_error());
+    CHECK(llmb_dequantize(16, q1, y1, 1, 256, 0) == LLMB_E_UNSUPPORTED && strstr(llmb_last_error(), "IQ2_XXS"),
+          "IQ2_XXS is not supported: %s", llmb_last_error());
+    CHECK(llmb_quantize(LLMB_TYPE_Q3_K, x, q1, 1, 256, 0) == LLMB_E_UNSUPPORTED && strstr(llmb_last_error(), "Q3_K"),
+          "quantizing to Q3_K is not supported: %s", llmb_last_error());
     CHECK(llmb_dequantize(99, q1, y1, 1, 256, 0) == LLMB_E_ARG, "unknown type id: %s", llmb_last_error());
     CHECK(llmb_quantize(LLMB_TYPE_Q8_0, x, q1, -1, 32, 0) == LLMB_E_ARG, "negative rows: %s", llmb_last_error());
     CHECK(llmb_quantize(LLMB_TYPE_Q8_0, x, q1 + 1, 1, 32, 0) == LLMB_E_ARG, "misaligned: %s", llmb_last_error());

@@ -19,8 +19,8 @@
 //   - llmb_matmul_n (ops.c) over weights of mixed activation types (Q4_0, Q4_K, Q8_0, Q6_K: the input
 //     quantized again when the type changes) and of one type, on 1 and 2 threads, bit-identical to
 //     llmb_vec_dot_matmul of each weight on its own quantized input, and llmb_matmul likewise;
-//   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other, and for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1
-//     to the reference;
+//   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other, and for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+//     Q2_K, IQ4_NL and IQ4_XS to the reference;
 //   - the SIMD activation quantizer byte-identical to its reference.
 // Prints the largest |simd - ref| / sum|w x| seen per type.
 #include <math.h>
@@ -74,6 +74,9 @@ static void random_weights(int type, uint8_t *buf, int64_t n) {
         case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q8_0: memcpy(blk, h, 2); break;
         case LLMB_TYPE_Q4_1: case LLMB_TYPE_Q5_1: case LLMB_TYPE_Q4_K: case LLMB_TYPE_Q5_K: memcpy(blk, h, 4); break;
         case LLMB_TYPE_Q6_K: memcpy(blk + offsetof(llmb_block_q6_K, d), h, 2); break;
+        case LLMB_TYPE_Q2_K: memcpy(blk + offsetof(llmb_block_q2_K, d), h, 4); break;
+        case LLMB_TYPE_Q3_K: memcpy(blk + offsetof(llmb_block_q3_K, d), h, 2); break;
+        case LLMB_TYPE_IQ4_NL: case LLMB_TYPE_IQ4_XS: memcpy(blk, h, 2); break;
         case LLMB_TYPE_Q8_K: {
             const float d = llmb_fp16_to_fp32(h[0]);
             memcpy(blk, &d, 4);
@@ -111,7 +114,8 @@ static void dequant_x(int wtype, const void *xq, float *out, int64_t n) {
 
 static const int types[] = {LLMB_TYPE_Q8_0, LLMB_TYPE_Q4_K, LLMB_TYPE_Q6_K, LLMB_TYPE_Q4_0, LLMB_TYPE_F16,
                             LLMB_TYPE_Q5_K, LLMB_TYPE_Q5_0, LLMB_TYPE_Q4_1, LLMB_TYPE_Q5_1, LLMB_TYPE_BF16,
-                            LLMB_TYPE_Q8_K, LLMB_TYPE_F32};
+                            LLMB_TYPE_Q8_K, LLMB_TYPE_F32, LLMB_TYPE_Q3_K, LLMB_TYPE_Q2_K, LLMB_TYPE_IQ4_NL,
+                            LLMB_TYPE_IQ4_XS};
 #define NTYPES (sizeof types / sizeof types[0])
 #define R 6   // weight rows
 #define T 5   // tokens
@@ -202,7 +206,7 @@ static void check_type(size_t ti, int64_t n) {
         if (levels[k] == LLMB_SIMD_AVX2 || levels[k] == LLMB_SIMD_AVX512) {
             // the reference's arithmetic (q8_0_body, q8_0_il_vnni512; legacy_body, vecdot_il8.c)
             if (t == LLMB_TYPE_Q8_0 || t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q4_1 || t == LLMB_TYPE_Q5_0 ||
-                t == LLMB_TYPE_Q5_1)
+                t == LLMB_TYPE_Q5_1 || t == LLMB_TYPE_Q2_K || t == LLMB_TYPE_IQ4_NL || t == LLMB_TYPE_IQ4_XS)
                 CHECK(memcmp(out, ref, sizeof out) == 0, "%s %s n=%lld: not the reference's bits",
                       llmb_simd_name(levels[k]), tname(t), (long long)n);
             if (n_x86++) CHECK(memcmp(out, x86, sizeof out) == 0, "%s n=%lld: AVX2 and AVX-512 results differ", tname(t), (long long)n);
@@ -534,7 +538,7 @@ int main(void) {
     check_bf16dp(32 * 5, 11, 7, 1);
     check_parts();
     check_matmul_n();
-    CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(10) && !llmb_vec_dot_get(-1) &&
+    CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(16) && !llmb_vec_dot_get(-1) &&
               llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_K, 100) == 0 && llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_1, 64) == 80,
           "unsupported types and sizes");
     CHECK(!llmb_cache_holds(SIZE_MAX) && llmb_cache_holds(1) >= llmb_cache_holds((size_t)1 << 40),
