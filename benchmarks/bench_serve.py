@@ -1,0 +1,222 @@
+"""Servers under load: `llmbench serve` (continuous and static batching) against llama-cpp-python's
+server, each driven by `llmbench bench --backend openai`'s client at several Poisson request rates.
+
+    python benchmarks/bench_serve.py --model SmolLM2-135M-Instruct.Q4_1.gguf --threads 2 \\
+        --llama-python /path/to/venv/bin/python --rates 1,4,inf --requests 16 -o serve.json --md serve.md
+
+For each server in turn (``--servers``, default llmbench,llmbench-static,llamacpp): start it on a free
+port (same GGUF, same threads, same context), wait for it, and for each rate run what ``llmbench bench
+--backend openai`` runs (its OpenAIClient, gamma arrivals and serving metrics: ``--requests`` streamed
+requests of ``--input-len`` random common words and ``--output-len`` tokens with ignore_eos, one
+warmup run, one measured run, greedy), then stop it and read its peak RSS (VmHWM). Reported per server and rate: request throughput, output tokens/s, TTFT
+and TPOT p50/p99, failed requests, peak RSS.
+
+llama-cpp-python's server runs one request at a time (requests queue behind a lock; started with
+``--interrupt_requests False`` so a new request does not cut a running stream short). It ignores
+``ignore_eos``, so its requests may end early at EOS, and sends no usage block in streams, which
+`llmbench bench` refuses to guess: here a stream without usage counts one token per text chunk (that
+server streams one token a chunk) and its prompt tokens are counted with llmbench's tokenizer of the
+same GGUF; output tokens/s counts what each request produced. It needs the package's server extra (uvicorn, fastapi, sse-starlette,
+starlette-context, pydantic-settings): ``--llama-python`` names a Python that has them.
+
+The client runs on the same machine as the server, and wall times on a shared machine are noisy:
+compare servers within one run, and repeat before trusting a difference under about 20%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peak_rss(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def server_command(kind: str, args: argparse.Namespace, port: int) -> list[str]:
+    if kind.startswith("llmbench"):
+        return [sys.executable, "-m", "llmbench", "serve", args.model, "--port", str(port), "--threads",
+                str(args.threads), "--ctx", str(args.ctx), "--served-model-name", "m", "--max-batch",
+                str(args.max_batch), "--batching", "static" if kind == "llmbench-static" else "continuous",
+                "--batch-timeout", str(args.batch_timeout)]
+    if kind == "llamacpp":
+        return [args.llama_python, "-m", "llama_cpp.server", "--model", args.model, "--port", str(port),
+                "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads), "--n_ctx", str(args.ctx),
+                "--model_alias", "m", "--interrupt_requests", "False", "--logits_all", "False"]
+    raise ValueError(f"unknown server {kind!r} (llmbench, llmbench-static, llamacpp)")
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {proc.returncode}")
+        try:
+            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the server at {url} did not answer within {timeout:g} s")
+
+
+def _tokenizer(path: str):
+    from llmbench.gguf import GGUFFile
+    from llmbench.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(GGUFFile(path).metadata)
+
+
+def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
+    """One warmup and one measured run of ``--requests`` streamed requests at ``rate``: what
+    ``llmbench bench --backend openai`` runs (its client, arrivals and metrics), except that a stream
+    without a usage block counts one output token per text chunk (llama-cpp-python's server sends no
+    usage in streams, and streams one token a chunk)."""
+    import asyncio
+
+    import numpy as np
+
+    from llmbench.backends.openai import OpenAIClient
+    from llmbench.perf.arrivals import gamma_arrivals, run_requests
+    from llmbench.perf.bench import synthetic_prompt
+    from llmbench.perf.metrics import RequestTiming, serving_metrics
+
+    rng = np.random.default_rng(0)
+    tok = _tokenizer(args.model)
+
+    async def one_run(prompts: list[str]):
+        async with OpenAIClient(url + "/v1", "m", max_tokens=args.output_len, temperature=0.0, ignore_eos=True,
+                                timeout=None, first_chunk_timeout=600, idle_timeout=120) as client:
+            sched = gamma_arrivals(len(prompts), float(rate), 1.0, seed=0)
+            return await run_requests(client.send, prompts, sched, None, progress=False)
+
+    for _warmup in (True, False):
+        prompts = [synthetic_prompt(rng, args.input_len) for _ in range(args.requests)]
+        out = asyncio.run(one_run(prompts))
+    reqs, errors, counted = [], [], 0
+    for r in out.results:
+        if isinstance(r, BaseException) or r.error or r.first_token_ns is None:
+            err = repr(r) if isinstance(r, BaseException) else (r.error or "no text")
+            errors.append(err)
+            reqs.append(RequestTiming(out.start_ns, None, [], out.end_ns, None, None, error=err))
+            continue
+        n_in, n_out = r.prompt_tokens, r.output_tokens
+        if n_out is None:
+            n_out, counted = len(r.token_ns), counted + 1
+            n_in = len(tok.encode(prompts[r.index]))
+        reqs.append(RequestTiming(r.arrival_ns, r.first_token_ns, r.token_ns, r.finish_ns, n_in, n_out))
+    m = serving_metrics(reqs, [50, 99], None, duration_s=out.duration_s)
+    return {"request_throughput": m["request_throughput"], "output_throughput": m["output_throughput"],
+            "ttft_ms": {"p50": m["median_ttft_ms"], "p99": m["p99_ttft_ms"]},
+            "tpot_ms": {"p50": m["median_tpot_ms"], "p99": m["p99_tpot_ms"]},
+            "failed": len(errors), "errors": sorted(set(errors))[:3], "completed": m["completed"],
+            "output_tokens": m["total_output_tokens"], "tokens_counted_by_chunk": counted,
+            "duration_s": out.duration_s}
+
+
+def run_server(kind: str, args: argparse.Namespace) -> dict:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tempfile.TemporaryFile("w+")   # a file, not a pipe: llama.cpp's load log would fill a pipe and block it
+    proc = subprocess.Popen(server_command(kind, args, port), stdout=log, stderr=subprocess.STDOUT, text=True)
+    out: dict = {"server": kind, "rates": {}}
+    try:
+        wait_ready(proc, url)
+        for rate in args.rates.split(","):
+            print(f"bench_serve: {kind} at {rate} requests/s", file=sys.stderr, flush=True)
+            out["rates"][rate] = bench(url, rate, args)
+        out["peak_rss"] = peak_rss(proc.pid)
+    except RuntimeError as e:
+        log.seek(0)
+        out["error"] = str(e) + ": " + " ".join(log.read().split()[-40:])
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+    return out
+
+
+def pct(d: dict | None, p: str) -> str:
+    v = (d or {}).get(p)
+    return "—" if v is None else f"{v:.0f}"
+
+
+def markdown(results: list[dict], args: argparse.Namespace, host: str) -> str:
+    lines = [f"| server | rate (req/s) | req/s | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | failed "
+             f"| peak RSS (MiB) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        if "error" in r and not r["rates"]:
+            lines.append(f"| {r['server']} | — | {r['error']} | | | | | |")
+            continue
+        rss = f"{r['peak_rss'] / 2**20:.0f}" if r.get("peak_rss") else "—"
+        for rate, m in r["rates"].items():
+            if "error" in m:
+                lines.append(f"| {r['server']} | {rate} | {m['error']} | | | | | {rss} |")
+                continue
+            lines.append(f"| {r['server']} | {rate} | {m['request_throughput']:.2f} | {m['output_throughput']:.1f} | "
+                         f"{pct(m['ttft_ms'], 'p50')} / {pct(m['ttft_ms'], 'p99')} | "
+                         f"{pct(m['tpot_ms'], 'p50')} / {pct(m['tpot_ms'], 'p99')} | {m['failed']} | {rss} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="GGUF file both servers load")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--max-batch", type=int, default=64, help="llmbench: sequences running at once")
+    ap.add_argument("--batch-timeout", type=float, default=1.0, help="llmbench static: wait for a full batch (s)")
+    ap.add_argument("--servers", default="llmbench,llmbench-static,llamacpp")
+    ap.add_argument("--llama-python", default="python", help="a Python with llama-cpp-python[server]")
+    ap.add_argument("--rates", default="1,4,inf", help="Poisson request rates, comma-separated (inf: all at once)")
+    ap.add_argument("--requests", type=int, default=16, help="requests per rate (measured; one warmup run more)")
+    ap.add_argument("--input-len", type=int, default=64, help="prompt words per request")
+    ap.add_argument("--output-len", type=int, default=64, help="output tokens per request")
+    ap.add_argument("-o", "--output", help="write the JSON results here")
+    ap.add_argument("--md", help="write the markdown table here")
+    args = ap.parse_args()
+    from llmbench.info import cpu_model
+
+    results = [run_server(kind, args) for kind in args.servers.split(",")]
+    host = cpu_model()
+    table = markdown(results, args, host)
+    print(table)
+    doc = {"host": host, "args": vars(args), "results": results}
+    if args.output:
+        Path(args.output).write_text(json.dumps(doc, indent=1))
+    if args.md:
+        Path(args.md).write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
