@@ -175,6 +175,9 @@ class Task(ABC):
     version: str = "0"
     #: metric name -> higher is better
     metrics: ClassVar[dict[str, bool]] = {"acc": True}
+    #: chunks hold one subject's documents (whose prompts share a few-shot header); False lets a chunk span
+    #: subjects, for tasks whose subjects share nothing and batch better together (MT-Bench's categories)
+    chunk_by_subject: ClassVar[bool] = True
 
     @abstractmethod
     def docs(self) -> list[Doc]: ...

@@ -65,10 +65,10 @@ def _record(task: Task, doc: Doc, reqs, answers, scored, precision: str) -> dict
             "metrics": scored.metrics, "precision": precision, **scored.extra}
 
 
-def _chunks(docs: list[Doc], size: int) -> list[list[Doc]]:
+def _chunks(docs: list[Doc], size: int, by_subject: bool = True) -> list[list[Doc]]:
     out: list[list[Doc]] = []
     for d in docs:
-        if out and out[-1][0].subject == d.subject and len(out[-1]) < size:
+        if out and (out[-1][0].subject == d.subject or not by_subject) and len(out[-1]) < size:
             out[-1].append(d)
         else:
             out.append([d])
@@ -111,7 +111,7 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
     new: dict[tuple[str, int], dict[str, Any]] = {}
     t0 = time.perf_counter()
     with open(path, "a", encoding="utf-8") if path is not None else contextlib.nullcontext() as f:
-        for group in _chunks(todo, chunk):
+        for group in _chunks(todo, chunk, task.chunk_by_subject):
             per_doc = [list(task.requests(d)) for d in group]
             got: list[list[Answer]] = [[] for _ in group]
             pending = [list(rs) for rs in per_doc]

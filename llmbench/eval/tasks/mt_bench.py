@@ -174,7 +174,7 @@ class MTBench(Task):
     name = "mt_bench"
     version = "fastchat-single-v1"
     metrics = {"score": True, "score_turn1": True, "score_turn2": True, "consistency": True, "unparseable": False}
-    needs_judge = True
+    chunk_by_subject = False      # the categories share no prompt prefix: batch them together
 
     def __init__(self, shots: int = 0, limit: int | None = None, subjects: Sequence[str] | None = None,
                  data_dir: str | os.PathLike[str] | None = None, *, judge_max_tokens: int = JUDGE_MAX_TOKENS):
