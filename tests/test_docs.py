@@ -5,6 +5,7 @@ built with `mkdocs build --strict` by .ci/run."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -132,3 +133,14 @@ def test_doctests_become_fenced_code():
             "```\n>>> inside a fence\n```")
     assert mod.fence_doctests(text) == ("Intro.\n\n    ```pycon\n    >>> x = f(a)[0]\n    ... more\n    42\n    ```\n\n"
                                         "After.\n```\n>>> inside a fence\n```")
+
+
+def test_site_builds_strict(tmp_path):
+    # the whole site, as a reader gets it: a broken link or reference, a page missing from the generated
+    # ones, or a docstring the renderer cannot read fails here (and so in CI); no network is needed. Not
+    # -q: mkdocs then drops warnings before --strict counts them, and a broken link passes
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "site" / "index.html").exists() and (tmp_path / "site" / "cli" / "index.html").exists()
