@@ -16,6 +16,8 @@ EXAMPLES = """examples:
   llmbench eval mmlu --model m.gguf --precision-check 200  # how often 8-bit activations flip an answer
   llmbench eval ceval,cmmlu --model m.gguf --limit 10
   llmbench eval gsm8k_cot,gsm8k --model m.gguf --limit 50 --out gsm8k-smol   # generative, greedy
+  llmbench eval mmlu_cot --model m.gguf --subjects stem --limit 10  # chain of thought, decay-curve data
+  llmbench eval hotpotqa --model m.gguf --limit 50                  # distractor paragraphs, EM and F1
   llmbench eval humaneval --model m.gguf --limit 20 --allow-code-execution   # runs generated code (sandboxed)
   llmbench eval mt_bench --model m.gguf --judge gpt-4o@https://api.openai.com/v1 --limit 2
   llmbench eval perplexity --model m-Q4_K_M.gguf --ctx 512                 # WikiText-2
@@ -40,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("tasks", nargs="?", help=f"comma-separated tasks: {', '.join(task_names())}")
     e.add_argument("--model", help="GGUF file or dummy preset; with --backend openai the server's model name")
     e.add_argument("--shots", type=int, default=None,
-                   help="few-shot examples (default: the task's, 5 for MMLU and gsm8k, 8 for gsm8k_cot)")
+                   help="few-shot examples (default: the task's, 5 for MMLU and gsm8k, 8 for gsm8k_cot, 4 for mmlu_cot)")
     e.add_argument("--limit", type=int, default=None, help="documents per subject (default: all)")
     e.add_argument("--subjects", default=None, help="comma-separated subjects or groups (e.g. stem,philosophy)")
     e.add_argument("--threads", type=int, default=None, help="engine threads (default: all CPUs)")
@@ -58,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="documents whose requests go to the model together (default 256; results do not depend on it)")
     e.add_argument("--out", metavar="DIR", help="folder for samples_TASK.jsonl, run.json and results.json")
     e.add_argument("--resume", metavar="DIR", help="continue the run in DIR (its settings are reused)")
-    e.add_argument("--data-dir", help="folder holding mmlu/, ceval/, cmmlu/, gsm8k/, wikitext2/ (default: "
+    e.add_argument("--data-dir", help="folder holding mmlu/, ceval/, cmmlu/, gsm8k/, hotpotqa/, wikitext2/ (default: "
                                       "$LLMBENCH_DATA, ../shared/data)")
     e.add_argument("--text", help="perplexity/kld: a text file (default: WikiText-2 raw test)")
     e.add_argument("--base-model", help="kld: the base model (e.g. the F16 file) the KL divergence is measured against")
