@@ -543,10 +543,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .eval.cli import add_parser as add_eval
     from .serve.cli import add_parser as add_serve
     from .study.cli import add_parser as add_study
+    from .study.cli import add_report_parser as add_report
 
     add_eval(sub)
     add_serve(sub)
     add_study(sub)
+    add_report(sub)
     return p
 
 

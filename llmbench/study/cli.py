@@ -146,3 +146,50 @@ def _table(result: dict) -> None:
             row.append(f"{tps:.0f}" if tps else "")
         t.add_row(*row)
     Console(width=max(120, Console().width)).print(t)
+
+
+def add_report_parser(sub) -> None:
+    r = sub.add_parser("report", help="reports that combine measurements: quant (weight types side by side)",
+                       description="Reports built from several measurements.")
+    rs = r.add_subparsers(dest="report", metavar="REPORT", required=True)
+    q = rs.add_parser(
+        "quant", help="one model in several weight types: size, speed, memory, perplexity, KLD, MMLU",
+        description="Quantize MODEL (an F16/F32 GGUF file is the best source) to each --types with llmbench quantize, "
+                    "then measure every type and the source: size and bits per weight, load time, pp/tg tokens/s "
+                    "and the decode bandwidth fraction (llmbench bench, one process per type), peak memory, "
+                    "perplexity, KL divergence and top-1 agreement against the source on WikiText-2, and MMLU on a "
+                    "fixed subset; plus the relative RMSE of every quantized tensor as a layer x tensor map. "
+                    "Writes quant_report.json/.md/.csv and plots to --out.",
+        epilog="example:\n"
+               "  llmbench report quant SmolLM2-135M-Instruct.F16.gguf --types Q8_0,Q4_K_M,Q4_0 --out runs/quant",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("model", metavar="MODEL", help="the source GGUF file")
+    q.add_argument("--types", default="Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0",
+                   help="comma-separated llmbench quantize types (default Q8_0,Q6_K,Q5_K_M,Q4_K_M,Q4_0)")
+    q.add_argument("--out", required=True, help="folder for the quantized files and the report")
+    q.add_argument("--threads", type=int, help="engine threads (default: all CPUs)")
+    q.add_argument("--pp", type=int, default=512, help="prompt tokens of the pp test (default 512)")
+    q.add_argument("--tg", type=int, default=128, help="generated tokens of the tg test (default 128)")
+    q.add_argument("--reps", type=int, default=3, help="repetitions of pp and tg (default 3)")
+    q.add_argument("--ctx", type=int, default=512, help="perplexity/KLD chunk length (default 512)")
+    q.add_argument("--chunks", type=int, default=20, help="perplexity/KLD chunks (default 20)")
+    q.add_argument("--mmlu-limit", type=int, default=5, help="MMLU questions per subject (0 skips MMLU; default 5)")
+    q.add_argument("--mmlu-subjects", help="comma-separated MMLU subjects or groups (default all)")
+    q.add_argument("--text", help="perplexity text file (default WikiText-2's test split)")
+    q.set_defaults(func=cmd_report_quant)
+
+
+def cmd_report_quant(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .quantreport import markdown, quant_report
+
+    err = Console(stderr=True)
+    report = quant_report(args.model, [t.strip() for t in args.types.split(",") if t.strip()], args.out,
+                          threads=args.threads, pp=args.pp, tg=args.tg, reps=args.reps, ctx=args.ctx,
+                          chunks=args.chunks, mmlu_limit=args.mmlu_limit,
+                          mmlu_subjects=args.mmlu_subjects.split(",") if args.mmlu_subjects else None,
+                          text=args.text, progress=lambda m: err.print(m))
+    print(markdown(report))
+    err.print(f"written: {', '.join(report['files'].values())}")
+    return 0
