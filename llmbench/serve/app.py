@@ -29,7 +29,7 @@ from .. import UnsupportedError
 from ..llm import LLM, Completion
 from . import protocol as P
 from .metrics import render as render_metrics
-from .worker import EngineWorker, Job, PromptScores, SeqSpec, ServerBusy, TokenInfo, prompt_token_texts
+from .worker import EngineDown, EngineWorker, Job, PromptScores, SeqSpec, ServerBusy, TokenInfo, prompt_token_texts
 
 RETRY_AFTER_S = 1   # what a 429 asks the client to wait
 
@@ -161,6 +161,8 @@ class Server:
         except ServerBusy as e:
             raise P.APIError(429, f"the server is full: {e}; retry later",
                              headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+        except EngineDown as e:
+            raise P.APIError(503, str(e)) from None
 
     async def _collect(self, job: Job, request: Request) -> dict[int, tuple]:
         """Every choice's final item, or _ClientGone when the client disconnects first (then aborted)."""

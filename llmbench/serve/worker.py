@@ -107,6 +107,10 @@ class ServerBusy(Exception):
     """More sequences than the server holds (running + ``max_waiting``): answered 429."""
 
 
+class EngineDown(Exception):
+    """The engine thread has stopped after a failure: requests are answered 503."""
+
+
 class Job:
     """One HTTP request inside the worker: its sequences and the asyncio queue its handler reads."""
 
@@ -160,6 +164,8 @@ class EngineWorker:
     def submit(self, specs: list[SeqSpec], stream: bool) -> Job:
         job = Job(specs, stream, asyncio.get_running_loop())
         with self.lock:
+            if self.error is not None or not self.thread.is_alive():
+                raise EngineDown(f"the engine has stopped: {self.error or 'not running'}")
             if self.stopping:
                 raise ServerBusy("the server is shutting down")
             if self.in_flight + len(specs) > self.max_batch + self.max_waiting:
