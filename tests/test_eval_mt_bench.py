@@ -240,3 +240,21 @@ def test_mt_bench_through_openai_servers(mt_data, tmp_path):
         assert res.adapter_stats["judge"]["retries"] == 1
         assert res.environment["judge"]["base_url"] == judge_srv.base_url.rstrip("/") or \
             res.environment["judge"]["backend"] == "openai"
+
+
+def test_judge_names():
+    """--judge NAME@URL, a bare URL (the server's first listed model), or a GGUF path."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from eval_server import MODEL, EvalServer
+
+    from llmbench.eval import make_judge
+    from llmbench.eval.openai_adapter import OpenAIAdapter
+
+    with EvalServer() as srv:
+        bare = make_judge(srv.base_url)
+        named = make_judge(f"other@{srv.base_url}")
+        assert isinstance(bare, OpenAIAdapter) and bare.model == MODEL
+        assert isinstance(named, OpenAIAdapter) and named.model == "other"
+        srv.models = []
+        with pytest.raises(Exception, match="NAME@URL"):
+            make_judge(srv.base_url)
