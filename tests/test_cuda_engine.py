@@ -309,3 +309,19 @@ def test_weight_type_without_a_cuda_kernel_is_named(tmp_path):
     assert LLM(tmp_path / "q5.gguf", threads=1).logits(toks).shape == (3, 1024)   # the CPU runs it
     with pytest.raises(llmbench.UnsupportedError, match=r"blk\.1\.ffn_up\.weight is Q5_0.*no CUDA kernel"):
         LLM(tmp_path / "q5.gguf", backend="cuda")
+
+
+@gpu
+@pytest.mark.parametrize("type_name", ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"])
+def test_low_bit_types_are_named(tmp_path, type_name):
+    """The types the CPU engine runs without CUDA kernels yet (tests/lowbit.py writes them) are named too."""
+    gguf = pytest.importorskip("gguf")
+    from lowbit import QUANTIZERS
+
+    src = llmbench.dummy_model("tiny", "F32")
+    up = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.1.ffn_up.weight")
+    path = with_tensor_replaced(src, tmp_path / "lb.gguf", up.name, QUANTIZERS[type_name](np.asarray(up.data, np.float32)),
+                                gguf.GGMLQuantizationType[type_name])
+    assert LLM(path, threads=1).logits([1, 2, 3]).shape == (3, 1024)   # the CPU runs it
+    with pytest.raises(llmbench.UnsupportedError, match=rf"blk\.1\.ffn_up\.weight is {type_name}.*no CUDA kernel"):
+        LLM(path, backend="cuda")
