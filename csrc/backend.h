@@ -35,6 +35,7 @@
 #ifndef LLMB_BACKEND_H
 #define LLMB_BACKEND_H
 
+#include "engine.h"
 #include "llmb.h"
 #include "model.h"
 
@@ -50,6 +51,7 @@ typedef struct {
     int graphs;          // CUDA: capture and replay decode steps (0: launch every kernel)
     int max_rows;        // the largest llmb_batch.n_rows (sizes the logits)
     int bf16;            // CPU: float weights as BF16 against activations rounded to BF16 (LLMB_TYPE_BF16_DP)
+    int profile;         // CPU: time each operation kind (llmb_backend_times.prof_*)
 } llmb_backend_params;
 
 // One forward step. Tokens of a sequence are consecutive, at positions pos0, pos0 + 1, ... (build_batch
@@ -96,6 +98,8 @@ typedef struct {
     int kernels_per_step;         // kernels one decode step launches (0: unknown)
     uint64_t solo_steps;          // CPU: steps run on one thread of several while the cores were contended
     int step_threads;             // CPU: the threads of the last step (0: the engine's)
+    uint64_t prof_ns[LLMB_PROF_N];              // with profile: the last step's ns per LLMB_PROF_* kind (engine.h)
+    uint64_t prof_type_ns[LLMB_PROF_TYPES];     // and its products' ns by weight type
 } llmb_backend_times;
 
 typedef struct {

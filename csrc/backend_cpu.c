@@ -178,6 +178,11 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
     b->mm.row_cap = (llmb_matmul_row_cap(m) + 63) / 64 * 64;
     b->mm.xq = xcalloc((size_t)n * b->mm.row_cap, 1, &oom);
     b->mm.nthreads = nt;
+    if (p->profile) {
+        b->mm.prof_quant_x = &b->times.prof_ns[LLMB_PROF_QUANT_X];
+        b->mm.prof_type = b->times.prof_type_ns;
+        b->mm.prof_types = LLMB_PROF_TYPES;
+    }
     if (p->float_act) {
         int64_t wide = c->dim > q_dim ? c->dim : q_dim;
         if (c->ff > wide) wide = c->ff;
@@ -396,6 +401,21 @@ static void contention(llmb_backend *b, uint64_t t1) {
 // the same on any thread. Uses cpu_forward's b and par.
 #define PAR_VALUES (1 << 16)
 #define PER_TOKEN(i, n, ...) LLMB_PAR_FOR(par, b->mm.nthreads, i, n, __VA_ARGS__)
+// the statements, their time added to operation kind `kind` (LLMB_PROF_*) where the backend profiles
+#define TIMED(kind, ...)                                                        \
+    do {                                                                        \
+        const uint64_t t_ = b->p.profile ? llmb_now_ns() : 0;                  \
+        __VA_ARGS__;                                                            \
+        if (b->p.profile) b->times.prof_ns[kind] += llmb_now_ns() - t_;        \
+    } while (0)
+// a product: its time is the matmul's own split (quantized activations, products by type: ops.c)
+#define PRODUCT(...)                                                            \
+    do {                                                                        \
+        const uint64_t t_ = b->p.profile ? llmb_now_ns() : 0, q_ = b->times.prof_ns[LLMB_PROF_QUANT_X]; \
+        __VA_ARGS__;                                                            \
+        if (b->p.profile)                                                       \
+            b->times.prof_ns[LLMB_PROF_MATMUL] += llmb_now_ns() - t_ - (b->times.prof_ns[LLMB_PROF_QUANT_X] - q_); \
+    } while (0)
 
 static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forward_out *out) {
     const uint64_t t0 = llmb_now_ns();
@@ -415,41 +435,49 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     llmb_matmul_ctx *mm = &b->mm;
     // this step's threads: one while the cores are contended (below)
     b->mm.nthreads = b->times.step_threads = step_threads(b, t0);
+    if (b->p.profile) {   // the kinds of this step alone
+        memset(b->times.prof_ns, 0, sizeof b->times.prof_ns);
+        memset(b->times.prof_type_ns, 0, sizeof b->times.prof_type_ns);
+    }
     const int par = b->mm.nthreads > 1 && (int64_t)n * dim >= PAR_VALUES;
-    PER_TOKEN(i, n, {
+    TIMED(LLMB_PROF_EMBED, PER_TOKEN(i, n, {
         eq->to_float((const char *)m->tok_embd.data + (size_t)bt->tokens[i] * m->tok_embd.row_bytes, b->x + i * dim, dim);
         llmb_rope_table(b->cs + i * hd, hd, bt->pos[i], c->rope_scale, b->rope_f, m->rope_freqs);
-    });
+    }));
     for (int l = 0; l < c->n_layer; l++) {
         const llmb_layer *L = &b->layers[l];
         // ---- attention ----
-        PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim, c->norm_eps));
-        llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
-                      (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim});
-        add_bias(b->q, L->bq, n, q_dim);
-        add_bias(b->k, L->bk, n, kv_dim);
-        add_bias(b->v, L->bv, n, kv_dim);
-        PER_TOKEN(i, n, {
+        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim,
+                                                           c->norm_eps)));
+        PRODUCT(llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
+                              (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim}));
+        TIMED(LLMB_PROF_ELEMENTWISE, {
+            add_bias(b->q, L->bq, n, q_dim);
+            add_bias(b->k, L->bk, n, kv_dim);
+            add_bias(b->v, L->bv, n, kv_dim);
+        });
+        TIMED(LLMB_PROF_ROPE_KV, PER_TOKEN(i, n, {
             llmb_rope(b->q + i * q_dim, c->n_head, hd, b->cs + i * hd, c->rope_neox);
             llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, b->cs + i * hd, c->rope_neox);
             const int32_t blk = bt->slots[i] / B, slot = bt->slots[i] % B;
             store_kv(b, kv_row(b, l, 0, blk, slot), b->k + i * kv_dim, (int)kv_dim);
             store_kv(b, kv_row(b, l, 1, blk, slot), b->v + i * kv_dim, (int)kv_dim);
-        });
-        attention(b, bt, l);
-        llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->xn, dim);
-        PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]);
+        }));
+        TIMED(LLMB_PROF_ATTENTION, attention(b, bt, l));
+        PRODUCT(llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->xn, dim));
+        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]));
         // ---- feed-forward ----
-        PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->ffn_norm, dim, c->norm_eps));
-        llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n, (float *[]){b->gate, b->up},
-                      (int64_t[]){ff, ff});
-        PER_TOKEN(i, n, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff));
-        llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->xn, dim);
-        PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]);
+        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->ffn_norm, dim,
+                                                           c->norm_eps)));
+        PRODUCT(llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n,
+                              (float *[]){b->gate, b->up}, (int64_t[]){ff, ff}));
+        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff)));
+        PRODUCT(llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->xn, dim));
+        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]));
     }
-    for (int r = 0; r < n_rows; r++)
-        llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim, m->output_norm, dim, c->norm_eps);
-    if (n_rows) llmb_matmul(mm, &b->output, b->xl, dim, n_rows, b->logits, c->vocab);
+    TIMED(LLMB_PROF_NORM, for (int r = 0; r < n_rows; r++) llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim,
+                                                                        m->output_norm, dim, c->norm_eps));
+    if (n_rows) PRODUCT(llmb_matmul(mm, &b->output, b->xl, dim, n_rows, b->logits, c->vocab));
     out->logits = b->logits;
     const uint64_t t1 = llmb_now_ns();
     b->times.forward_ms = (double)(t1 - t0) / 1e6;

@@ -267,8 +267,10 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     int n = p->max_batch_tokens;
     e->max_logit_rows = p->max_seqs + 64 < n ? p->max_seqs + 64 : n;
     e->max_blocks = blocks_for(e, p->ctx);
-    const llmb_backend_params bp = {p->device, p->n_threads, p->float_act, n, p->max_seqs, p->ctx, p->graphs,
-                                    e->max_logit_rows, p->bf16};
+    const llmb_backend_params bp = {.device = p->device, .n_threads = p->n_threads, .float_act = p->float_act,
+                                    .max_batch_tokens = n, .max_seqs = p->max_seqs, .ctx = p->ctx,
+                                    .graphs = p->graphs, .max_rows = e->max_logit_rows, .bf16 = p->bf16,
+                                    .profile = p->profile};
     if ((s = ops->create(e->model, &bp, &e->b)) || (s = ops->kv_alloc(e->b, e->kv_type, p->block_size, p->n_blocks)) ||
         (s = ops->memory(e->b, &e->mem))) {
         llmb_engine_free(e);
@@ -1038,6 +1040,11 @@ llmb_status llmb_engine_step(llmb_engine *e, int *busy) {
     e->stats.solo_steps = bt.solo_steps;
     e->stats.capture_ns = (uint64_t)(bt.capture_ms * 1e6);
     if (!n_prefill) e->stats.kernels_per_step = (uint64_t)bt.kernels_per_step;
+    if (e->p.profile) {
+        const int ph = n_prefill ? 0 : 1;
+        for (int k = 0; k < LLMB_PROF_N; k++) e->stats.prof_ns[ph][k] += bt.prof_ns[k];
+        for (int k = 0; k < LLMB_PROF_TYPES; k++) e->stats.prof_type_ns[ph][k] += bt.prof_type_ns[k];
+    }
     e->stats.prefill_tokens += (uint64_t)n_prefill;
     e->stats.decode_tokens += (uint64_t)(n - n_prefill);
     e->stats.steps++;

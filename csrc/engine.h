@@ -27,7 +27,20 @@ typedef struct {
     int bf16;             // cpu: F32 / F16 / BF16 matrices rounded to BF16 at load and multiplied against
                           // activations rounded to BF16 (vdpbf16ps where the CPU has AVX-512 BF16; the same
                           // bits elsewhere, slowly); quantized matrices unchanged. Not with float_act.
+    int profile;          // cpu: time each operation kind of every step (llmb_engine_stats.prof_*)
 } llmb_engine_params;
+
+// Operation kinds of a forward step that the CPU backend times with profile set: the clock of the
+// thread that runs the step around each operation (each ends at a barrier of its threads), so the kinds
+// add up to the step's forward time but for the loop between them. EMBED: token rows and RoPE tables;
+// NORM: RMSNorms; QUANT_X: activations quantized for the products; MATMUL: the products themselves (by
+// weight type in prof_type_ns); ROPE_KV: RoPE of q, k and the KV cache stores; ATTENTION; ELEMENTWISE:
+// biases, residual adds, SwiGLU.
+enum {
+    LLMB_PROF_EMBED, LLMB_PROF_NORM, LLMB_PROF_QUANT_X, LLMB_PROF_MATMUL, LLMB_PROF_ROPE_KV, LLMB_PROF_ATTENTION,
+    LLMB_PROF_ELEMENTWISE, LLMB_PROF_N
+};
+#define LLMB_PROF_TYPES 48   // matmul time by ggml weight type id (all ids the engine runs are below it)
 
 typedef struct {
     float temperature;        // 0: greedy
@@ -69,6 +82,10 @@ typedef struct {
     uint64_t kernels_per_step;                          // kernels of the last decode step (0: unknown)
     uint64_t device_sampled_rows;
     uint64_t solo_steps;                                // CPU: steps on one thread of several (cores contended)
+    // with profile: [0] steps with prompt tokens (prefill), [1] decode steps; ns per LLMB_PROF_* kind, and the
+    // products' time by weight type (a fused product of several matrices split in proportion to their sizes)
+    uint64_t prof_ns[2][LLMB_PROF_N];
+    uint64_t prof_type_ns[2][LLMB_PROF_TYPES];
 } llmb_engine_stats;
 
 LLMB_API llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, llmb_engine **out);

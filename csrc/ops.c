@@ -75,7 +75,12 @@ static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws
     // machine is busy): run it here.
     const int nthreads = c->nthreads > 1 && work >= (double)(1 << 18) ? c->nthreads : 1;
     if (c->float_act && vt != LLMB_TYPE_F32) {
-        for (int i = 0; i < count; i++) matmul_float(c, ws[i], x, ldx, n_tok, ys[i], ldys[i], nthreads);
+        for (int i = 0; i < count; i++) {
+            const uint64_t t0 = c->prof_type ? llmb_now_ns() : 0;
+            matmul_float(c, ws[i], x, ldx, n_tok, ys[i], ldys[i], nthreads);
+            if (c->prof_type && ws[i]->type >= 0 && ws[i]->type < c->prof_types)
+                c->prof_type[ws[i]->type] += llmb_now_ns() - t0;
+        }
         return;
     }
     if (!same) {   // weights of different activation types (Q4_0 beside Q4_K, say): one at a time
@@ -84,6 +89,7 @@ static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws
     }
     const void *xq = x;
     size_t x_stride = (size_t)ldx * sizeof(float);
+    uint64_t t0 = c->prof_type ? llmb_now_ns() : 0;
     if (vt != LLMB_TYPE_F32) {
         if (*have != vt) {   // row by row: the same bytes on any thread
             LLMB_PAR_FOR(nthreads > 1 && n_tok >= 16, nthreads, t, n_tok,
@@ -93,11 +99,24 @@ static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws
         xq = c->xq;
         x_stride = c->row_cap;
     }
+    if (c->prof_type) {
+        const uint64_t t1 = llmb_now_ns();
+        *c->prof_quant_x += t1 - t0;
+        t0 = t1;
+    }
     llmb_matmul_part parts[LLMB_MATMUL_MAX_N];
     for (int i = 0; i < count; i++)
         parts[i] = (llmb_matmul_part){ws[i]->type, ws[i]->data, ws[i]->row_bytes, ws[i]->ne1, ys[i], ldys[i], ws[i]->il,
                                       ws[i]->stream};
     llmb_vec_dot_matmul_parts(ws[0]->ne0, parts, count, xq, x_stride, n_tok, nthreads);
+    if (c->prof_type) {   // a fused product's time split over its matrices by their sizes (same ne0: rows)
+        const double ns = (double)(llmb_now_ns() - t0);
+        double rows = 0;
+        for (int i = 0; i < count; i++) rows += (double)ws[i]->ne1;
+        for (int i = 0; i < count; i++)
+            if (ws[i]->type >= 0 && ws[i]->type < c->prof_types)
+                c->prof_type[ws[i]->type] += (uint64_t)(ns * (double)ws[i]->ne1 / rows + 0.5);
+    }
 }
 
 void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,

@@ -14,6 +14,9 @@ typedef struct {
     int float_act;        // 1: keep activations in float32 and dequantize weight tiles instead
     float *wtile;         // float_act scratch: nthreads x LLMB_MATMUL_TILE rows of the widest matrix
     int64_t wtile_ne0;
+    uint64_t *prof_quant_x;   // where set (the backend profiles): ns quantizing activations are added here,
+    uint64_t *prof_type;      // and ns of the products by weight type id (< prof_types) here
+    int prof_types;
 } llmb_matmul_ctx;
 
 #define LLMB_MATMUL_TILE 16  // weight rows dequantized together in float_act mode

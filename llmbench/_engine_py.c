@@ -31,13 +31,15 @@ static void Engine_dealloc(EngineObject *self) {
 
 static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"reader", "kv_type", "block_size", "n_blocks", "ctx", "max_batch_tokens", "max_seqs",
-                            "threads", "float_act", "backend", "device", "graphs", "device_sampling", "bf16", NULL};
+                            "threads", "float_act", "backend", "device", "graphs", "device_sampling", "bf16",
+                            "profile", NULL};
     PyObject *reader;
-    llmb_engine_params p = {1, 16, 0, 0, 512, 64, 1, 0, "cpu", 0, 1, 0, 0};
+    llmb_engine_params p = {.kv_type = 1, .block_size = 16, .max_batch_tokens = 512, .max_seqs = 64, .n_threads = 1,
+                            .backend = "cpu", .graphs = 1};
     long long nb = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|psippp", names, &reader, &p.kv_type, &p.block_size, &nb,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OiiLiiii|psipppp", names, &reader, &p.kv_type, &p.block_size, &nb,
                                      &p.ctx, &p.max_batch_tokens, &p.max_seqs, &p.n_threads, &p.float_act, &p.backend,
-                                     &p.device, &p.graphs, &p.device_sampling, &p.bf16))
+                                     &p.device, &p.graphs, &p.device_sampling, &p.bf16, &p.profile))
         return -1;
     p.n_blocks = nb;
     llmb_gguf *g = llmb_py_reader_gguf(reader);
@@ -312,6 +314,39 @@ static PyObject *Engine_stats(EngineObject *self, PyObject *noargs) {
         return NULL;
     }
     Py_DECREF(more);
+    // the profile (zeros unless the engine profiles): {"prefill"|"decode": {kind: ns}}, and the products'
+    // ns by weight type id, nonzero entries only
+    static const char *kinds[LLMB_PROF_N] = {"embed", "norm", "quant_x", "matmul", "rope_kv", "attention",
+                                             "elementwise"};
+    static const char *phases[2] = {"prefill", "decode"};
+    PyObject *prof = PyDict_New(), *types = PyDict_New();
+    int ok = prof && types;
+    for (int ph = 0; ok && ph < 2; ph++) {
+        PyObject *k = PyDict_New(), *t = PyDict_New();
+        ok = k && t;
+        for (int i = 0; ok && i < LLMB_PROF_N; i++) {
+            PyObject *v = PyLong_FromUnsignedLongLong(st.prof_ns[ph][i]);
+            ok = v && !PyDict_SetItemString(k, kinds[i], v);
+            Py_XDECREF(v);
+        }
+        for (int i = 0; ok && i < LLMB_PROF_TYPES; i++) {
+            if (!st.prof_type_ns[ph][i]) continue;
+            PyObject *key = PyLong_FromLong(i), *v = PyLong_FromUnsignedLongLong(st.prof_type_ns[ph][i]);
+            ok = key && v && !PyDict_SetItem(t, key, v);
+            Py_XDECREF(key);
+            Py_XDECREF(v);
+        }
+        ok = ok && !PyDict_SetItemString(prof, phases[ph], k) && !PyDict_SetItemString(types, phases[ph], t);
+        Py_XDECREF(k);
+        Py_XDECREF(t);
+    }
+    ok = ok && !PyDict_SetItemString(d, "prof_ns", prof) && !PyDict_SetItemString(d, "prof_type_ns", types);
+    Py_XDECREF(prof);
+    Py_XDECREF(types);
+    if (!ok) {
+        Py_DECREF(d);
+        return NULL;
+    }
     return d;
 }
 

@@ -294,6 +294,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .perf.dataset import load_prompts
 
         load_prompts(cfg.dataset)
+    if args.profile and (axes or args.out_dir or cfg.backend != "cpu"):
+        raise ValueError("--profile times the CPU engine's operations in one benchmark: not with a sweep, "
+                         "--backend cuda or --backend openai")
     if axes or args.out_dir:
         return _run_sweep(args, cfg, axes)
     cfg.check()
@@ -303,6 +306,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         with console.status("starting") as status:
             result = (run_openai if cfg.backend == "openai" else run)(cfg, lambda msg: status.update(msg))
+            if args.profile:
+                from .perf.profile import measure
+
+                status.update("profile: the operations of prefill and decode steps")
+                result["profile"] = measure(cfg.model, cfg.threads, pp=cfg.pp or 512, tg=cfg.tg or 128,
+                                            reps=cfg.repetitions, kv_dtype=cfg.kv_dtype, activations=cfg.activations)
     except BenchInterrupted as stop:   # Ctrl-C after a test finished: keep what was measured
         part = stop.result
         where = _save_result(part, args.output)
@@ -373,6 +382,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         t.add_row("GPU memory: total / free / weights / KV / workspace / peak",
                   " / ".join(_gib(m[k]) for k in ("gpu_total_bytes", "gpu_free_bytes", "weights_bytes",
                                                    "kv_cache_bytes", "scratch_bytes", "gpu_peak_bytes")))
+    if "profile" in result:
+        from .perf.profile import table_rows
+
+        pr = result["profile"]
+        tp = Table(title=f"Profile: share of the forward time (pp{pr['pp']} prefill, tg{pr['tg']} decode)")
+        for c in ("operation", "prefill", "decode"):
+            tp.add_column(c, justify="left" if c == "operation" else "right")
+        for row in table_rows(pr):
+            tp.add_row(*row)
+        Console().print(tp)
+        if pr.get("overhead"):
+            print(f"profiling cost: prefill x{pr['overhead']['prefill']:.3f}, decode x{pr['overhead']['decode']:.3f} "
+                  "of the unprofiled time (alternated in this run)")
     if "memory" in result:
         t.add_row("memory: weights / KV / peak RSS",
                   f"{_gib(result['memory']['weights_bytes'])} / {_gib(result['memory']['kv_cache_bytes'])} / "
@@ -525,6 +547,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-failed", default="0", metavar="N|P%",
                    help="measured requests that may fail before the exit status is 1 (default 0), e.g. 3 or 5%%")
     b.add_argument("-o", "--output", help="write the JSON result here")
+    b.add_argument("--profile", action="store_true",
+                   help="also time every operation kind of prefill and decode steps (embedding, norms, activation "
+                        "quantization, products by weight type, RoPE/KV, attention, element-wise) and its cost "
+                        "(CPU engine; llmbench.perf.profile)")
     b.add_argument("--json", action="store_true", help="print the JSON result instead of the table")
     b.set_defaults(func=cmd_bench)
     mb = sub.add_parser("membw", help="measure this machine's memory bandwidth (STREAM-style)",

@@ -238,7 +238,10 @@ class LLM:
     ``device``, decode steps replayed as CUDA Graphs when ``cuda_graphs``). Without a usable CUDA
     backend, "cuda" raises BackendUnavailableError saying why. ``device_sampling`` (cuda): a step whose every
     request samples plainly (no penalties, no top-n logprobs, no prompt scores) samples on the device,
-    so only token ids and their log-probabilities cross the bus.
+    so only token ids and their log-probabilities cross the bus. ``profile`` (cpu): time every operation
+    kind of every step (embedding, norms, activation quantization, products by weight type, RoPE and KV
+    stores, attention, element-wise), read back from ``engine.stats()["prof_ns"]`` per prefill and decode
+    steps (llmbench.perf.profile).
 
     The GIL is released while the engine computes, so other Python threads run meanwhile; calls on
     one LLM from several threads take turns.
@@ -248,7 +251,7 @@ class LLM:
                  kv_dtype: str = "f16", kv_budget: int | str | None = None, backend: str = "cpu",
                  max_batch_tokens: int = 512, max_seqs: int = 64, block_size: int = 16,
                  activations: str = "q8", tokenizer_options: dict | None = None, device: int = 0,
-                 cuda_graphs: bool = True, device_sampling: bool = True):
+                 cuda_graphs: bool = True, device_sampling: bool = True, profile: bool = False):
         self._lock, self._owner = threading.Lock(), None   # see _exclusive
         if backend not in ("cpu", "cuda"):
             raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
@@ -256,6 +259,9 @@ class LLM:
             raise ValueError(f"device must be >= 0, got {device}")
         if activations not in ACTIVATIONS:
             raise ValueError(f"activations must be 'q8', 'f32' or 'bf16', got {activations!r}")
+        if profile and backend != "cpu":
+            raise ValueError("profile=True times the CPU backend's operations; the CUDA backend's kernels are not "
+                             "timed one by one (profile the CPU backend, or use Nsight Systems)")
         if activations == "bf16" and backend != "cpu":
             raise ValueError("activations='bf16' (BF16 pair products) runs on the CPU backend only")
         if backend == "cuda":
@@ -314,8 +320,9 @@ class LLM:
                                    max_seqs=max_seqs, threads=self.threads, float_act=activations == "f32",
                                    bf16=activations == "bf16",
                                    backend=backend, device=device, graphs=cuda_graphs,
-                                   device_sampling=device_sampling)
+                                   device_sampling=device_sampling, profile=profile)
         self.backend = self.engine.backend
+        self.profile = profile
         self.device = device if backend == "cuda" else None
         self.cuda_graphs = cuda_graphs if backend == "cuda" else None
         self.activations = activations

@@ -10,12 +10,14 @@ the fit objects of `llmbench.fit`:
 - ``decay_curves``: accuracy against reasoning steps with Wilson intervals and the best fit with its band,
   one panel per group;
 - ``heatmap``: any metric over two parameters (the mean where several rows share a cell);
-- ``quality_vs_speed``: quality loss against speed-up, one labelled point per weight type.
+- ``quality_vs_speed``: quality loss against speed-up, one labelled point per weight type;
+- ``breakdown``: stacked shares of the forward time by operation kind (``llmbench bench --profile``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -196,4 +198,40 @@ def quality_vs_speed(df, speedup: str, loss: str, label: str, loss_err: str | No
     return fig
 
 
-__all__ = ["batch_scaling", "decay_curves", "heatmap", "pareto", "pareto_front", "quality_vs_speed"]
+def breakdown(profile: Mapping[str, Any]):
+    """Stacked bars of ``llmbench bench --profile``'s result (``result["profile"]``): for prefill and decode,
+    each operation kind's share of the forward time, the products split by weight type, and the loop
+    between operations on top."""
+    from .perf.profile import KINDS
+
+    phases = ("prefill", "decode")
+    types = sorted(set(profile["prefill"]["matmul_by_type_ns"]) | set(profile["decode"]["matmul_by_type_ns"]))
+    parts: list[tuple[str, list[float]]] = []
+    for k in KINDS:
+        if k == "matmul":   # by type, and what of the products no type holds (their setup)
+            for t in types:
+                parts.append((f"matmul {t}", [profile[ph]["matmul_by_type_ns"].get(t, 0) / profile[ph]["forward_ns"]
+                                              for ph in phases]))
+            rest = [(profile[ph]["kinds_ns"]["matmul"] - sum(profile[ph]["matmul_by_type_ns"].values()))
+                    / profile[ph]["forward_ns"] for ph in phases]
+            if any(r > 0.005 for r in rest):
+                parts.append(("matmul (other)", [max(r, 0.0) for r in rest]))
+        else:
+            parts.append((k, [profile[ph]["kinds_ns"][k] / profile[ph]["forward_ns"] for ph in phases]))
+    parts.append(("loop between operations", [max(profile[ph]["other_ns"], 0) / profile[ph]["forward_ns"]
+                                              for ph in phases]))
+    fig, axes = _figure((7, 3.2))
+    ax = axes[0][0]
+    left = np.zeros(len(phases))
+    for i, (name, share) in enumerate(parts):
+        ax.barh(phases, share, left=left, label=name, color=f"C{i % 10}")
+        left += np.array(share)
+    ax.set_xlim(0, max(1.0, float(left.max())))
+    ax.set_xlabel("share of the forward time")
+    ax.set_title(f"Where the time goes: pp{profile['pp']} prefill, tg{profile['tg']} decode", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["batch_scaling", "breakdown", "decay_curves", "heatmap", "pareto", "pareto_front", "quality_vs_speed"]

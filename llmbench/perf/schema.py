@@ -259,6 +259,38 @@ _sweep = {
     },
 }
 
+_profile_phase = {
+    "type": "object",
+    "required": ["tokens", "forward_ns", "kinds_ns", "shares", "matmul_by_type_ns", "other_ns", "coverage"],
+    "properties": {
+        "steps": _count, "tokens": _count, "forward_ns": _count, "wall_s": _num,
+        "kinds_ns": {"type": "object", "additionalProperties": _count,
+                     "description": "ns per operation kind: embed, norm, quant_x, matmul, rope_kv, attention, "
+                                    "elementwise"},
+        "shares": {"type": "object", "additionalProperties": _num_or_null,
+                   "description": "each kind's ns over the backend's forward ns"},
+        "matmul_by_type_ns": {"type": "object", "additionalProperties": _count,
+                              "description": "the products' ns by weight type name"},
+        "other_ns": {"type": "integer", "description": "forward ns the kinds do not cover (the loop between them)"},
+        "coverage": _num_or_null,
+        "host_ns": {"type": "object", "additionalProperties": _count,
+                    "description": "the engine's host phases in the same runs: sample, schedule"},
+    },
+}
+
+_profile = {
+    "type": "object",
+    "description": "llmbench bench --profile (llmbench.perf.profile): where prefill and decode steps spend "
+                   "their time, and what timing it costs",
+    "required": ["pp", "tg", "reps", "prefill", "decode"],
+    "properties": {
+        "model": {"type": "string"}, "threads": _count, "pp": _count, "tg": _count, "reps": _count,
+        "prefill": _profile_phase, "decode": _profile_phase,
+        "overhead": {"type": "object", "additionalProperties": _num,
+                     "description": "profiled over unprofiled forward time (medians, alternated): prefill, decode"},
+    },
+}
+
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "urn:llmbench:schema:result:1",
@@ -291,6 +323,7 @@ SCHEMA: dict[str, Any] = {
         "tokens": {"type": "object",
                    "description": "optional raw per-token samples, e.g. decode_step_ns",
                    "additionalProperties": {"type": "array", "items": _num}},
+        "profile": _profile,
         "interrupted": {"type": "boolean",
                         "description": "true: the run was stopped (Ctrl-C) before it finished; only the "
                                        "llama-bench tests that had finished are here"},
