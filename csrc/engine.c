@@ -366,11 +366,12 @@ void llmb_engine_free(llmb_engine *e) {
     free(e);
 }
 
-void llmb_engine_model_info(const llmb_engine *e, int out[9], char arch[32]) {
+void llmb_engine_model_info(const llmb_engine *e, llmb_model_facts *out) {
     const llmb_model_config *c = &e->model->cfg;
-    int v[9] = {c->n_layer, c->dim, c->n_head, c->n_head_kv, c->head_dim, c->ff, c->vocab, c->ctx_train, c->tied_output};
-    memcpy(out, v, sizeof v);
-    memcpy(arch, c->arch, 32);
+    *out = (llmb_model_facts){.n_layer = c->n_layer, .dim = c->dim, .n_head = c->n_head, .n_head_kv = c->n_head_kv,
+                              .head_dim = c->head_dim, .ff = c->ff, .vocab = c->vocab, .ctx_train = c->ctx_train,
+                              .tied_output = c->tied_output};
+    memcpy(out->arch, c->arch, sizeof out->arch);
 }
 
 uint64_t llmb_engine_weight_bytes(const llmb_engine *e) { return e->mem.weights; }
@@ -379,12 +380,12 @@ uint64_t llmb_engine_kv_bytes(const llmb_engine *e) { return e->mem.kv; }
 uint64_t llmb_engine_scratch_bytes(const llmb_engine *e) { return e->mem.scratch; }
 const char *llmb_engine_backend(const llmb_engine *e) { return e->ops->name; }
 
-llmb_status llmb_engine_memory(llmb_engine *e, uint64_t out[6]) {
+llmb_status llmb_engine_memory(llmb_engine *e, llmb_memory_info *out) {
     llmb_backend_memory m;
     llmb_status s = e->ops->memory(e->b, &m);
     if (s) return s;
-    const uint64_t v[6] = {m.weights, m.kv, m.scratch, m.peak, m.device_free, m.device_total};
-    memcpy(out, v, sizeof v);
+    *out = (llmb_memory_info){.weights = m.weights, .kv = m.kv, .scratch = m.scratch, .peak = m.peak,
+                              .device_free = m.device_free, .device_total = m.device_total};
     return LLMB_OK;
 }
 int64_t llmb_engine_free_blocks(const llmb_engine *e) { return e->n_free; }

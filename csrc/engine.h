@@ -91,15 +91,26 @@ typedef struct {
 LLMB_API llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, llmb_engine **out);
 LLMB_API void llmb_engine_free(llmb_engine *e);
 
-// Model facts: n_layer, dim, n_head, n_head_kv, head_dim, ff, vocab, ctx_train, tied.
-LLMB_API void llmb_engine_model_info(const llmb_engine *e, int out[9], char arch[32]);
+// Model facts: the architecture's name and shape.
+typedef struct {
+    char arch[32];      // general.architecture, e.g. "llama"
+    int n_layer, dim, n_head, n_head_kv, head_dim, ff, vocab;
+    int ctx_train;      // the context length the model was trained with
+    int tied_output;    // 1: the output matrix is the token embedding
+} llmb_model_facts;
+LLMB_API void llmb_engine_model_info(const llmb_engine *e, llmb_model_facts *out);
 // Bytes the backend holds (its memory() once it was created): weights, the KV pool, activation scratch.
 LLMB_API uint64_t llmb_engine_weight_bytes(const llmb_engine *e);
 LLMB_API uint64_t llmb_engine_kv_bytes(const llmb_engine *e);      // the KV pool
 LLMB_API uint64_t llmb_engine_kv_token_bytes(const llmb_engine *e); // KV bytes per token (all layers)
 LLMB_API uint64_t llmb_engine_scratch_bytes(const llmb_engine *e);
-// The backend's memory() now: weights, kv, scratch, peak, device_free, device_total (cpu: 0, 0).
-LLMB_API llmb_status llmb_engine_memory(llmb_engine *e, uint64_t out[6]);
+// The backend's memory() now, in bytes.
+typedef struct {
+    uint64_t weights, kv, scratch; // held by the backend
+    uint64_t peak;                 // the most it held at once
+    uint64_t device_free, device_total; // the GPU's memory now (cpu: 0, 0)
+} llmb_memory_info;
+LLMB_API llmb_status llmb_engine_memory(llmb_engine *e, llmb_memory_info *out);
 LLMB_API const char *llmb_engine_backend(const llmb_engine *e);   // "cpu" or "cuda"
 LLMB_API int64_t llmb_engine_free_blocks(const llmb_engine *e);
 

@@ -73,26 +73,25 @@ static int Engine_init(EngineObject *self, PyObject *args, PyObject *kw) {
 
 static PyObject *Engine_model_info(EngineObject *self, PyObject *noargs) {
     ENGINE(self);
-    int v[9];
-    char arch[32];
-    llmb_engine_model_info(self->e, v, arch);
-    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:O}", "arch", arch, "n_layer", v[0], "dim", v[1],
-                         "n_head", v[2], "n_head_kv", v[3], "head_dim", v[4], "ff", v[5], "vocab", v[6],
-                         "ctx_train", v[7], "tied_output", v[8] ? Py_True : Py_False);
+    llmb_model_facts f;
+    llmb_engine_model_info(self->e, &f);
+    return Py_BuildValue("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:O}", "arch", f.arch, "n_layer", f.n_layer, "dim", f.dim,
+                         "n_head", f.n_head, "n_head_kv", f.n_head_kv, "head_dim", f.head_dim, "ff", f.ff, "vocab",
+                         f.vocab, "ctx_train", f.ctx_train, "tied_output", f.tied_output ? Py_True : Py_False);
 }
 
 // memory() -> {weights, kv_cache, kv_per_token, scratch, free_blocks, peak, device_free, device_total}:
 // bytes the backend holds (peak and the device's free and total memory asked now; 0 on the CPU)
 static PyObject *Engine_memory(EngineObject *self, PyObject *noargs) {
     ENGINE(self);
-    uint64_t m[6];
-    llmb_status s = llmb_engine_memory(self->e, m);
+    llmb_memory_info m;
+    llmb_status s = llmb_engine_memory(self->e, &m);
     if (s) return llmb_py_raise(s, NULL);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:L,s:K,s:K,s:K}", "weights", (unsigned long long)m[0], "kv_cache",
-                         (unsigned long long)m[1], "kv_per_token", (unsigned long long)llmb_engine_kv_token_bytes(self->e),
-                         "scratch", (unsigned long long)m[2], "free_blocks", (long long)llmb_engine_free_blocks(self->e),
-                         "peak", (unsigned long long)m[3], "device_free", (unsigned long long)m[4], "device_total",
-                         (unsigned long long)m[5]);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:L,s:K,s:K,s:K}", "weights", (unsigned long long)m.weights, "kv_cache",
+                         (unsigned long long)m.kv, "kv_per_token", (unsigned long long)llmb_engine_kv_token_bytes(self->e),
+                         "scratch", (unsigned long long)m.scratch, "free_blocks",
+                         (long long)llmb_engine_free_blocks(self->e), "peak", (unsigned long long)m.peak, "device_free",
+                         (unsigned long long)m.device_free, "device_total", (unsigned long long)m.device_total);
 }
 
 static PyObject *Engine_backend(EngineObject *self, void *closure) {

@@ -195,8 +195,14 @@ def hyperparameters(meta: dict, tensors: Sequence[str] = (), where: str = "model
 
 
 def kv_bytes_per_token(hp: dict[str, int], kv_dtype: str) -> float:
-    """Bytes of KV cache one token takes: keys and values of every layer's KV heads."""
-    return 2 * hp["n_layer"] * hp["n_head_kv"] * hp["head_dim"] * {"f32": 4, "f16": 2, "q8_0": 34 / 32}[kv_dtype]
+    """Bytes of KV cache one token takes: keys and values of every layer's KV heads, each row in the KV
+    dtype's own format (the C type traits: Q8_0 is 34 bytes a block of 32)."""
+    from .quant import row_bytes
+
+    kv_dim = hp["n_head_kv"] * hp["head_dim"]
+    if KV_DTYPES[kv_dtype] == 8 and kv_dim % 32:   # the engine refuses it with its own message; a size still
+        return 2 * hp["n_layer"] * kv_dim * 34 / 32   # stands for the budget check before it
+    return 2 * hp["n_layer"] * row_bytes(KV_DTYPES[kv_dtype], kv_dim)
 
 
 def _exclusive(method: Callable) -> Callable:

@@ -211,15 +211,17 @@ static void test_backend_choice(const llmb_gguf *g) {
     if (!e) return;
     CHECK(!strcmp(llmb_engine_backend(e), "cpu"), "backend name %s", llmb_engine_backend(e));
     // the engine's figures are its backend's, and the backend's are what it allocated
-    uint64_t m[6];
-    CHECK(llmb_engine_memory(e, m) == LLMB_OK, "memory: %s", llmb_last_error());
-    CHECK(m[0] == llmb_engine_weight_bytes(e) && m[1] == llmb_engine_kv_bytes(e) && m[2] == llmb_engine_scratch_bytes(e),
+    llmb_memory_info m;
+    CHECK(llmb_engine_memory(e, &m) == LLMB_OK, "memory: %s", llmb_last_error());
+    CHECK(m.weights == llmb_engine_weight_bytes(e) && m.kv == llmb_engine_kv_bytes(e) &&
+              m.scratch == llmb_engine_scratch_bytes(e),
           "engine memory = backend memory");
-    CHECK(m[3] == m[0] + m[1] + m[2] && m[4] == 0 && m[5] == 0, "cpu peak and device figures");
-    CHECK(m[1] == llmb_engine_kv_token_bytes(e) * 64 * 16, "KV pool %llu bytes", (unsigned long long)m[1]);
+    CHECK(m.peak == m.weights + m.kv + m.scratch && m.device_free == 0 && m.device_total == 0,
+          "cpu peak and device figures");
+    CHECK(m.kv == llmb_engine_kv_token_bytes(e) * 64 * 16, "KV pool %llu bytes", (unsigned long long)m.kv);
     uint64_t file_bytes = 0;
     for (uint64_t i = 0; i < llmb_gguf_n_tensors(g); i++) file_bytes += llmb_gguf_tensor_at(g, i)->nbytes;
-    CHECK(m[0] == file_bytes && m[2] > 0, "weights %llu of %llu bytes", (unsigned long long)m[0],
+    CHECK(m.weights == file_bytes && m.scratch > 0, "weights %llu of %llu bytes", (unsigned long long)m.weights,
           (unsigned long long)file_bytes);
     llmb_engine_free(e);
 }
