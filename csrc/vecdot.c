@@ -562,7 +562,7 @@ static void q8_0_recode(const uint8_t *from, uint8_t *to, int pack) {
 }
 
 // The legacy types' interleaved blocks (vecdot_il8.c): whole words of values first and d, where alone, as
-// the tail (Q4_0: qs, d; Q5_0: qh', qs, d; Q4_1, Q5_1 keep their order), and Q5_0 / Q5_1's fifth bits as
+// the tail (Q4_0, IQ4_NL: qs, d; Q5_0: qh', qs, d; Q4_1, Q5_1 keep their order), and Q5_0 / Q5_1's fifth bits as
 // qh': bit 8 b + k the fifth bit of value 4 k + b, bit 8 b + 4 + k that of value 16 + 4 k + b (b, k < 4),
 // so that each word k of qs finds its 8 bits in place after one shift.
 static uint32_t qh_recode(uint32_t qh, int pack) {
@@ -580,7 +580,7 @@ static uint32_t qh_recode(uint32_t qh, int pack) {
 static void legacy_recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
     uint32_t qh;
     switch (wtype) {
-    case LLMB_TYPE_Q4_0:   // d qs <-> qs d
+    case LLMB_TYPE_Q4_0: case LLMB_TYPE_IQ4_NL:   // d qs <-> qs d
         if (pack) memcpy(to, from + 2, 16), memcpy(to + 16, from, 2);
         else memcpy(to + 2, from, 16), memcpy(to, from + 16, 2);
         break;
@@ -602,7 +602,7 @@ static void legacy_recode(int wtype, const uint8_t *from, uint8_t *to, int pack)
 // whether blocks of wtype are recoded before interleaving, and the recoding (pack) or its inverse
 static int recoded(int wtype) {
     return wtype == LLMB_TYPE_Q6_K || wtype == LLMB_TYPE_Q8_0 || wtype == LLMB_TYPE_Q4_0 || wtype == LLMB_TYPE_Q5_0 ||
-           wtype == LLMB_TYPE_Q5_1;
+           wtype == LLMB_TYPE_Q5_1 || wtype == LLMB_TYPE_IQ4_NL;
 }
 static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
     if (wtype == LLMB_TYPE_Q6_K) q6_K_recode(from, to, pack);
@@ -613,7 +613,7 @@ static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
 // of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row. Q6_K's,
-// Q8_0's, Q4_0's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode, q8_0_recode, legacy_recode).
+// Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode, q8_0_recode, legacy_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
     assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);

@@ -137,7 +137,7 @@ LLMB_API int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t ro
 // plain layout needs G streams or one reduction per row); a block's bytes past its last whole word
 // (Q6_K's d) follow all the group's words, block by block, row by row; Q6_K's blocks are recoded first
 // (values whole, in the kernel's reading order: vecdot.c, q6_K_recode), Q8_0's too (values + 128,
-// then d), Q4_0's, Q5_0's and Q5_1's too (vecdot.c, legacy_recode). Same bytes in all: group g starts at
+// then d), Q4_0's, IQ4_NL's, Q5_0's and Q5_1's too (vecdot.c, legacy_recode). Same bytes in all: group g starts at
 // g * G * row_bytes. Products over it (llmb_matmul_part.il
 // = G) give the plain layout's bits; should the active level be lowered later to one without the kernel,
 // they run at the best level this CPU has.
@@ -177,7 +177,7 @@ typedef struct {
 // kernel for SIMD level `lvl` on this CPU; the rest keep the scalar reference.
 void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (vecdot_il8.c): the interleaved kernels of Q4_0, Q4_1, Q5_0 and Q5_1 (groups of 8 rows) at AVX2 and
-// AVX-512 VNNI, and of Q4_K, Q6_K and Q8_0 at AVX2
+// AVX-512 VNNI, and of Q4_K, Q6_K, Q8_0 and IQ4_NL at AVX2
 void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (quants_simd.c): Q8_1 activations with AVX2, byte-identical to the reference
 void llmb_quant_q8_1_avx2(const float *x, void *xq, int64_t n);

@@ -4,7 +4,8 @@
 // same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref); and Q8_0 at
 // the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q4_K and
 // Q6_K at the AVX2 level (the steps of q45_K_body and q6_K_body; the VNNI level's groups of 16 are in
-// vecdot_simd.c).
+// vecdot_simd.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble looked up in the 16 values, then as
+// Q8_0: |w| against x sign(w), the reference's (d_x d_w) s per block, as iq4_nl_body).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -60,14 +61,19 @@ _Static_assert(LLMB_IL8_TOKS >= IL8_DEC, "a chunk of the activation sums holds a
 typedef struct {
     __m256i q[8];   // word k's values: q[2k] values 4k..4k+3, q[2k+1] values 16+4k..16+4k+3 of each row
                     // (Q8_0: q[k] |values 4k..4k+3|)
-    __m256i w[8];   // Q8_0 (never in the prefill buffer): the signed values of q[k], their signs for sign_epi8
+    __m256i w[8];   // Q8_0, IQ4_NL (never in the prefill buffer): the signed values of q[k] (|w|), for sign_epi8
     __m256 d, m;    // lane r: row r's d (and m for Q4_1 / Q5_1)
 } il8_dec;
 
 // bytes of a group's block and of its tail (the d of Q4_0 / Q5_0, after the group's last block)
 INLINE int il8_words(const int type) {
-    return type == LLMB_TYPE_Q4_0 ? 4 : type == LLMB_TYPE_Q5_1 ? 6 : type == LLMB_TYPE_Q8_0 ? 8 : 5;
+    return type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_IQ4_NL ? 4
+           : type == LLMB_TYPE_Q5_1                             ? 6
+           : type == LLMB_TYPE_Q8_0                             ? 8
+                                                                : 5;
 }
+// 1 where the kernel takes |w| against x sign(w) (signed values: Q8_0, IQ4_NL), 0 for unsigned values u
+INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0 || type == LLMB_TYPE_IQ4_NL; }
 // 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1
 INLINE int il8_x8(const int type) { return type != LLMB_TYPE_Q4_1 && type != LLMB_TYPE_Q5_1; }
 INLINE int il8_offset(const int type) { return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : 0; }
@@ -101,6 +107,7 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     }
     if (lvl == LLMB_SIMD_AVX2) {
         t[LLMB_TYPE_Q8_0].il = q8_0_il8_avx2, t[LLMB_TYPE_Q8_0].il_r = IL8_G;
+        t[LLMB_TYPE_IQ4_NL].il = iq4_nl_il8_avx2, t[LLMB_TYPE_IQ4_NL].il_r = IL8_G;
         t[LLMB_TYPE_Q4_K].il = q4_K_il8_avx2, t[LLMB_TYPE_Q4_K].il_r = IL8_G;
         t[LLMB_TYPE_Q6_K].il = q6_K_il8_avx2, t[LLMB_TYPE_Q6_K].il_r = IL8_G;
     }
@@ -144,6 +151,16 @@ INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, in
         }
         return;
     }
+    if (type == LLMB_TYPE_IQ4_NL) {   // Q4_0's nibbles, each looked up in llmb_kvalues_iq4nl
+        const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
+        for (int k = 0; k < 4; k++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
+            o->w[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
+            o->w[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+        }
+        for (int k = 0; k < 8; k++) o->q[k] = _mm256_abs_epi8(o->w[k]);
+        return;
+    }
     __m256i qh = _mm256_setzero_si256();
     if (q5) qh = _mm256_loadu_si256((const __m256i *)v), v += 32;
     for (int k = 0; k < 4; k++) {
@@ -167,12 +184,12 @@ INLINE IL_T void IL(il8_isums)(const int type, const il8_dec *d, const int8_t *c
     const __m256i *q = d->q;
     __m256i h0[IL8_NC], h1[IL8_NC];
     for (int c = 0; c < NC; c++) h0[c] = h1[c] = _mm256_setzero_si256();
-    if (type == LLMB_TYPE_Q8_0) {   // |w| against x sign(w): each maddubs pair below 2^15, the pairs summed in int32
+    if (il8_signed(type)) {   // |w| against x sign(w): each maddubs pair below 2^15, the pairs summed in int32
         const __m256i one = _mm256_set1_epi16(1);
         for (int k = 0; k < 8; k++)
-            for (int c = 0; c < NC; c++) {
+            for (int c = 0; c < NC; c++) {   // (IQ4_NL: values as Q4_0's, q[k] against x 4 (k / 2) + 16 (k % 2) ..)
                 int32_t a;
-                memcpy(&a, xq[c] + 4 * k, 4);
+                memcpy(&a, xq[c] + (type == LLMB_TYPE_Q8_0 ? 4 * k : 4 * (k / 2) + 16 * (k % 2)), 4);
                 const __m256i p = _mm256_maddubs_epi16(q[k], _mm256_sign_epi8(_mm256_set1_epi32(a), d->w[k]));
                 h0[c] = _mm256_add_epi32(h0[c], _mm256_madd_epi16(p, one));
                 IL8_KEEP(h0[c]);
@@ -219,7 +236,7 @@ INLINE IL_T void IL(il8_step)(const int type, const il8_dec *d, const uint8_t *x
     IL(il8_isums)(type, d, xq, s, NC);
     for (int c = 0; c < NC; c++) {
         const uint8_t *xb = x + c * xs + i * xb_bytes;
-        if (type == LLMB_TYPE_Q8_0) {
+        if (il8_signed(type)) {   // Q8_0 s (d_w d_x); IQ4_NL (d_x d_w) s, the same product
             uint16_t h;
             memcpy(&h, xb, 2);
             acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[c]),
@@ -291,7 +308,7 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                 float *yc = y + c0 * ldy + r0;
                 const int first = i0 == 0;
                 const il8_dec *d = NULL;
-                if (cn > IL8_NC && type != LLMB_TYPE_Q8_0) {   // several token tiles: the range decoded once
+                if (cn > IL8_NC && !il8_signed(type)) {   // several token tiles: the range decoded once
                     for (int64_t i = 0; i < bn; i++) IL(il8_decode)(type, g, nb, i0 + i, &dec[i]);
                     d = dec;
                 }
@@ -535,6 +552,7 @@ IL8_KERNEL(q5_0, LLMB_TYPE_Q5_0)
 IL8_KERNEL(q5_1, LLMB_TYPE_Q5_1)
 #if !IL_VNNI   // (the VNNI level runs Q8_0 in groups of 16: vecdot_simd.c, q8_0_il_vnni512)
 IL8_KERNEL(q8_0, LLMB_TYPE_Q8_0)
+IL8_KERNEL(iq4_nl, LLMB_TYPE_IQ4_NL)
 #endif
 #undef IL8_KERNEL
 #endif // LLMB_IL8_BODY
