@@ -278,7 +278,6 @@ def _run_sweep(args: argparse.Namespace, cfg, axes: dict) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from .perf.bench import BenchInterrupted, failure_report, run, run_openai
 
@@ -325,81 +324,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=1))
         rc = _failed(failures)
         return 2 if saved != args.output else rc
-    env = result["environment"]
-    if env["backend"] == "openai":
-        title = f"llmbench bench: {env['model']['name']} at {env['base_url']}"
-    elif env["backend"] == "cuda":
-        title = (f"llmbench bench: {env['model']['name']} ({', '.join(env['model']['weight_types'])}) on "
-                 f"{env['gpu_name']}, KV {env['kv_dtype']}, CUDA Graphs {'on' if env['cuda_graphs'] else 'off'}")
-    else:
-        title = (f"llmbench bench: {env['model']['name']} ({', '.join(env['model']['weight_types'])}), "
-                 f"{env['threads']} threads, KV {env['kv_dtype']}, SIMD {env['simd']}"
-                 + (f", activations {env['activations']}" if env.get("activations", "q8") != "q8" else ""))
-    t = Table(title=title)
-    t.add_column("metric", style="bold cyan")
-    t.add_column("value", justify="right")
-    for test in result.get("llama_bench", []):
-        t.add_row(f"{test['test']} tokens/s", f"{test['avg_ts']:.1f} ± {test['stddev_ts']:.1f}")
-    m = result.get("metrics")
-    if m:
-        p = cfg.percentiles[-1]
-        pk = f"p{p:g}"
-        for name, key in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E", "e2el")):
-            mean, tail = m.get(f"mean_{key}_ms"), m.get(f"{pk}_{key}_ms")
-            if mean is not None:
-                t.add_row(f"{name} ms (mean / {pk})", f"{mean:.2f} / {tail:.2f}")
-        t.add_row("output tokens/s (latency run)", f"{m['output_throughput']:.1f}")
-        t.add_row("requests completed / failed", f"{m['completed']} / {m['failed']}")
-    bw = result.get("bandwidth")
-    if bw:
-        t.add_row("decode bandwidth", f"{bw['achieved_gbps']:.1f} GB/s = {bw['fraction']:.0%} of "
-                                      f"{bw['measured_gbps']:.1f} GB/s measured")
-        if bw.get("fits_in_cache"):
-            from .perf.metrics import cache_note
+    from .perf.report import bench_tables
 
-            t.add_row("", cache_note(bw["bytes_per_step"], bw["cache_bytes"]))
-    cp = result.get("compute")
-    if cp:
-        t.add_row(f"pp{cp['n_prompt']} compute", f"{cp['achieved_gops']:.0f} GOP/s = {cp['fraction']:.0%} of peak ("
-                  + ", ".join(f"{k} {v:.0f}" for k, v in cp["peaks_gops"].items()) + ")")
-    ov = result.get("timing_overhead")
-    if ov:
-        t.add_row("timing overhead per decode step", f"{ov['per_step_ns']:.0f} ns = {ov['fraction_of_decode_step']:.4%}")
-    for ph in result.get("cuda", {}).get("phases", []):
-        t.add_row(f"{ph['test']}: GPU / wall s (prefill, decode, sample)",
-                  ", ".join(f"{ph[k + '_device_s']:.3f} / {ph[k + '_wall_s']:.3f}"
-                            for k in ("prefill", "decode", "sample")))
-    solo = result.get("environment", {}).get("solo_steps")
-    if solo:
-        t.add_row("contended", f"{solo} engine steps ran on one thread: other processes wanted the cores, so these "
-                  "figures are not this machine's best")
-    g = result.get("cuda", {}).get("graphs")
-    if g:
-        t.add_row("CUDA Graphs: captures / replays / kernels per decode step",
-                  f"{g['captures']} / {g['replays']} / {g['kernels_per_step']}")
-    if result.get("memory", {}).get("gpu_total_bytes"):
-        m = result["memory"]
-        t.add_row("GPU memory: total / free / weights / KV / workspace / peak",
-                  " / ".join(_gib(m[k]) for k in ("gpu_total_bytes", "gpu_free_bytes", "weights_bytes",
-                                                   "kv_cache_bytes", "scratch_bytes", "gpu_peak_bytes")))
-    if "profile" in result:
-        from .perf.profile import table_rows
-
-        pr = result["profile"]
-        tp = Table(title=f"Profile: share of the forward time (pp{pr['pp']} prefill, tg{pr['tg']} decode)")
-        for c in ("operation", "prefill", "decode"):
-            tp.add_column(c, justify="left" if c == "operation" else "right")
-        for row in table_rows(pr):
-            tp.add_row(*row)
-        Console().print(tp)
-        if pr.get("overhead"):
-            print(f"profiling cost: prefill x{pr['overhead']['prefill']:.3f}, decode x{pr['overhead']['decode']:.3f} "
-                  "of the unprofiled time (alternated in this run)")
-    if "memory" in result:
-        t.add_row("memory: weights / KV / peak RSS",
-                  f"{_gib(result['memory']['weights_bytes'])} / {_gib(result['memory']['kv_cache_bytes'])} / "
-                  f"{_gib(result['memory']['peak_rss_bytes'])}")
-    Console().print(t)
+    for table in bench_tables(result):
+        Console().print(table)
+    if result.get("profile", {}).get("overhead"):
+        ov = result["profile"]["overhead"]
+        print(f"profiling cost: prefill x{ov['prefill']:.3f}, decode x{ov['decode']:.3f} of the unprofiled time "
+              "(alternated in this run)")
     if saved:
         print(f"result: {saved}")
     rc = _failed(failures)

@@ -287,7 +287,8 @@ _profile = {
         "model": {"type": "string"}, "threads": _count, "pp": _count, "tg": _count, "reps": _count,
         "prefill": _profile_phase, "decode": _profile_phase,
         "overhead": {"type": "object", "additionalProperties": _num,
-                     "description": "profiled over unprofiled forward time (medians, alternated): prefill, decode"},
+                     "description": "profiled over unprofiled forward time (the fastest of alternated runs): "
+                                    "prefill, decode"},
     },
 }
 
