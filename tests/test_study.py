@@ -170,3 +170,17 @@ def test_task_point(stories_path):
     assert [p["kv_dtype"] for p in s.points()] == ["f16", "f32"]
     rec = run_point(s.to_json(), s.points()[1])
     assert 0 <= rec["metrics"]["mmlu/acc"] <= 1 and rec["tasks"]["mmlu"]["acc"]["value"] == rec["metrics"]["mmlu/acc"]
+
+
+def test_chat_prompts_go_through_the_template():
+    # an instruct model: each prompt is a user turn of its chat template; the outputs are what LLM.chat gives
+    from models import smollm2_gguf
+
+    model = str(smollm2_gguf())
+    s = Study(model=model, workload={"prompts": ["Name a color.", "Say hello."], "chat": True},
+              engine={"threads": 2}, sampling={"temperature": 0.0, "max_tokens": 8})
+    rec = run_point(s.to_json(), s.points()[0])
+    llm = LLM(model, threads=2)
+    want = [c.text for c in llm.chat([[{"role": "user", "content": p}] for p in ("Name a color.", "Say hello.")],
+                                     SamplingParams(temperature=0.0, max_tokens=8))]
+    assert rec["texts"] == want and rec["metrics"]["perplexity"] > 1

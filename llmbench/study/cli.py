@@ -46,6 +46,8 @@ def add_parser(sub) -> None:
     s.add_argument("--address", help="--executor ray: the cluster (auto, ray://host:10001; default: start one here)")
     s.add_argument("--model", type=lambda t: _numbers(t, str, "--model"), help="GGUF files or presets (comma: axis)")
     s.add_argument("--prompts", help="prompts workload: a text file (one prompt a line) or JSONL with \"prompt\"")
+    s.add_argument("--chat", action="store_true",
+                   help="prompts workload: each prompt a user turn through the model's chat template (instruct models)")
     s.add_argument("--task", help="task workload: an evaluation task name (llmbench eval's)")
     s.add_argument("--limit", type=int, help="task workload: documents per subject")
     s.add_argument("--shots", type=int, help="task workload: few-shot examples")
@@ -72,6 +74,8 @@ def _grid(args: argparse.Namespace):
     work = dict(base.get("workload") or {})
     if args.prompts or args.task:
         work = {"prompts": args.prompts} if args.prompts else {"task": args.task}
+    if args.chat:
+        work["chat"] = True
     for k in ("limit", "shots"):
         if getattr(args, k) is not None:
             work[k] = getattr(args, k)

@@ -9,8 +9,10 @@ A grid is a mapping (a YAML or JSON file, or built from flags)::
     sampling: {temperature: [0.3, 0.7, 1.0], top_p: [0.5, 0.7, 0.9, 1.0], max_tokens: [32, 64, 128],
                top_k: 0, min_p: 0.0, seed: 0}
     repetitions: 1
-    workload: {prompts: prompts.txt}               # a file (one prompt a line, or JSONL with "prompt"),
-                                                   # or a list; or {task: gsm8k, limit: 20, shots: 8}
+    workload: {prompts: prompts.txt, chat: true}   # a file (one prompt a line, or JSONL with "prompt"),
+                                                   # or a list; chat: each prompt a user turn through the
+                                                   # model's chat template (instruct models; default false);
+                                                   # or {task: gsm8k, limit: 20, shots: 8}
     reference: null                                # perplexity of the outputs under this model
                                                    # (default: each point's own model)
 
@@ -31,7 +33,7 @@ from typing import Any
 ENGINE_KEYS = ("threads", "ctx", "kv_dtype", "activations", "max_batch_tokens", "max_seqs", "backend")
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed")
 SAMPLING_DEFAULTS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "max_tokens": 64, "seed": 0}
-WORKLOAD_KEYS = ("prompts", "prompts_file", "task", "limit", "shots", "subjects")
+WORKLOAD_KEYS = ("prompts", "prompts_file", "chat", "task", "limit", "shots", "subjects")
 
 
 def _axis(v: Any) -> list:

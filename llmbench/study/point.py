@@ -67,7 +67,7 @@ def run_point(config: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
     if "task" in work:
         rec = _task_point(llm, point, work)
     else:
-        rec = _prompts_point(llm, point, work["prompts"], config.get("reference"))
+        rec = _prompts_point(llm, point, work["prompts"], config.get("reference"), bool(work.get("chat")))
     rec["environment"] = engine_environment(llm, point["model"], False)   # the host that ran it
     return rec
 
@@ -84,8 +84,13 @@ def _task_point(llm, point: dict[str, Any], work: dict[str, Any]) -> dict[str, A
     return {"params": point, "metrics": metrics, "tasks": tasks, "timing": {"wall_s": wall}}
 
 
-def _prompts_point(llm, point: dict[str, Any], prompts: list[str], reference: str | None) -> dict[str, Any]:
+def _prompts_point(llm, point: dict[str, Any], prompts: list[str], reference: str | None,
+                   chat: bool = False) -> dict[str, Any]:
     from ..llm import SamplingParams
+
+    if chat:   # each prompt a user turn through the model's chat template, as token ids
+        tok = llm._tok()
+        prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}], True)) for p in prompts]
 
     sp = SamplingParams(temperature=float(point["temperature"]), top_p=float(point["top_p"]),
                         top_k=int(point["top_k"]), min_p=float(point["min_p"]),
@@ -101,8 +106,9 @@ def _prompts_point(llm, point: dict[str, Any], prompts: list[str], reference: st
     ref = _reference(point, reference, llm)
     if ref is llm:
         reqs = [(o.prompt_token_ids + o.token_ids, len(o.prompt_token_ids)) for o in outs if o.token_ids]
-    else:
-        reqs = ref.loglikelihood_tokens([(p, t) for p, t in zip(prompts, texts) if t])
+    else:   # another model reads the prompt as text (chat: the template's text for this model)
+        text_prompts = [llm.detokenize(p, skip_special=False) if chat else p for p in prompts]
+        reqs = ref.loglikelihood_tokens([(p, t) for p, t in zip(text_prompts, texts) if t])
     scores = ref.score_tokens(reqs) if reqs else []
     nll = -sum(lp for lp, _ in scores)
     tok = sum(len(ids) - n for ids, n in reqs)
