@@ -258,3 +258,15 @@ def test_judge_names():
         srv.models = []
         with pytest.raises(Exception, match="NAME@URL"):
             make_judge(srv.base_url)
+
+
+def test_ratings_of_zero_and_one_get_a_normal_interval():
+    """A rating is a mean, not a proportion, even where the judge only said [[0]] and [[1]]."""
+    from llmbench.eval.metrics import aggregate
+
+    recs = [{"subject": "writing", "metrics": {"score": v, "consistency": c}} for v, c in
+            ((0.0, 1.0), (1.0, 0.0), (1.0, 1.0), (0.0, 1.0))]
+    a = aggregate(recs, ["score", "consistency"], {}, "mt_bench", means=("score",))["metrics"]
+    se = a["score"]["stderr"]
+    assert a["score"]["ci95"] == pytest.approx([0.5 - 1.959963984540054 * se, 0.5 + 1.959963984540054 * se])
+    assert a["consistency"]["ci95"][0] > 0.0 and a["consistency"]["ci95"][1] < 1.0 + 1e-12   # Wilson

@@ -178,6 +178,8 @@ class Task(ABC):
     #: chunks hold one subject's documents (whose prompts share a few-shot header); False lets a chunk span
     #: subjects, for tasks whose subjects share nothing and batch better together (MT-Bench's categories)
     chunk_by_subject: ClassVar[bool] = True
+    #: metrics that are means of values, never proportions, even where every value is 0 or 1 (a rating)
+    mean_metrics: tuple[str, ...] = ()
 
     @abstractmethod
     def docs(self) -> list[Doc]: ...

@@ -70,9 +70,10 @@ def _entry(values: list[float]) -> dict[str, Any]:
 
 
 def aggregate(records: Sequence[dict[str, Any]], metrics: Sequence[str], groups: dict[str, str],
-              task: str) -> dict[str, Any]:
+              task: str, means: Sequence[str] = ()) -> dict[str, Any]:
     """{"subjects": {s: {metric: {value, stderr, n}}}, "groups": {...}, "task": {metric: {value,
-    stderr, n, macro, ci95}}} from per-sample records (each with "subject" and "metrics")."""
+    stderr, n, macro, ci95}}} from per-sample records (each with "subject" and "metrics"). A metric whose
+    values are all 0 and 1 gets a Wilson interval, unless ``means`` names it (ratings that happen to be 0 or 1)."""
     by_subject: dict[str, dict[str, list[float]]] = {}
     for r in records:
         d = by_subject.setdefault(r["subject"], {m: [] for m in metrics})
@@ -103,11 +104,11 @@ def aggregate(records: Sequence[dict[str, Any]], metrics: Sequence[str], groups:
                    all(s in groups for s in subjects) else subjects)
     top = combine(top_members)
     for m in metrics:
-        means = [e[m]["value"] for e in subjects.values() if e[m]["n"]]
-        top[m]["macro"] = float(np.mean(means)) if means else None      # none when no document has the metric
+        per_subject = [e[m]["value"] for e in subjects.values() if e[m]["n"]]
+        top[m]["macro"] = float(np.mean(per_subject)) if per_subject else None   # none when no document has it
         vals = [e[m]["value"] * e[m]["n"] for e in subjects.values() if e[m]["n"]]
         n = top[m]["n"]
-        if n and _is_proportion(records, m):
+        if n and m not in means and _is_proportion(records, m):
             ci = wilson(sum(vals), n)
         elif n and top[m]["stderr"] is not None:      # a mean of other values (a rating, pass@k of n samples)
             ci = (top[m]["value"] - Z95 * top[m]["stderr"], top[m]["value"] + Z95 * top[m]["stderr"])

@@ -137,7 +137,7 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
                 on_docs(len(group))
     wall = time.perf_counter() - t0
     records = [old.get((d.subject, d.id)) or new[(d.subject, d.id)] for d in docs]
-    agg = aggregate(records, list(task.metrics), task.groups(), task.name)
+    agg = aggregate(records, list(task.metrics), task.groups(), task.name, task.mean_metrics)
     timing = {"wall_s": wall, "docs_computed": len(todo), "docs_resumed": len(old),
               "docs_per_s": len(todo) / wall if wall > 0 and todo else None,
               "requests": sum(len(r["requests"]) for r in records)}

@@ -134,6 +134,7 @@ class HumanEval(Task):
         self.workers = workers or min(self.n, os.cpu_count() or 1)
         self.ks = sorted({k for k in KS if k <= self.n} | {self.n})
         self.metrics = {f"pass@{k}": True for k in self.ks}
+        self.mean_metrics = tuple(self.metrics) if self.n > 1 else ()   # with one sample pass@1 is a proportion
         self.sampling = {"temperature": 0.0, "top_p": 1.0} if self.n == 1 else dict(SAMPLING)
         self.isolation = capabilities()
 

@@ -175,6 +175,7 @@ class MTBench(Task):
     version = "fastchat-single-v1"
     metrics = {"score": True, "score_turn1": True, "score_turn2": True, "consistency": True, "unparseable": False}
     chunk_by_subject = False      # the categories share no prompt prefix: batch them together
+    mean_metrics = ("score", "score_turn1", "score_turn2")
 
     def __init__(self, shots: int = 0, limit: int | None = None, subjects: Sequence[str] | None = None,
                  data_dir: str | os.PathLike[str] | None = None, *, judge_max_tokens: int = JUDGE_MAX_TOKENS):
