@@ -188,9 +188,11 @@ def load(path: str) -> Study:
 
 def _absolute(model: Any) -> Any:
     """A model that names an existing file, as an absolute path; a dummy preset as it is."""
+    from ..perf.sweep import _absolute as absolute
+
     if not isinstance(model, str):
         raise ValueError(f"study: a model is a path or a preset name, got {model!r}")
-    return os.path.abspath(model) if os.path.exists(model) else model
+    return absolute(model)
 
 
 def load_key(point: dict[str, Any]) -> str:
