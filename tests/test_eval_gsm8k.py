@@ -280,6 +280,12 @@ def test_gsm8k_cot_eight_shot_on_the_engine(stories_path, gsm8k_data, tmp_path):
     assert rec["prompt"] == COT_PROMPT_0 and res["gsm8k_cot"].settings["shots"] == 8
     assert rec["answers"][0]["finish_reason"] in ("stop", "length") and rec["answers"][0]["n_tokens"] > 0
     assert set(rec["pred"]) == {"strict-match", "flexible-extract"}
+    # the chain-of-thought decay data (llmbench.eval.cot): steps, entropies from the top-20 logprobs
+    c = rec["cot"]
+    assert c["top_logprobs"] == 20 and len(c["step_entropy"]) == c["steps"] == len(c["step_spans"])
+    assert len(c["token_entropy"]) <= rec["answers"][0]["n_tokens"] and rec["answers"][0]["top_logprobs"] is None
+    decay = res["gsm8k_cot"].extra["cot_decay"]
+    assert decay["all"][str(c["steps"])]["n"] == 1 and decay["subjects"] == {"": decay["all"]}
 
 
 # ---- through an OpenAI-compatible server ----
@@ -312,6 +318,7 @@ def test_gsm8k_through_an_openai_server(gsm8k_data, tmp_path):
         res = evaluate(MODEL, "gsm8k_cot", backend="openai", base_url=srv.base_url, limit=1, data_dir=gsm8k_data)
         rec = res["gsm8k_cot"].records[0]
         assert rec["prompt"] == COT_PROMPT_0 and srv.bodies()[-1]["stop"] == ["Q:", "</s>", "<|im_end|>"]
+        assert srv.bodies()[-1]["logprobs"] == 20 and rec["cot"]["steps"] == 2 and rec["cot"]["answered"]
         assert rec["pred"] == {"strict-match": "18", "flexible-extract": "18."}
         assert rec["metrics"] == {STRICT: 1.0, FLEX: 1.0}
         assert res.adapter_stats["retries"] == 1
