@@ -21,7 +21,7 @@
 #include "internal.h"
 #include "model.h"
 #include "quants.h"
-#include "vexp.h"
+#include "sampler.h"
 
 #define MAX_TOPN 20
 
@@ -63,15 +63,6 @@ static int64_t life_len(const llmb_sampling *sp, int n_prompt) {
     return (int64_t)n_prompt - score_only(sp) + sp->max_tokens;
 }
 
-// A sampling thread's working memory (vocab entries each).
-typedef struct {
-    float *work;              // the row being modified (penalties, temperature)
-    int32_t *cand;            // candidate ids
-    uint32_t *seen;           // repetition penalty: seen[t] == stamp once t was penalized for this row
-    uint32_t stamp;
-    int32_t *counts;          // presence/frequency penalties (zero between rows)
-} sampler_scratch;
-
 // One token of the batch being computed.
 typedef struct {
     seq_t *seq;
@@ -112,7 +103,7 @@ struct llmb_engine {
     float *smp_temp, *smp_top_p, *smp_min_p, *smp_u; // (max_logit_rows) a device-sampled step's parameters
     int32_t *smp_top_k;
     // sampler: one scratch per thread (rows are sampled in parallel), and per row sampled this step
-    sampler_scratch *scr;     // (n_threads)
+    llmb_sampler *sampler;    // one working memory per thread (sampler.c)
     int *samp_items;          // the items sampled this step, in batch order
     int32_t *samp_tok;
     float *samp_lp;
@@ -154,10 +145,6 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-static double uniform(uint64_t *state) {
-    *state += 0x9e3779b97f4a7c15ull;
-    return (double)(mix64(*state) >> 11) * (1.0 / 9007199254740992.0);
-}
 
 static int push_event(llmb_engine *e, int64_t seq, int kind, int32_t token, float lp) {
     if (e->n_ev + 1 > e->cap_ev) {  // the top-n arrays follow the log's capacity (grown by doubling)
@@ -294,14 +281,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
     e->smp_min_p = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_min_p, &oom);
     e->smp_u = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_u, &oom);
     e->smp_top_k = xcalloc((size_t)e->max_logit_rows, sizeof *e->smp_top_k, &oom);
-    e->scr = xcalloc((size_t)p->n_threads, sizeof *e->scr, &oom);
-    for (int t = 0; !oom && t < p->n_threads; t++) {
-        sampler_scratch *w = &e->scr[t];
-        w->work = xcalloc((size_t)c->vocab, sizeof *w->work, &oom);
-        w->cand = xcalloc((size_t)c->vocab, sizeof *w->cand, &oom);
-        w->seen = xcalloc((size_t)c->vocab, sizeof *w->seen, &oom);
-        w->counts = xcalloc((size_t)c->vocab, sizeof *w->counts, &oom);
-    }
+    if (!(e->sampler = llmb_sampler_create(c->vocab, p->n_threads))) oom = 1;
     e->samp_items = xcalloc((size_t)e->max_logit_rows, sizeof *e->samp_items, &oom);
     e->samp_tok = xcalloc((size_t)e->max_logit_rows, sizeof *e->samp_tok, &oom);
     e->samp_lp = xcalloc((size_t)e->max_logit_rows, sizeof *e->samp_lp, &oom);
@@ -347,13 +327,8 @@ void llmb_engine_free(llmb_engine *e) {
     free(e->items);
     int32_t *arrays[] = {e->tokens, e->pos, e->slots, e->q_start, e->q_len, e->pos0, e->block_tables, e->rows};
     for (size_t i = 0; i < sizeof arrays / sizeof *arrays; i++) free(arrays[i]);
-    for (int t = 0; e->scr && t < e->p.n_threads; t++) {
-        free(e->scr[t].work);
-        free(e->scr[t].cand);
-        free(e->scr[t].seen);
-        free(e->scr[t].counts);
-    }
-    void *bufs[] = {e->scr, e->samp_items, e->samp_tok, e->samp_lp, e->samp_topn_id, e->samp_topn_lp, e->lse,
+    llmb_sampler_free(e->sampler);
+    void *bufs[] = {e->samp_items, e->samp_tok, e->samp_lp, e->samp_topn_id, e->samp_topn_lp, e->lse,
                     e->lse_rows, e->lse_am, e->smp_temp, e->smp_top_p, e->smp_min_p, e->smp_u, e->smp_top_k};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(e->ev);
@@ -667,195 +642,15 @@ static int build_batch(llmb_engine *e, int *n_rows, int *n_prefill) {
     return n;
 }
 
-// ---- sampling ----
+// ---- sampling: sampler.c ----
 
-// log-sum-exp of a row (for log-probabilities under the model) and its first argmax. exp(x - max)
-// by vexp.h's float exp (within 2 ulp of expf; the AVX-512 loop and the scalar one give the same bits
-// per element), summed in double in 16 lanes (element i into lane i % 16, in order), the lanes then
-// added in order: the same result at every SIMD level, and every row (alone or batched, host sampler,
-// prompt scores) goes through this one function. A double exp per entry in series was ~1 ms a step
-// for a 128256-entry vocabulary (llama-1b shape), ~3% of a one-thread decode step.
-static void lse_lanes_scalar(const float *x, int i, int n, float mx, double lanes[16]) {
-    for (; i < n; i++) lanes[i % 16] += (double)llmb_exp_scalar(x[i] - mx);
-}
-
-#if LLMB_VEXP_AVX512
-LLMB_A512 static void lse_lanes_avx512(const float *x, int n, float mx, double lanes[16]) {
-    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
-    const __m512 m = _mm512_set1_ps(mx);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 ex = llmb_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
-        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(ex)));
-        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ex), 1))));
-    }
-    _mm512_storeu_pd(lanes, lo);
-    _mm512_storeu_pd(lanes + 8, hi);
-    lse_lanes_scalar(x, i, n, mx, lanes);
-}
-#endif
-
-static double row_lse(const float *x, int n, int *argmax) {
-    float mx = x[0];
-    int am = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > mx) mx = x[i], am = i;
-    double lanes[16] = {0};
-#if LLMB_VEXP_AVX512
-    if (llmb_simd_active() >= LLMB_SIMD_AVX512) lse_lanes_avx512(x, n, mx, lanes);
-    else
-#endif
-        lse_lanes_scalar(x, 0, n, mx, lanes);
-    double s = lanes[0];
-    for (int l = 1; l < 16; l++) s += lanes[l];
-    if (argmax) *argmax = am;
-    return mx + log(s);
-}
-
-// The candidates' order: by score, descending, ties by id (a strict total order); cmp_desc is its
-// qsort_r form (qsort_r: engines may sample concurrently).
-static int ranks_before(int32_t i, int32_t j, const float *w) { return w[i] != w[j] ? w[i] > w[j] : i < j; }
-
-static int cmp_desc(const void *a, const void *b, void *keys) {
-    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    return ranks_before(i, j, keys) ? -1 : ranks_before(j, i, keys);
-}
-
-// Move the k candidates that come first in that order to cand[0..k), in some order: a heap of the k
-// best so far whose root is the worst of them (O(n log k); a full sort of a flat row of 32000
-// candidates for top_k=40 cost ~3 ms). The order is strict and total, so the set is the sort's.
-static void heap_sift(int32_t *h, int k, int at, const float *w) {
-    for (;;) {
-        int c = 2 * at + 1;
-        if (c >= k) return;
-        if (c + 1 < k && ranks_before(h[c], h[c + 1], w)) c++;   // the child that ranks last
-        if (!ranks_before(h[at], h[c], w)) return;
-        int32_t t = h[at];
-        h[at] = h[c], h[c] = t;
-        at = c;
-    }
-}
-
-static void select_top(int32_t *cand, int n, int k, const float *w) {
-    for (int i = k / 2 - 1; i >= 0; i--) heap_sift(cand, k, i, w);
-    for (int i = k; i < n; i++)
-        if (ranks_before(cand[i], cand[0], w)) {
-            cand[0] = cand[i];
-            heap_sift(cand, k, 0, w);
-        }
-}
-
-// Does sampling need more than the row's logits: penalties, or stop tokens masked until min_tokens?
-static int has_penalties(const llmb_sampling *p) {
-    return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
-}
 static int stops_masked(const seq_t *s) { return s->n_generated < s->s.min_tokens && s->s.n_stop_tokens > 0; }
 
-// lse, argmax: row_lse(logits) (the log-probability reported is the model's, before penalties and
-// temperature). Touches only s's random stream and the thread's scratch sc, so rows can be sampled
-// concurrently and a row's token does not depend on the thread count.
-static int sample_row(const llmb_engine *e, sampler_scratch *sc, seq_t *s, const float *logits, double lse, int argmax,
+// The row's token for sequence s on sampling thread t (sampler.c), from s's own random stream.
+static int sample_row(const llmb_engine *e, int t, seq_t *s, const float *logits, double lse, int argmax,
                       float *lp_out) {
-    const int V = e->model->cfg.vocab;
-    const llmb_sampling *p = &s->s;
-    const int mask_stops = stops_masked(s);
-    if (p->temperature <= 0.0f && !mask_stops && !has_penalties(p)) {   // plain greedy: the row's argmax, no copy
-        *lp_out = (float)(logits[argmax] - lse);
-        return argmax;
-    }
-    float *w = sc->work;
-    memcpy(w, logits, (size_t)V * sizeof *w);
-    if (mask_stops)
-        for (int i = 0; i < p->n_stop_tokens; i++)
-            if (p->stop_tokens[i] >= 0 && p->stop_tokens[i] < V) w[p->stop_tokens[i]] = -INFINITY;
-    // penalties: repetition over the whole sequence, presence/frequency over generated tokens
-    if (p->repetition_penalty != 1.0f) {
-        if (++sc->stamp == 0) memset(sc->seen, 0, (size_t)V * sizeof *sc->seen), sc->stamp = 1;
-        for (int i = 0; i < s->n_tokens; i++) {
-            int t = s->tokens[i];
-            if (sc->seen[t] == sc->stamp) continue;
-            sc->seen[t] = sc->stamp;
-            w[t] = w[t] > 0 ? w[t] / p->repetition_penalty : w[t] * p->repetition_penalty;
-        }
-    }
-    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
-        for (int i = s->n_prompt; i < s->n_tokens; i++) sc->counts[s->tokens[i]]++;
-        for (int i = s->n_prompt; i < s->n_tokens; i++) {
-            int t = s->tokens[i];
-            if (sc->counts[t] > 0) {
-                w[t] -= p->presence_penalty + p->frequency_penalty * (float)sc->counts[t];
-                sc->counts[t] = 0;
-            }
-        }
-    }
-    int32_t *cand = sc->cand;
-    int tok;
-    if (p->temperature <= 0.0f) {
-        tok = 0;
-        for (int i = 1; i < V; i++)
-            if (w[i] > w[tok]) tok = i;
-    } else {
-        // candidates sorted by logit (descending, ties by id), then top-k, softmax, top-p, min-p
-        float inv_t = 1.0f / p->temperature, mx = -INFINITY;
-        for (int i = 0; i < V; i++) {
-            w[i] *= inv_t;
-            if (w[i] > mx) mx = w[i];
-        }
-        // keep only tokens whose probability can matter: exp(w - mx) > 1e-12 of the max
-        int nc = 0;
-        for (int i = 0; i < V; i++)
-            if (w[i] - mx > -27.6f) cand[nc++] = i;
-        if (p->top_k > 0 && p->top_k < nc) select_top(cand, nc, p->top_k, w), nc = p->top_k;
-        qsort_r(cand, (size_t)nc, sizeof *cand, cmp_desc, w);
-        double sum = 0;
-        for (int i = 0; i < nc; i++) sum += exp((double)w[cand[i]] - mx);
-        int keep = nc;
-        if (p->top_p < 1.0f) {
-            double cum = 0;
-            for (int i = 0; i < nc; i++) {
-                cum += exp((double)w[cand[i]] - mx) / sum;
-                if (cum >= p->top_p) {
-                    keep = i + 1;
-                    break;
-                }
-            }
-        }
-        if (p->min_p > 0.0f) {
-            double pmax = exp((double)w[cand[0]] - mx) / sum;
-            int k = 1;
-            while (k < keep && exp((double)w[cand[k]] - mx) / sum >= p->min_p * pmax) k++;
-            keep = k;
-        }
-        double total = 0;
-        for (int i = 0; i < keep; i++) total += exp((double)w[cand[i]] - mx);
-        double u = uniform(&s->rng) * total, cum = 0;
-        tok = cand[keep - 1];
-        for (int i = 0; i < keep; i++) {
-            cum += exp((double)w[cand[i]] - mx);
-            if (u < cum) {
-                tok = cand[i];
-                break;
-            }
-        }
-    }
-    *lp_out = (float)(logits[tok] - lse);
-    return tok;
-}
-
-static void top_logprobs(const float *logits, int V, int n, double lse, int32_t *ids, float *lps) {
-    for (int k = 0; k < n; k++) ids[k] = -1, lps[k] = -INFINITY;
-    for (int i = 0; i < V; i++) {
-        float lp = (float)(logits[i] - lse);
-        if (lp <= lps[n - 1]) continue;
-        int k = n - 1;
-        while (k > 0 && lp > lps[k - 1]) {
-            ids[k] = ids[k - 1];
-            lps[k] = lps[k - 1];
-            k--;
-        }
-        ids[k] = i;
-        lps[k] = lp;
-    }
+    const llmb_sample_seq q = {s->tokens, s->n_tokens, s->n_prompt, stops_masked(s), &s->rng};
+    return llmb_sample_row(e->sampler, t, &s->s, &q, logits, lse, argmax, lp_out);
 }
 
 static int is_stop(const seq_t *s, int tok) {
@@ -884,7 +679,7 @@ static int device_sampling(llmb_engine *e, int n) {
         if (it->logit_row < 0) continue;
         const llmb_sampling *p = &s->s;
         if (!will_sample(s, it->pos) || s->prompt_logits || wants_prompt_lp(s, it->pos) || p->n_logprobs > 0 ||
-            has_penalties(p) || stops_masked(s))
+            llmb_has_penalties(p) || stops_masked(s))
             return 0;
     }
     for (int i = 0; i < n; i++) {
@@ -896,7 +691,7 @@ static int device_sampling(llmb_engine *e, int n) {
         e->smp_top_k[r] = s->s.top_k;
         e->smp_top_p[r] = s->s.top_p;
         e->smp_min_p[r] = s->s.min_p;
-        e->smp_u[r] = s->s.temperature > 0.0f ? (float)uniform(&s->rng) : 0.0f;
+        e->smp_u[r] = s->s.temperature > 0.0f ? (float)llmb_uniform(&s->rng) : 0.0f;
     }
     return 1;
 }
@@ -946,7 +741,7 @@ static llmb_status process_logits(llmb_engine *e, int n, int nt) {
     }
     LLMB_PAR_FOR(nt > 1 && n_lse > 1, nt, k, n_lse, {
         const int r = e->lse_rows[k];
-        e->lse[r] = row_lse(e->logits + (int64_t)r * V, V, &e->lse_am[r]);
+        e->lse[r] = llmb_row_lse(e->logits + (int64_t)r * V, V, &e->lse_am[r]);
     });
     for (int i = 0; i < n; i++) {
         item_t *it = &e->items[i];
@@ -985,9 +780,9 @@ static llmb_status process_logits(llmb_engine *e, int n, int nt) {
         seq_t *s = it->seq;
         const int r = it->logit_row;
         const float *row = e->logits + (int64_t)r * V;
-        e->samp_tok[k] = sample_row(e, &e->scr[t], s, row, e->lse[r], e->lse_am[r], &e->samp_lp[k]);
+        e->samp_tok[k] = sample_row(e, t, s, row, e->lse[r], e->lse_am[r], &e->samp_lp[k]);
         if (s->s.n_logprobs > 0)
-            top_logprobs(row, V, s->s.n_logprobs, e->lse[r], e->samp_topn_id + (int64_t)k * MAX_TOPN,
+            llmb_top_logprobs(row, V, s->s.n_logprobs, e->lse[r], e->samp_topn_id + (int64_t)k * MAX_TOPN,
                          e->samp_topn_lp + (int64_t)k * MAX_TOPN);
     });
     for (int k = 0; k < n_samp; k++) {
