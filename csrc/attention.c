@@ -331,11 +331,68 @@ LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, f
 }
 #endif
 
+#if LLMB_VEXP_AVX2
+// 8 values from element d0 of a row (d0 a multiple of 8; Q8_0 blocks hold 32, so 8 never straddle two)
+LLMB_A256 LLMB_INLINE __m256 row8(int type, const uint8_t *row, int d0) {
+    if (type == LLMB_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * (size_t)d0)));
+    if (type == LLMB_TYPE_F32) return _mm256_loadu_ps((const float *)row + d0);
+    const llmb_block_q8_0 *b = (const llmb_block_q8_0 *)row + d0 / LLMB_QK;
+    const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + d0 % LLMB_QK))));
+    return _mm256_mul_ps(q, _mm256_set1_ps(llmb_fp16_to_fp32(b->d)));   // x.qs[j] * d as the dequantizer
+}
+
+// r[0..7] (rows) transposed in place: r[c] lane t = old r[t] lane c
+LLMB_A256 LLMB_INLINE void transpose8(__m256 r[8]) {
+    __m256 a[8], b[8];
+    for (int k = 0; k < 4; k++) {
+        a[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        a[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; k++) {   // b[4k + c], 128-bit lane L: rows 4k..4k+3 of column 4L + c
+        b[4 * k] = _mm256_shuffle_ps(a[4 * k], a[4 * k + 2], 0x44);
+        b[4 * k + 1] = _mm256_shuffle_ps(a[4 * k], a[4 * k + 2], 0xEE);
+        b[4 * k + 2] = _mm256_shuffle_ps(a[4 * k + 1], a[4 * k + 3], 0x44);
+        b[4 * k + 3] = _mm256_shuffle_ps(a[4 * k + 1], a[4 * k + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(b[c], b[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(b[c], b[4 + c], 0x31);
+    }
+}
+
+// gather_avx512 with 8 keys at a time: without it an AVX2 host converted and transposed every cached
+// value one by one at every step, most of a batched decode step at a few hundred tokens of context
+LLMB_A256 static void gather_avx2(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
+    const int type = h->type;
+    for (int j0 = 0; j0 < n_keys; j0 += 8) {
+        const int nj = n_keys - j0 < 8 ? n_keys - j0 : 8;
+        const uint8_t *kr[8];
+        for (int t = 0; t < nj; t++) {
+            kr[t] = kv_at(h, h->k, j0 + t);
+            const uint8_t *vr = kv_at(h, h->v, j0 + t);
+            for (int d0 = 0; d0 < hd; d0 += 8) _mm256_storeu_ps(v + (size_t)(j0 + t) * hd + d0, row8(type, vr, d0));
+        }
+        for (int d0 = 0; d0 < hd; d0 += 8) {
+            __m256 r[8];
+            for (int t = 0; t < 8; t++) r[t] = t < nj ? row8(type, kr[t], d0) : _mm256_setzero_ps();
+            transpose8(r);
+            for (int c = 0; c < 8; c++) _mm256_storeu_ps(kt + (size_t)(d0 + c) * ldk + j0, r[c]);
+        }
+    }
+}
+#endif
+
 void llmb_att_gather(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
 #if LLMB_VEXP_AVX512
     if (llmb_simd_active() >= LLMB_SIMD_AVX512 && hd % (h->type == LLMB_TYPE_Q8_0 ? LLMB_QK : 16) == 0 &&
         ldk % 16 == 0) {
         gather_avx512(h, n_keys, hd, kt, ldk, v);
+        return;
+    }
+#endif
+#if LLMB_VEXP_AVX2
+    if (llmb_simd_active() >= LLMB_SIMD_AVX2 && hd % (h->type == LLMB_TYPE_Q8_0 ? LLMB_QK : 8) == 0 && ldk % 8 == 0) {
+        gather_avx2(h, n_keys, hd, kt, ldk, v);
         return;
     }
 #endif
