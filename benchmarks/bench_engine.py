@@ -29,9 +29,9 @@ import time
 import numpy as np
 
 from llmbench import LLM, SamplingParams
-from llmbench.perf import membw, peak
-from llmbench.llm import ACTIVATIONS
 from llmbench.info import llc_bytes
+from llmbench.llm import ACTIVATIONS
+from llmbench.perf import membw, peak
 from llmbench.perf.bench import peak_kinds, prefill_ops, tg_step_bytes
 from llmbench.perf.metrics import cache_note, fits_in_cache, prefill_compute
 

@@ -171,8 +171,8 @@ def pct(d: dict | None, p: str) -> str:
 
 
 def markdown(results: list[dict], args: argparse.Namespace, host: str) -> str:
-    lines = [f"| server | rate (req/s) | req/s | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | failed "
-             f"| peak RSS (MiB) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| server | rate (req/s) | req/s | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | failed "
+             "| peak RSS (MiB) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         if "error" in r and not r["rates"]:
             lines.append(f"| {r['server']} | — | {r['error']} | | | | | |")

@@ -74,7 +74,6 @@ def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads
             r[f"memcpy_{n}"] = samples(lambda k: _core.mem_bench(True, copies[k], n, dst), ncopies, reps)
             r[f"read_{n}"] = samples(lambda k: _core.mem_bench(False, copies[k], n, None), ncopies, reps)
         out.append(r)
-        del copies
     return out
 
 

@@ -126,5 +126,8 @@ def rewritten(src: str | Path, dst: str | Path, metadata: dict | None = None, te
     for t in r.tensors:
         data, raw = tensors.get(t.name, (np.asarray(t.data), t.tensor_type))
         w.add_tensor(t.name, data, raw_dtype=raw)
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     return Path(dst)

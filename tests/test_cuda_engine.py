@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models import with_tensor_replaced
 
 import llmbench
 from llmbench import LLM, SamplingParams
 from llmbench.backends import cuda
-from models import with_tensor_replaced
 
 HAVE_GPU, WHY = cuda.available()
 gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no usable CUDA device: {WHY}")

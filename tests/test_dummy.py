@@ -15,8 +15,6 @@ from llmbench.dummy import PRESETS, build, dummy_model, metadata, rope_freq_fact
 from llmbench.gguf import GGUFFile
 from llmbench.vocab import build_vocab, bytes_to_unicode, synthetic_merges, tokenizer_style
 
-
-
 # The bytes of `llmbench dummy --preset tiny --type F32`. Cached dummy models are keyed by
 # dummy.FORMAT_VERSION, so whatever changes these bytes (presets, metadata, vocabulary, the random
 # generator) must bump FORMAT_VERSION and update this hash.

@@ -10,13 +10,12 @@ import threading
 import gguf
 import numpy as np
 import pytest
+from conftest import STORIES
+from models import rewritten, with_tensor_replaced
+from reference.forward import Reference
 
 import llmbench
 from llmbench import LLM, SamplingParams
-from reference.forward import Reference
-
-from conftest import STORIES
-from models import rewritten, with_tensor_replaced
 
 
 @pytest.fixture(scope="module")
@@ -389,7 +388,10 @@ def test_errors(stories, tmp_path):
     # a model of an architecture the engine does not run names it
     w = gguf.GGUFWriter(str(tmp_path / "g.gguf"), arch="gemma3")
     w.add_tensor("token_embd.weight", np.zeros((8, 4), np.float32))
-    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     with pytest.raises(llmbench.UnsupportedError, match="architecture 'gemma3' is not supported"):
         LLM(tmp_path / "g.gguf")
 

@@ -11,14 +11,13 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from llmbench import LLM
 from llmbench.eval import data
 from llmbench.eval.api import LLAnswer
 from llmbench.eval.tasks.ceval import CEval
 from llmbench.eval.tasks.cmmlu import CMMLU
-
-from conftest import SHARED
 
 DATA = SHARED / "data"
 

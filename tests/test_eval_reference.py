@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from reference.forward import Reference
 from scipy.special import log_softmax
 
 from llmbench import LLM
 from llmbench.llm import SHARED_PREFIX_MIN
 from llmbench.quantize import quantize_file
-from reference.forward import Reference
 
 HEADER = ("The following are questions about short stories.\n\n"
           "Lily had a red ball. She played with it in the park.\nWhat did Lily have?\n"

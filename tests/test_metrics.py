@@ -12,10 +12,10 @@ from llmbench.perf.metrics import (
     RequestTiming,
     benchmark_duration_ns,
     decode_bandwidth,
-    prefill_compute,
     decode_step_bytes,
     llama_bench_stats,
     parse_slos,
+    prefill_compute,
     serving_metrics,
 )
 from llmbench.perf.stats import percentile_key, summarize

@@ -21,13 +21,12 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as GT
+from models import gemma3_gguf, smollm2_gguf
 
 import llmbench
 from llmbench import _core
 from llmbench.gguf import GGUFFile
 from llmbench.quant import QUANTIZE_TYPES, SUPPORTED_TYPES, block_size, dequantize, quantize, row_bytes, type_size
-
-from models import gemma3_gguf, smollm2_gguf
 
 GGUF_QUANTIZES = ("F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 
@@ -74,7 +73,9 @@ def bits(a: np.ndarray) -> np.ndarray:
 def random_blocks(type_name: str, nblocks: int, rng: np.random.Generator) -> np.ndarray:
     """nblocks random blocks of a type as (nblocks, type_size) uint8, with finite fp16 scales"""
     blocks = rng.integers(0, 256, (nblocks, type_size(type_name)), dtype=np.uint8)
-    finite_half = lambda: (rng.integers(0, 0x7C00, nblocks) | (rng.integers(0, 2, nblocks) << 15)).astype(np.uint16)
+    def finite_half() -> np.ndarray:
+        return (rng.integers(0, 0x7C00, nblocks) | (rng.integers(0, 2, nblocks) << 15)).astype(np.uint16)
+
     scale_fields = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2],
                     "Q5_K": [0, 2], "Q6_K": [208], "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0]}
     for off in scale_fields.get(type_name, []):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models import rewritten
 
 from llmbench import LLM, SamplingParams
-from models import rewritten
 
 
 @pytest.fixture(scope="module")

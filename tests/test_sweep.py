@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import SHARED
+
 from llmbench.perf.bench import BenchConfig
 from llmbench.perf.dataset import load_prompts
 from llmbench.perf.schema import validate

@@ -5,6 +5,7 @@ chat templates, and the chat answer of a real instruct model."""
 from __future__ import annotations
 
 import pytest
+from models import smollm2_gguf
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers
 
@@ -12,7 +13,6 @@ import llmbench
 from llmbench import LLM, SamplingParams
 from llmbench.gguf import GGUFFile
 from llmbench.tokenizer import Tokenizer
-from models import smollm2_gguf
 
 TEXTS = [
     "Once upon a time, there was a little girl named Lily.",

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-
 Z95 = 1.959963984540054
 
 

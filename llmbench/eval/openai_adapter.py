@@ -67,8 +67,8 @@ from ..backends.openai import OpenAIClient, ServerError, _api_base
 from .api import (
     Adapter,
     AdapterError,
-    Generation,
     GenerateUntil,
+    Generation,
     LLAnswer,
     Loglikelihood,
     LoglikelihoodRolling,

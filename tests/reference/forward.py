@@ -78,8 +78,8 @@ class Reference:
         x = w["token_embd.weight"][np.asarray(tokens)]
         mask = np.triu(np.full((n, n), -np.inf), 1)
         group = self.n_head // self.n_kv
-        for l in range(self.n_layer):
-            p = f"blk.{l}."
+        for layer in range(self.n_layer):
+            p = f"blk.{layer}."
             h = self.rmsnorm(x, w[p + "attn_norm.weight"])
             q = self.mm(h, p + "attn_q.weight") + w.get(p + "attn_q.bias", 0)
             k = self.mm(h, p + "attn_k.weight") + w.get(p + "attn_k.bias", 0)
