@@ -498,25 +498,32 @@ llmb_status llmb_engine_release(llmb_engine *e, int64_t id) {
     return LLMB_OK;
 }
 
-llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t id, float *lp, uint8_t *greedy, int n) {
-    seq_t *s = get_seq(e, id);
+// *out: the sequence whose n prompt scores are asked for, once they are all computed
+static llmb_status scored_prompt(llmb_engine *e, int64_t id, int n, const seq_t **out) {
+    const seq_t *s = get_seq(e, id);
     if (!s || !s->prompt_lp) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has no prompt logprobs", (long long)id);
-    int m = s->n_prompt - 1 - s->s.prompt_logprobs_from;
+    const int m = s->n_prompt - 1 - s->s.prompt_logprobs_from;
     if (n != m) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has %d prompt logprobs, not %d", (long long)id, m, n);
     if (s->n_computed < run_len(s)) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
-    memcpy(lp, s->prompt_lp, (size_t)m * sizeof *lp);
-    memcpy(greedy, s->prompt_greedy, (size_t)m);
+    *out = s;
+    return LLMB_OK;
+}
+
+llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t id, float *lp, uint8_t *greedy, int n) {
+    const seq_t *s;
+    const llmb_status st = scored_prompt(e, id, n, &s);
+    if (st) return st;
+    memcpy(lp, s->prompt_lp, (size_t)n * sizeof *lp);
+    memcpy(greedy, s->prompt_greedy, (size_t)n);
     return LLMB_OK;
 }
 
 llmb_status llmb_engine_prompt_top(llmb_engine *e, int64_t id, int32_t *ids, float *lp, int n) {
-    seq_t *s = get_seq(e, id);
-    if (!s || !s->prompt_lp) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has no prompt logprobs", (long long)id);
-    int m = s->n_prompt - 1 - s->s.prompt_logprobs_from;
-    if (n != m) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has %d prompt logprobs, not %d", (long long)id, m, n);
-    if (s->n_computed < run_len(s)) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
-    memcpy(ids, s->prompt_top, (size_t)m * sizeof *ids);
-    memcpy(lp, s->prompt_top_lp, (size_t)m * sizeof *lp);
+    const seq_t *s;
+    const llmb_status st = scored_prompt(e, id, n, &s);
+    if (st) return st;
+    memcpy(ids, s->prompt_top, (size_t)n * sizeof *ids);
+    memcpy(lp, s->prompt_top_lp, (size_t)n * sizeof *lp);
     return LLMB_OK;
 }
 

@@ -230,51 +230,42 @@ static PyObject *seq_call(EngineObject *self, PyObject *arg, llmb_status (*fn)(l
 static PyObject *Engine_abort(EngineObject *self, PyObject *arg) { return seq_call(self, arg, llmb_engine_abort); }
 static PyObject *Engine_release(EngineObject *self, PyObject *arg) { return seq_call(self, arg, llmb_engine_release); }
 
-static PyObject *Engine_prompt_logprobs(EngineObject *self, PyObject *args) {
+// The two arrays a prompt-score call fills for (seq, n): parsed and allocated here, filled by fill()
+typedef llmb_status (*pair_fill)(llmb_engine *e, int64_t id, void *a, void *b, int n);
+
+static PyObject *prompt_pair(EngineObject *self, PyObject *args, int type_a, int type_b, pair_fill fill) {
     ENGINE(self);
     long long id;
     int n;
     if (!PyArg_ParseTuple(args, "Li", &id, &n)) return NULL;
     if (n < 0) return PyErr_Format(PyExc_ValueError, "n must be >= 0");
     npy_intp d = n;
-    PyObject *lp = PyArray_SimpleNew(1, &d, NPY_FLOAT32), *gr = PyArray_SimpleNew(1, &d, NPY_BOOL);
-    if (!lp || !gr) {
-        Py_XDECREF(lp);
-        Py_XDECREF(gr);
-        return NULL;
+    PyObject *a = PyArray_SimpleNew(1, &d, type_a), *b = PyArray_SimpleNew(1, &d, type_b);
+    llmb_status s = LLMB_OK;
+    if (a && b) s = fill(self->e, id, PyArray_DATA((PyArrayObject *)a), PyArray_DATA((PyArrayObject *)b), n);
+    if (!a || !b || s) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return s ? llmb_py_raise(s, NULL) : NULL;
     }
-    llmb_status s = llmb_engine_prompt_logprobs(self->e, id, PyArray_DATA((PyArrayObject *)lp),
-                                                PyArray_DATA((PyArrayObject *)gr), n);
-    if (s) {
-        Py_DECREF(lp);
-        Py_DECREF(gr);
-        return llmb_py_raise(s, NULL);
-    }
-    return Py_BuildValue("(NN)", lp, gr);
+    return Py_BuildValue("(NN)", a, b);
+}
+
+static llmb_status fill_logprobs(llmb_engine *e, int64_t id, void *lp, void *greedy, int n) {
+    return llmb_engine_prompt_logprobs(e, id, lp, greedy, n);
+}
+static llmb_status fill_top(llmb_engine *e, int64_t id, void *ids, void *lp, int n) {
+    return llmb_engine_prompt_top(e, id, ids, lp, n);
+}
+
+// prompt_logprobs(seq, n) -> (logprobs float32[n], greedy bool[n]) of the scored prompt positions
+static PyObject *Engine_prompt_logprobs(EngineObject *self, PyObject *args) {
+    return prompt_pair(self, args, NPY_FLOAT32, NPY_BOOL, fill_logprobs);
 }
 
 // prompt_top(seq, n) -> (ids int32[n], logprobs float32[n]): each scored prompt position's most likely token
 static PyObject *Engine_prompt_top(EngineObject *self, PyObject *args) {
-    ENGINE(self);
-    long long id;
-    int n;
-    if (!PyArg_ParseTuple(args, "Li", &id, &n)) return NULL;
-    if (n < 0) return PyErr_Format(PyExc_ValueError, "n must be >= 0");
-    npy_intp d = n;
-    PyObject *ids = PyArray_SimpleNew(1, &d, NPY_INT32), *lp = PyArray_SimpleNew(1, &d, NPY_FLOAT32);
-    if (!ids || !lp) {
-        Py_XDECREF(ids);
-        Py_XDECREF(lp);
-        return NULL;
-    }
-    llmb_status s = llmb_engine_prompt_top(self->e, id, PyArray_DATA((PyArrayObject *)ids),
-                                           PyArray_DATA((PyArrayObject *)lp), n);
-    if (s) {
-        Py_DECREF(ids);
-        Py_DECREF(lp);
-        return llmb_py_raise(s, NULL);
-    }
-    return Py_BuildValue("(NN)", ids, lp);
+    return prompt_pair(self, args, NPY_INT32, NPY_FLOAT32, fill_top);
 }
 
 static PyObject *Engine_prompt_logits(EngineObject *self, PyObject *args) {
