@@ -104,7 +104,9 @@ def _quantile(level: float, dof: int, normal: bool) -> float:
     return float(stats.norm.ppf(0.5 + level / 2) if normal else stats.t.ppf(0.5 + level / 2, dof))
 
 
-def _as_xy(x, y, min_points: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _as_xy(x, y, min_points: int, name: str, distinct: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """x and y as float arrays of the same length, finite, at least min_points of them, and (``distinct``,
+    for a curve fit) with at least two different x values."""
     x = np.asarray(x, dtype=np.float64).ravel()
     y = np.asarray(y, dtype=np.float64).ravel()
     if x.shape != y.shape:
@@ -113,6 +115,8 @@ def _as_xy(x, y, min_points: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"{name}: needs at least {min_points} points for error estimates, got {x.size}")
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise ValueError(f"{name}: x and y must be finite")
+    if distinct and np.ptp(x) == 0:
+        raise ValueError(f"{name}: x needs at least two distinct values")
     return x, y
 
 
@@ -176,9 +180,7 @@ def _fit(model: str, formula: str, names: tuple[str, ...], x: np.ndarray, y: np.
 
 def linear(x, y, sigma=None, absolute_sigma: bool = False) -> FitResult:
     """Fit ``y = a + b * x`` (ordinary or weighted least squares); needs 3+ points."""
-    x, y = _as_xy(x, y, 3, "linear")
-    if np.ptp(x) == 0:
-        raise ValueError("linear: x needs at least two distinct values")
+    x, y = _as_xy(x, y, 3, "linear", distinct=True)
     b0, a0 = np.polyfit(x, y, 1)
     return _fit("linear", "y = a + b * x", ("a", "b"), x, y, (a0, b0), sigma, absolute_sigma)
 
@@ -195,11 +197,9 @@ def power_law(x, y, sigma=None, relative: bool = False, absolute_sigma: bool = F
     percent at every batch size); unweighted, the largest batches would dominate the fit and the
     intervals would be wrong (tests/test_fit.py shows both).
     """
-    x, y = _as_xy(x, y, 3, "power_law")
+    x, y = _as_xy(x, y, 3, "power_law", distinct=True)
     if np.any(x <= 0) or np.any(y <= 0):
         raise ValueError("power_law: x and y must be > 0")
-    if np.ptp(x) == 0:
-        raise ValueError("power_law: x needs at least two distinct values")
     if relative:
         if sigma is not None:
             raise ValueError("power_law: pass sigma or relative=True, not both")
@@ -217,9 +217,7 @@ def exp_decay(x, y, sigma=None, absolute_sigma: bool = False) -> FitResult:
     straight line through (x, log|y - c|) gives a and tau. ``a`` may come out negative (a rising
     curve that saturates); ``tau`` > 0 is a decay, < 0 a growth.
     """
-    x, y = _as_xy(x, y, 4, "exp_decay")
-    if np.ptp(x) == 0:
-        raise ValueError("exp_decay: x needs at least two distinct values")
+    x, y = _as_xy(x, y, 4, "exp_decay", distinct=True)
     order = np.argsort(x)
     xs, ys = x[order], y[order]
     span = float(np.ptp(ys)) or 1.0
@@ -240,9 +238,7 @@ def logistic(x, y, sigma=None, absolute_sigma: bool = False) -> FitResult:
     of width about 4 / |k| around x0 (k > 0 falls when a > 0, as accuracy past a number of steps may);
     needs 5+ points. Start: c and a from the extremes, x0 where y crosses their middle, k from the span.
     """
-    x, y = _as_xy(x, y, 5, "logistic")
-    if np.ptp(x) == 0:
-        raise ValueError("logistic: x needs at least two distinct values")
+    x, y = _as_xy(x, y, 5, "logistic", distinct=True)
     order = np.argsort(x)
     xs, ys = x[order], y[order]
     span = float(np.ptp(ys)) or 1.0
@@ -264,11 +260,9 @@ def saturating(x, y, sigma=None, absolute_sigma: bool = False) -> FitResult:
     against batch when a fixed cost per step is amortized); needs x > 0 and 3+ points. Start: the
     straight line through (x, x / y), on which the model is exact (x / y = b / a + x / a).
     """
-    x, y = _as_xy(x, y, 3, "saturating")
+    x, y = _as_xy(x, y, 3, "saturating", distinct=True)
     if np.any(x <= 0) or np.any(y == 0):
         raise ValueError("saturating: x must be > 0 and y nonzero")
-    if np.ptp(x) == 0:
-        raise ValueError("saturating: x needs at least two distinct values")
     slope, intercept = np.polyfit(x, x / y, 1)
     if slope > 0 and intercept > 0:
         a0, b0 = 1 / slope, intercept / slope
