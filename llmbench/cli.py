@@ -276,7 +276,26 @@ def _run_sweep(args: argparse.Namespace, cfg, axes: dict) -> int:
     return 1 if failed else 0   # a sweep with a failed point is not a clean measurement
 
 
+# BenchConfig fields whose option is not --field-name
+_BENCH_FLAGS = {"repetitions": "--reps"}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    """`llmbench bench`; a bad setting is named by its option, not by its BenchConfig field."""
+    import re
+
+    from .perf.bench import ConfigError
+
+    try:
+        return _bench(args)
+    except ConfigError as e:
+        text = str(e)
+        for name in e.fields:
+            text = re.sub(rf"\b{name}\b", _BENCH_FLAGS.get(name, "--" + name.replace("_", "-")), text)
+        raise ValueError(text) from e
+
+
+def _bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .perf.bench import BenchInterrupted, failure_report, run, run_openai
@@ -397,6 +416,11 @@ def cmd_membw(args: argparse.Namespace) -> int:
     return 0
 
 
+def _listed(values) -> str:
+    """A tuple of numbers as an option value that parse_list reads back: (50.0, 90.0) as "50,90"."""
+    return ",".join(f"{v:g}" for v in values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmbench", description="Benchmark large language models: speed and quality.",
                                 epilog="exit status: 0 done; 1 measured, but requests or sweep points failed; 2 an "
@@ -435,49 +459,55 @@ def build_parser() -> argparse.ArgumentParser:
                               "  llmbench bench --backend openai --base-url http://localhost:8000/v1 --model NAME "
                               "--batch 1..64 --out-dir vllm-sweep",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("--model", default="llama-125m:Q4_K_M", help="GGUF file or dummy preset[:type]; a list sweeps")
-    b.add_argument("--threads", default=None, help="engine threads (default: all CPUs); a list sweeps")
-    b.add_argument("--kv-dtype", default="f16", help="f16, f32 or q8_0; a list sweeps")
-    b.add_argument("--activations", default="q8", choices=ACTIVATIONS,
+    from .perf.bench import BenchConfig
+
+    d = BenchConfig()   # the defaults: one truth, the Python API's
+    b.add_argument("--model", default=d.model, help="GGUF file or dummy preset[:type]; a list sweeps")
+    b.add_argument("--threads", default=d.threads, help="engine threads (default: all CPUs); a list sweeps")
+    b.add_argument("--kv-dtype", default=d.kv_dtype, help="f16, f32 or q8_0; a list sweeps")
+    b.add_argument("--activations", default=d.activations, choices=ACTIVATIONS,
                    help="q8 (as llama.cpp), f32 (float products), or bf16: float matrices as BF16 pairs, 8-bit "
                         "mantissa (faster prefill only where vdpbf16ps outruns FMA: 2x on AMD Zen 4, slower on "
                         "Intel Xeons without AMX)")
-    b.add_argument("--pp", type=int, default=512, help="prompt tokens of the pp test (0 skips it)")
-    b.add_argument("--tg", type=int, default=128, help="generated tokens of the tg test (0 skips it)")
-    b.add_argument("--depth", default="0", help="context depths of the pp/tg tests, e.g. 0,4096 (llama-bench -d)")
-    b.add_argument("--batch", default="1", help="concurrent requests in the latency run (0 skips it); a list sweeps")
-    b.add_argument("--input-len", default="128",
+    b.add_argument("--pp", type=int, default=d.pp, help="prompt tokens of the pp test (0 skips it)")
+    b.add_argument("--tg", type=int, default=d.tg, help="generated tokens of the tg test (0 skips it)")
+    b.add_argument("--depth", default=_listed(d.depth), help="context depths of the pp/tg tests, e.g. 0,4096 (llama-bench -d)")
+    b.add_argument("--batch", default=str(d.batch), help="concurrent requests in the latency run (0 skips it); a list sweeps")
+    b.add_argument("--input-len", default=str(d.input_len),
                    help="prompt tokens per request; a list sweeps (512..max: doublings up to the model's context)")
-    b.add_argument("--output-len", type=int, default=128, help="output tokens per request (EOS ignored)")
-    b.add_argument("--dataset", help="JSONL/JSON prompts for the latency run (prompt/text/question keys, "
+    b.add_argument("--output-len", type=int, default=d.output_len, help="output tokens per request (EOS ignored)")
+    b.add_argument("--dataset", default=d.dataset, help="JSONL/JSON prompts for the latency run (prompt/text/question keys, "
                                      "MT-Bench turns, ShareGPT conversations, OpenAI messages)")
-    b.add_argument("--warmup", type=int, default=1)
-    b.add_argument("--reps", type=int, default=5, help="repetitions of each test")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--percentiles", default="50,90,95,99")
+    b.add_argument("--warmup", type=int, default=d.warmup)
+    b.add_argument("--reps", type=int, default=d.repetitions, help="repetitions of each test")
+    b.add_argument("--seed", type=int, default=d.seed)
+    b.add_argument("--percentiles", default=_listed(d.percentiles))
     b.add_argument("--goodput", nargs="*", metavar="SLO", help="SLOs in ms, e.g. ttft:500 tpot:50")
     b.add_argument("--out-dir", help="sweep folder (default llmbench-sweep-DATE when sweeping)")
     b.add_argument("--resume", metavar="DIR", help="continue the sweep saved in DIR (its settings are reused)")
     b.add_argument("--knee-threshold", type=float, default=0.1,
                    help="knee: first batch after which doubling gains less than this fraction (default 0.1)")
-    b.add_argument("--backend", choices=("cpu", "cuda", "openai"), default="cpu",
+    b.add_argument("--backend", choices=("cpu", "cuda", "openai"), default=d.backend,
                    help="cpu: llmbench's engine; cuda: its GPU backend; openai: an OpenAI-compatible server "
                         "(vLLM, llama.cpp, Ollama, SGLang)")
-    b.add_argument("--cuda-graphs", choices=("on", "off"), default=None, help="--backend cuda: decode with CUDA Graphs")
-    b.add_argument("--base-url", help="server URL for --backend openai, e.g. http://localhost:8000/v1")
-    b.add_argument("--api", choices=("completions", "chat"), default="completions")
-    b.add_argument("--request-rate", default="inf",
-                   help="requests/s with --backend openai (default inf: all at once); a list sweeps")
-    b.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the gaps; 1 = Poisson")
-    b.add_argument("--max-concurrency", type=int, default=None)
-    b.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
-                   help="--backend openai: seconds to connect to the server (default 10)")
-    b.add_argument("--first-chunk-timeout", type=float, default=120.0, metavar="S",
-                   help="--backend openai: seconds from sending a request to its first token (default 120)")
-    b.add_argument("--idle-timeout", type=float, default=30.0, metavar="S",
-                   help="--backend openai: seconds a stream may stay silent after its first token (default 30)")
-    b.add_argument("--max-failed", default="0", metavar="N|P%",
-                   help="measured requests that may fail before the exit status is 1 (default 0), e.g. 3 or 5%%")
+    b.add_argument("--cuda-graphs", choices=("on", "off"), default={None: None, True: "on", False: "off"}[d.cuda_graphs], help="--backend cuda: decode with CUDA Graphs")
+    b.add_argument("--base-url", default=d.base_url, help="server URL for --backend openai, e.g. http://localhost:8000/v1")
+    b.add_argument("--api", choices=("completions", "chat"), default=d.api)
+    b.add_argument("--request-rate", default=_listed([d.request_rate]),
+                   help=f"requests/s with --backend openai (default {d.request_rate:g}: all at once); a list sweeps")
+    b.add_argument("--burstiness", type=float, default=d.burstiness, help="gamma shape of the gaps; 1 = Poisson")
+    b.add_argument("--max-concurrency", type=int, default=d.max_concurrency)
+    b.add_argument("--connect-timeout", type=float, default=d.connect_timeout, metavar="S",
+                   help=f"--backend openai: seconds to connect to the server (default {d.connect_timeout:g})")
+    b.add_argument("--first-chunk-timeout", type=float, default=d.first_chunk_timeout, metavar="S",
+                   help="--backend openai: seconds from sending a request to its first token "
+                        f"(default {d.first_chunk_timeout:g})")
+    b.add_argument("--idle-timeout", type=float, default=d.idle_timeout, metavar="S",
+                   help="--backend openai: seconds a stream may stay silent after its first token "
+                        f"(default {d.idle_timeout:g})")
+    b.add_argument("--max-failed", default=d.max_failed, metavar="N|P%",
+                   help=f"measured requests that may fail before the exit status is 1 (default {d.max_failed}), "
+                        "e.g. 3 or 5%%")
     b.add_argument("-o", "--output", help="write the JSON result here")
     b.add_argument("--profile", action="store_true",
                    help="also time every operation kind of prefill and decode steps (embedding, norms, activation "

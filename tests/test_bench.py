@@ -80,6 +80,25 @@ def test_bench_rejects_bad_arguments():
     assert r.returncode == 2 and "not a dummy preset" in r.stderr
 
 
+def test_the_cli_defaults_are_bench_configs_and_errors_name_options():
+    """`llmbench bench` with no options is BenchConfig(); a bad setting is named by its field in Python
+    and by its option on the command line."""
+    cfg, axes = cli._bench_config(cli.build_parser().parse_args(["bench"]))
+    assert cfg == pb.BenchConfig() and axes == {}
+    with pytest.raises(pb.ConfigError, match=r"^repetitions must be >= 1 and warmup >= 0$") as bad:
+        pb.BenchConfig(repetitions=0).check()
+    assert bad.value.fields == ("repetitions", "warmup")
+    with pytest.raises(pb.ConfigError, match=r"^backend openai needs base_url"):
+        pb.BenchConfig(backend="openai").check()
+    for args, message in ((["--reps", "0"], "--reps must be >= 1 and --warmup >= 0"),
+                          (["--backend", "openai"], "--backend openai needs --base-url"),
+                          (["--idle-timeout", "0"], "--idle-timeout must be > 0 seconds"),
+                          (["--max-failed", "x"], "--max-failed 'x': give a count")):
+        with pytest.raises(ValueError, match=message) as bad:
+            cli.cmd_bench(cli.build_parser().parse_args(["bench", "--model", "tiny:Q8_0", *args]))
+        assert not isinstance(bad.value, pb.ConfigError)
+
+
 def test_bench_against_a_local_openai_server(tmp_path):
     """--backend openai against a real local SSE server: token counts come from its usage report.
     (Per-request failures are covered by tests/test_openai_backend.py.)"""

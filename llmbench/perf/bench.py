@@ -78,30 +78,44 @@ class BenchConfig:
     idle_timeout: float = 30.0
 
     def check(self) -> None:
-        """Raise ValueError naming the first bad setting."""
+        """Raise ConfigError naming the first bad setting (by its field name)."""
         if self.repetitions < 1 or self.warmup < 0:
-            raise ValueError("--reps must be >= 1 and --warmup >= 0")
+            raise ConfigError("repetitions must be >= 1 and warmup >= 0", "repetitions", "warmup")
         if min(self.pp, self.tg, self.batch) < 0 or min(self.depth, default=0) < 0:
-            raise ValueError("--pp, --tg, --batch and --depth must be >= 0")
+            raise ConfigError("pp, tg, batch and depth must be >= 0", "pp", "tg", "batch", "depth")
         if self.batch and (self.input_len < 1 or self.output_len < 1) and not (self.dataset and self.output_len >= 1):
-            raise ValueError("--input-len and --output-len must be >= 1")
+            raise ConfigError("input_len and output_len must be >= 1", "input_len", "output_len")
         if self.threads is not None and self.threads < 1:
-            raise ValueError("--threads must be >= 1")
+            raise ConfigError("threads must be >= 1", "threads")
         if self.activations not in ACTIVATIONS:
-            raise ValueError(f"--activations {self.activations!r}: choose {', '.join(ACTIVATIONS)}")
+            raise ConfigError(f"activations {self.activations!r}: choose {', '.join(ACTIVATIONS)}", "activations")
         if self.activations != "q8" and self.backend == "openai":
-            raise ValueError("--activations applies to llmbench's own engine, not to an external server")
+            raise ConfigError("activations applies to llmbench's own engine, not to an external server",
+                              "activations")
         if self.cuda_graphs is not None and self.backend != "cuda":
-            raise ValueError("--cuda-graphs applies to --backend cuda only")
+            raise ConfigError("cuda_graphs applies to backend cuda only", "cuda_graphs", "backend")
         if not (self.pp or self.tg or self.batch):
-            raise ValueError("nothing to run: --pp, --tg and --batch are all 0")
+            raise ConfigError("nothing to run: pp, tg and batch are all 0", "pp", "tg", "batch")
         failures_allowed(self.max_failed, 0)
         if not self.percentiles or any(not 0 < p <= 100 for p in self.percentiles):
-            raise ValueError(f"--percentiles {','.join(f'{p:g}' for p in self.percentiles)}: each must be "
-                             "above 0 and at most 100, e.g. 50,90,99")
+            raise ConfigError(f"percentiles {','.join(f'{p:g}' for p in self.percentiles)}: each must be "
+                              "above 0 and at most 100, e.g. 50,90,99", "percentiles")
         for name in ("connect_timeout", "first_chunk_timeout", "idle_timeout"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be > 0 seconds")
+                raise ConfigError(f"{name} must be > 0 seconds", name)
+        if self.backend == "openai" and not self.base_url:
+            raise ConfigError("backend openai needs base_url (e.g. http://localhost:8000/v1)", "backend", "base_url")
+        if self.backend == "openai" and self.batch < 1:
+            raise ConfigError("batch must be >= 1 with backend openai", "batch", "backend")
+
+
+class ConfigError(ValueError):
+    """A bad BenchConfig setting. The message names settings by their field names; ``fields`` lists
+    them, so that a front end can name its own spelling instead (the CLI writes --reps for repetitions)."""
+
+    def __init__(self, message: str, *fields: str):
+        super().__init__(message)
+        self.fields = fields
 
 
 def failures_allowed(max_failed: str, n: int) -> int:
@@ -113,7 +127,7 @@ def failures_allowed(max_failed: str, n: int) -> int:
     except ValueError:
         v = -1
     if not 0 <= v <= (100 if text.endswith("%") else float("inf")):
-        raise ValueError(f"--max-failed {max_failed!r}: give a count such as 3 or a share such as 5%")
+        raise ConfigError(f"max_failed {max_failed!r}: give a count such as 3 or a share such as 5%", "max_failed")
     return int(v * n / 100) if text.endswith("%") else int(v)
 
 
@@ -640,10 +654,7 @@ def openai_latency(cfg: BenchConfig, progress: Callable[[str], None] = lambda s:
     from ..backends.openai import OpenAIClient
     from .arrivals import gamma_arrivals, run_requests
 
-    if not cfg.base_url:
-        raise ValueError("--backend openai needs --base-url (e.g. http://localhost:8000/v1)")
-    if cfg.batch < 1:
-        raise ValueError("--batch must be >= 1 with --backend openai")
+    cfg.check()
     rng = np.random.default_rng(cfg.seed)
     dataset = load_prompts(cfg.dataset) if cfg.dataset else None
 
