@@ -17,9 +17,10 @@ One request = one POST to /v1/completions or /v1/chat/completions with ``stream:
 Nothing a server does (HTTP error, dropped connection, malformed event, error event, timeout) raises:
 it lands in ``error`` with a message, and the timings gathered so far are kept.
 
-``OpenAIClient.complete`` (one non-streaming request, its JSON answer) and ``get_json`` (GET /v1/models)
-serve the evaluation adapter (llmbench/eval/openai_adapter.py): they raise `ServerError`, which says
-whether sending the request again may help (5xx, 429, no response) or not (any other 4xx).
+``OpenAIClient.stream`` (one streamed request, its events' JSON objects from the same `SSEParser`),
+``complete`` (one non-streaming request, its JSON answer) and ``get_json`` (GET /v1/models) serve the
+evaluation adapter (llmbench/eval/openai_adapter.py): they raise `ServerError`, which says whether
+sending the request again may help (5xx, 429, no response, a stream dropped midway) or not (any other 4xx).
 
 Tested against a real local HTTP server in tests/test_openai_backend.py (tests/sse_server.py); the
 non-streaming calls in tests/test_eval_openai.py (tests/eval_server.py).
@@ -33,6 +34,7 @@ import json
 import os
 import re
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -297,6 +299,72 @@ class OpenAIClient:
         (``timeout`` bounds the whole request)."""
         url = _endpoint(self.api_base, api or self.api)
         return await self._request("POST", url, {**body, "stream": False})
+
+    async def stream(self, body: dict[str, Any], *, api: Literal["completions", "chat"] | None = None
+                     ) -> AsyncIterator[dict[str, Any]]:
+        """POST ``body`` with ``stream: true`` (and ``stream_options.include_usage``) and yield each
+        event's JSON object, parsed by `SSEParser`, until ``[DONE]``. Raises `ServerError` as `complete`
+        does, and also for a stream that drops or ends before ``[DONE]`` and a finish_reason (no status:
+        worth sending again), an error event (its code where an HTTP status, else 500: the server failed
+        after accepting the request) and an event that is not a JSON object (status 200: not worth
+        sending again). ``timeout`` bounds the whole request."""
+        url = _endpoint(self.api_base, api or self.api)
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        async def read(step: Any) -> Any:
+            try:
+                return await asyncio.wait_for(step, left())
+            except (asyncio.TimeoutError, httpx.TimeoutException) as e:
+                raise ServerError(url, f"timed out after {self.timeout:g} s ({type(e).__name__})") from None
+            except httpx.ConnectError as e:
+                raise ServerError(url, f"cannot connect ({e}); is the server running?") from None
+            except httpx.TransportError as e:
+                raise ServerError(url, f"connection dropped mid-stream ({type(e).__name__}: {e})") from None
+
+        request = self._client.build_request("POST", url, json=body, headers=self.headers)
+        resp = await read(self._client.send(request, stream=True))
+        try:
+            if resp.status_code != 200:
+                raw = await read(resp.aread())
+                raise ServerError(url, _error_message(raw), resp.status_code, resp.reason_phrase,
+                                  _retry_after(resp.headers.get("retry-after")))
+            parser, finished, chunks = SSEParser(), False, resp.aiter_bytes()
+            while True:
+                try:
+                    chunk = await read(anext(chunks))
+                    events = parser.feed(chunk)
+                except StopAsyncIteration:
+                    events, chunk = parser.close(), None
+                for event, data in events:
+                    if data.strip() == "[DONE]":
+                        return
+                    try:
+                        obj = json.loads(data)
+                    except ValueError:
+                        obj = None
+                    if not isinstance(obj, dict):
+                        raise ServerError(url, f"malformed stream: an event is not a JSON object: {data[:200]!r}",
+                                          200, "OK")
+                    if event == "error" or obj.get("error"):
+                        err = obj.get("error", obj)
+                        code = err.get("code") if isinstance(err, dict) else None
+                        msg = err.get("message", err) if isinstance(err, dict) else err
+                        status = code if isinstance(code, int) and 400 <= code < 600 else 500
+                        raise ServerError(url, f"error event mid-stream: {msg}", status, "(in stream)")
+                    finished = finished or any(isinstance(c, dict) and c.get("finish_reason")
+                                               for c in obj.get("choices") or ())
+                    yield obj
+                if chunk is None:
+                    break
+            if not finished:
+                raise ServerError(url, "connection dropped mid-stream (the stream ended without [DONE] or a "
+                                       "finish_reason)")
+        finally:
+            await resp.aclose()
 
     async def get_json(self, path: str) -> dict[str, Any]:
         """GET ``path`` under the API root (``"/models"``) and return its JSON; raises `ServerError`."""
