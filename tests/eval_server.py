@@ -1,6 +1,8 @@
 """A real OpenAI-compatible server for the evaluation adapter's tests (standard library only, 127.0.0.1).
 
-Non-streaming POST /v1/completions and /v1/chat/completions, and GET /v1/models. Its "model" splits text
+POST /v1/completions and /v1/chat/completions (streamed with ``stream: true``: one Server-Sent Event per
+generated token, text and log-probabilities cut as the whole answer's are, then with
+``stream_options.include_usage`` a usage event, then [DONE]), and GET /v1/models. Its "model" splits text
 into words with their leading whitespace (`split_tokens`: "Q: is it?" -> "Q:", " is", " it?") and gives
 each token a hand-written log-probability (`LOGPROBS`, else -1.0); a token in `NOT_GREEDY` has a better
 alternative ("~alt", 0.5 higher) in its top_logprobs. The first prompt token has none, as in OpenAI's
@@ -24,10 +26,14 @@ Settings a test changes (``reset`` restores them):
                "unlimited"         max_tokens 0 means no limit (llama-cpp-python): 3 tokens generated
   strip_space  token texts lose their leading space, so they no longer spell the prompt (vLLM decoding a
                SentencePiece token alone, in some versions)
-  usage        send the usage block
+  usage        send the usage block (streamed: the final usage event, when include_usage asks for it)
   faults       popped one per POST: "503", "500", "429" (Retry-After: 0), "400", "drop" (close without
-               answering), "hang" (answer nothing for hang_s)
+               answering), "hang" (answer nothing for hang_s); streamed requests also "drop_mid" (two
+               token events, then the connection closes), "error_mid" (one token event, then an error
+               event, as vLLM reports a failure mid-stream), "malformed" (an event that is not JSON)
   delay_s      wait before each answer (concurrency counting)
+  max_logprobs more top log-probabilities than this are refused with HTTP 400, as vLLM refuses more than
+               its --max-logprobs
 
 A request may carry at most 4 stop strings, as OpenAI's API allows (more: HTTP 400). The server keeps each
 POST's path and body (``requests``) and counts requests in flight (``max_inflight``).
@@ -90,12 +96,14 @@ class _Handler(QuietHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        self.body = body
         srv = self.server
         with srv.lock:
             srv.requests.append({"path": self.path, "body": body})
             fault = srv.faults.pop(0) if srv.faults else None
             srv.inflight += 1
             srv.max_inflight = max(srv.max_inflight, srv.inflight)
+        self.fault = fault
         try:
             if srv.delay_s:
                 srv.stop.wait(srv.delay_s)
@@ -114,6 +122,11 @@ class _Handler(QuietHandler):
                 return
             if fault == "400":
                 self._error(400, "bad parameter (test fault 400)")
+                return
+            n_top = body.get("top_logprobs") if self.path.endswith("/chat/completions") else body.get("logprobs")
+            if isinstance(n_top, int) and n_top > srv.max_logprobs:
+                self._error(400, f"Requested sample logprobs of {n_top}, which is greater than max allowed: "
+                                 f"{srv.max_logprobs}")
                 return
             if self.path == "/v1/completions":
                 self._completions(body)
@@ -218,9 +231,73 @@ class _Handler(QuietHandler):
 
     def _answer(self, kind: str, choice: dict[str, Any], n_prompt: int, n_gen: int) -> None:
         obj: dict[str, Any] = {"id": "cmpl-test", "object": kind, "model": MODEL, "choices": [choice]}
+        usage = {"prompt_tokens": n_prompt, "completion_tokens": n_gen, "total_tokens": n_prompt + n_gen}
+        if self.body.get("stream"):
+            self._stream(kind, choice, usage)
+            return
         if self.server.usage:
-            obj["usage"] = {"prompt_tokens": n_prompt, "completion_tokens": n_gen, "total_tokens": n_prompt + n_gen}
+            obj["usage"] = usage
         self._json(200, obj)
+
+    # ---- streaming ----
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _stream(self, kind: str, choice: dict[str, Any], usage: dict[str, int]) -> None:
+        """The answer ``choice`` as OpenAI streams it: a token a event, the text cut where the whole
+        answer's was (the last token's piece may be shorter than the token), each event's logprobs
+        its token's, finish_reason on the last one."""
+        chat = kind == "chat.completion"
+        text = choice["message"]["content"] if chat else choice["text"]
+        lp = choice.get("logprobs")
+        if chat:
+            toks = [c["token"] for c in lp["content"]] if lp else split_tokens(self.server.gen_text)
+        else:
+            toks = lp["tokens"] if lp else split_tokens(self.server.gen_text)
+        events, pos = [], 0
+        for i, t in enumerate(toks):
+            piece = text[pos: pos + len(t)]
+            pos += len(t)
+            if chat:
+                c: dict[str, Any] = {"index": 0, "delta": {"content": piece}, "finish_reason": None}
+                if lp:
+                    c["logprobs"] = {"content": [lp["content"][i]]}
+            else:
+                c = {"index": 0, "text": piece, "finish_reason": None}
+                if lp:
+                    c["logprobs"] = {k: [v[i]] for k, v in lp.items()}
+            events.append(c)
+            if pos >= len(text):
+                break
+        if not events:
+            events.append({"index": 0, **({"delta": {"content": ""}} if chat else {"text": ""}), "finish_reason": None})
+        events[-1]["finish_reason"] = choice["finish_reason"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        head = {"id": "cmpl-test", "object": "chat.completion.chunk" if chat else "text_completion", "model": MODEL}
+        if chat:
+            self._chunk(b"data: " + json.dumps({**head, "choices": [
+                {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}).encode() + b"\n\n")
+        fault = getattr(self, "fault", None)
+        for k, c in enumerate(events):
+            if (fault == "drop_mid" and k == 2) or (fault in ("error_mid", "malformed") and k == 1):
+                if fault == "error_mid":
+                    self._chunk(b'data: {"error": {"message": "engine died (test)", "code": 500}}\n\n')
+                elif fault == "malformed":
+                    self._chunk(b"data: {not json\n\n")
+                    self._chunk(b"")
+                self.close_connection = True        # no terminating chunk: the body ends early
+                return
+            self._chunk(b"data: " + json.dumps({**head, "choices": [c]}).encode() + b"\n\n")
+        so = self.body.get("stream_options") or {}
+        if self.server.usage and so.get("include_usage"):
+            self._chunk(b"data: " + json.dumps({**head, "choices": [], "usage": usage}).encode() + b"\n\n")
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
 
 
 class EvalServer(ThreadedServer):
@@ -242,6 +319,7 @@ class EvalServer(ThreadedServer):
             self.usage = True
             self.faults: list[str] = []
             self.delay_s = 0.0
+            self.max_logprobs = 20
             self.gen_text = "one two three four"
             self.models: list[dict[str, Any]] = [
                 {"id": MODEL, "object": "model", "owned_by": "llmbench-tests", "max_model_len": 4096,

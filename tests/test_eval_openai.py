@@ -8,6 +8,7 @@ use a 10 ms backoff; nothing waits on a real timeout longer than 0.5 s.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import sys
 from pathlib import Path
@@ -215,20 +216,29 @@ def test_works_inside_a_running_event_loop(srv):
     assert asyncio.run(notebook_cell())[0].logprob == -0.25
 
 
-# ---- generation ----
+# ---- generation (streamed, and not: the same answers) ----
 
-def test_generate_cuts_at_stops_beyond_the_four_sent(srv):
+STREAMS = pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+
+
+def _streamed(stream: bool) -> dict:
+    return {"stream": True, "stream_options": {"include_usage": True}} if stream else {"stream": False}
+
+
+@STREAMS
+def test_generate_cuts_at_stops_beyond_the_four_sent(srv, stream):
     until = ("<|end|>", "###", "\n\n", "Q:", "three")
-    g = adapter(srv).generate_until([GenerateUntil("Count:", until, max_tokens=16)])[0]
+    g = adapter(srv, stream=stream).generate_until([GenerateUntil("Count:", until, max_tokens=16)])[0]
     (body,) = srv.bodies()
     assert body["stop"] == ["<|end|>", "###", "\n\n", "Q:"]                # at most 4 go to the server
-    assert body["prompt"] == "Count:" and body["stream"] is False
+    assert body["prompt"] == "Count:" and body["stream"] is stream
     assert (g.text, g.finish_reason, g.n_tokens) == ("one two ", "stop", 4)  # cut client-side at "three"
     assert g.token_logprobs is None and g.top_logprobs is None
 
 
-def test_generate_server_side_stop_length_and_parameters(srv):
-    a = adapter(srv)
+@STREAMS
+def test_generate_server_side_stop_length_and_parameters(srv, stream):
+    a = adapter(srv, stream=stream)
     g1, g2, g3 = a.generate_until([
         GenerateUntil("Count:", ("three",)),
         GenerateUntil("Count:", (), max_tokens=2),
@@ -242,22 +252,24 @@ def test_generate_server_side_stop_length_and_parameters(srv):
     (b2,) = [b for b in bodies if b["max_tokens"] == 2]
     (b3,) = [b for b in bodies if "seed" in b]
     assert b1 == {"model": MODEL, "prompt": "Count:", "max_tokens": 256, "temperature": 0.0, "top_p": 1.0,
-                  "stop": ["three"], "stream": False}                    # top_k, min_p, seed only when set
+                  "stop": ["three"], **_streamed(stream)}                # top_k, min_p, seed only when set
     assert "stop" not in b2 and "seed" not in b2
     assert (b3["temperature"], b3["top_p"], b3["top_k"], b3["min_p"], b3["seed"]) == (0.7, 0.9, 40, 0.05, 7)
 
 
-def test_generate_logprobs_are_cut_with_the_text(srv):
-    g = adapter(srv).generate_until([GenerateUntil("Count:", ("a", "b", "c", "d", " three"), logprobs=2)])[0]
+@STREAMS
+def test_generate_logprobs_are_cut_with_the_text(srv, stream):
+    g = adapter(srv, stream=stream).generate_until([GenerateUntil("Count:", ("a", "b", "c", "d", " three"), logprobs=2)])[0]
     assert srv.bodies()[0]["logprobs"] == 2
     assert g.text == "one two"
     assert g.token_logprobs == [-0.125, -0.375]                          # "one", " two"; " three" cut away
     assert g.top_logprobs == [{"one": -0.125, "~alt1": -1.125}, {" two": -0.375, "~alt1": -1.375}]
 
 
-def test_generate_chat_messages(srv):
+@STREAMS
+def test_generate_chat_messages(srv, stream):
     msgs = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count to four"})
-    g = adapter(srv).generate_until([GenerateUntil(msgs, ("\n\n", "four"), logprobs=1)])[0]
+    g = adapter(srv, stream=stream).generate_until([GenerateUntil(msgs, ("\n\n", "four"), logprobs=1)])[0]
     (body,) = srv.bodies("/v1/chat/completions")
     assert body["messages"] == [dict(m) for m in msgs] and "prompt" not in body
     assert body["logprobs"] is True and body["top_logprobs"] == 1 and body["stop"] == ["\n\n", "four"]
@@ -287,21 +299,33 @@ def test_a_timeout_is_retried(srv):
     assert g.text == "one two" and a.stats == {"requests": 2, "retries": 1, "failures": 0}
 
 
-def test_a_server_that_never_succeeds_raises_after_the_retries(srv):
+@STREAMS
+def test_a_generation_that_never_succeeds_is_answered_failed_not_raised(srv, stream):
+    srv.faults = ["503"] * 3
+    a = adapter(srv, retries=2, stream=stream, concurrency=1)     # one at a time: the faults hit the first
+    g, ok = a.generate_until([GenerateUntil("Count:"), GenerateUntil("Count:", max_tokens=1)])
+    msg = g.error
+    assert g.failed and g.text == "" and g.finish_reason == "error" and not ok.failed and ok.text == "one"
+    assert f"{srv.base_url}/completions" in msg and "HTTP 503" in msg and "Service Unavailable" in msg
+    assert "failed 3 times (2 retries)" in msg and "engine overloaded" in msg and "What to do" in msg
+    assert len(srv.requests) == 4 and a.stats == {"requests": 4, "retries": 2, "failures": 1}
+
+
+def test_a_loglikelihood_that_never_succeeds_raises_after_the_retries(srv):
     srv.faults = ["503"] * 20
     a = adapter(srv, retries=2)
     with pytest.raises(AdapterError) as e:
-        a.generate_until([GenerateUntil("Count:")])
+        a.loglikelihood([Loglikelihood("The capital of France is", " Paris")])
     msg = str(e.value)
-    assert f"{srv.base_url}/completions" in msg and "HTTP 503" in msg and "Service Unavailable" in msg
-    assert "failed 3 times (2 retries)" in msg and "engine overloaded" in msg and "What to do" in msg
+    assert f"{srv.base_url}/completions" in msg and "HTTP 503" in msg and "failed 3 times (2 retries)" in msg
     assert len(srv.requests) == 3 and a.stats == {"requests": 3, "retries": 2, "failures": 1}
 
 
-def test_a_timeout_every_time_says_to_raise_the_timeout(srv):
+@STREAMS
+def test_a_timeout_every_time_says_to_raise_the_timeout(srv, stream):
     srv.faults = ["hang"] * 3
-    with pytest.raises(AdapterError, match=r"timed out after 0.3 s.*raise timeout="):
-        adapter(srv, timeout=0.3, retries=1).generate_until([GenerateUntil("Count:")])
+    g = adapter(srv, timeout=0.3, retries=1, stream=stream).generate_until([GenerateUntil("Count:")])[0]
+    assert g.failed and re.search(r"timed out after 0.3 s.*raise timeout=", g.error)
 
 
 def test_a_4xx_fails_at_once_with_the_servers_message(srv):
@@ -366,3 +390,75 @@ def test_arguments_are_checked(kw, match):
     args = {"base_url": "http://127.0.0.1:1/v1", "model": "m", **kw}
     with pytest.raises(ValueError, match=match):
         OpenAIAdapter(args.pop("base_url"), args.pop("model"), **args)
+
+
+# ---- streaming: drops, errors, usage; answers as they finish ----
+
+@pytest.mark.parametrize("faults", [["drop_mid"], ["error_mid"], ["drop_mid", "503", "error_mid"]])
+def test_a_stream_that_fails_midway_is_sent_again_and_counted(srv, faults):
+    srv.faults = list(faults)
+    a = adapter(srv, concurrency=1)
+    g = a.generate_until([GenerateUntil("Count:", ("three",), logprobs=1)])[0]
+    assert (g.text, g.finish_reason, g.n_tokens) == ("one two ", "stop", 3)   # not the dropped attempt's text
+    assert g.token_logprobs == [-0.125, -0.375, -1.0]            # the server kept the token that stopped it
+    n = len(faults)
+    assert a.stats == {"requests": n + 1, "retries": n, "failures": 0}
+
+
+def test_a_stream_that_always_drops_is_answered_failed(srv):
+    srv.faults = ["drop_mid"] * 2
+    a = adapter(srv, retries=1)
+    g = a.generate_until([GenerateUntil("Count:")])[0]
+    assert g.failed and "connection dropped mid-stream" in g.error and "failed 2 times (1 retries)" in g.error
+    assert a.stats == {"requests": 2, "retries": 1, "failures": 1}
+
+
+def test_a_malformed_stream_says_to_turn_streaming_off(srv):
+    srv.faults = ["malformed"]
+    with pytest.raises(AdapterError, match=r"malformed stream.*stream=False"):
+        adapter(srv).generate_until([GenerateUntil("Count:")])
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_without_a_usage_chunk_the_streamed_tokens_are_counted(srv, chat):
+    srv.usage = False
+    prompt = ({"role": "user", "content": "Count"},) if chat else "Count:"
+    a = adapter(srv)
+    g1, g2 = a.generate_until([GenerateUntil(prompt, (), max_tokens=3), GenerateUntil(prompt, (), logprobs=1)])
+    assert (g1.text, g1.n_tokens) == ("one two three", 3) and (g2.n_tokens, len(g2.token_logprobs)) == (4, 4)
+    assert a.stats["counted_usage"] == 2
+    whole = adapter(srv, stream=False).generate_until([GenerateUntil(prompt, (), max_tokens=3)])[0]
+    assert whole.text == g1.text and whole.n_tokens is None       # not streamed: nothing to count from
+
+
+def test_on_answer_gets_each_generation_as_it_finishes(srv):
+    seen = []
+    reqs = [GenerateUntil("Count:", (), max_tokens=k) for k in (1, 2, 3, 4)]
+    out = adapter(srv, concurrency=2).generate_until(reqs, on_answer=lambda i, g: seen.append((i, g)))
+    assert sorted(i for i, _ in seen) == [0, 1, 2, 3] and all(out[i] is g for i, g in seen)
+    mixed = []
+    adapter(srv).answer([Loglikelihood("The capital of France is", " Paris"), GenerateUntil("Count:", max_tokens=1)],
+                        on_answer=lambda i, a: mixed.append((i, a)))
+    assert sorted(i for i, _ in mixed) == [0, 1] and dict(mixed)[1].text == "one"
+
+
+# ---- top log-probabilities: OpenAI's limits, a server's refusal ----
+
+def test_openai_limits_refuse_too_many_top_logprobs_before_sending():
+    a = OpenAIAdapter("https://api.openai.com/v1", "gpt-4o-mini", api_key="unused")
+    assert (a.top_logprobs_limit(chat=True), a.top_logprobs_limit(chat=False)) == (20, 5)
+    with pytest.raises(AdapterError, match=r"20 top log-probabilities .* at most 5 .*--top-logprobs 5"):
+        a.generate_until([GenerateUntil("Q: 2+2?\nA:", logprobs=20)])      # no request goes out: no network
+    a.check_top_logprobs(20, chat=True)
+    assert a.stats["requests"] == 0
+    assert OpenAIAdapter("http://127.0.0.1:1/v1", "m").top_logprobs_limit() is None   # vLLM, llama.cpp: theirs
+    assert OpenAIAdapter("http://127.0.0.1:1/v1", "m", max_top_logprobs=8).top_logprobs_limit(chat=True) == 8
+
+
+def test_a_server_refusing_top_logprobs_says_which_option_to_lower(srv):
+    srv.max_logprobs = 5
+    with pytest.raises(AdapterError, match=r"greater than max allowed: 5.*asked for 20 top log-probabilities.*"
+                                           r"--top-logprobs"):
+        adapter(srv).generate_until([GenerateUntil("Count:", logprobs=20)])
+    g = adapter(srv).generate_until([GenerateUntil("Count:", logprobs=5)])[0]
+    assert len(g.top_logprobs[0]) == 5

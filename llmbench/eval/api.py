@@ -83,11 +83,16 @@ class RollingAnswer:
 @dataclass
 class Generation:
     text: str
-    finish_reason: str                                   # "stop", "length" or "abort"
+    finish_reason: str                                   # "stop", "length", "abort" or "error"
     n_tokens: int | None = None
     token_logprobs: list[float] | None = None
     top_logprobs: list[dict[str, float]] | None = None   # token text -> logprob, per output token
     tokens: list[str] | None = None                      # each output token's text (with logprobs)
+    error: str | None = None    # finish_reason "error": why the request failed (every retry); never recorded
+
+    @property
+    def failed(self) -> bool:
+        return self.finish_reason == "error"
 
 
 Answer = Union[LLAnswer, RollingAnswer, Generation]
@@ -101,7 +106,10 @@ def request_json(r: Request) -> dict[str, Any]:
 
 
 def answer_json(a: Answer) -> dict[str, Any]:
-    return asdict(a)
+    d = asdict(a)
+    if d.get("error", 0) is None:       # failed answers are never recorded: the field would say nothing
+        del d["error"]
+    return d
 
 
 class AdapterError(LLMBenchError, RuntimeError):
@@ -109,22 +117,41 @@ class AdapterError(LLMBenchError, RuntimeError):
     message says what to do."""
 
 
+OnAnswer = Callable[[int, Answer], None]
+
+
 class Adapter(ABC):
     """Answers requests. ``answer`` takes a mixed list and returns the answers in the same order;
-    subclasses implement the three kinds, each over a list (so they can batch and share prefixes)."""
+    subclasses implement the three kinds, each over a list (so they can batch and share prefixes).
+
+    A kind's method may take ``on_answer(i, answer)``, called as each of its requests is answered (in
+    the order they finish), when the adapter lists the kind in ``answers_as_they_finish``; for the
+    others ``answer`` calls it once the kind's list is done. The runner writes per-sample records from
+    it, so an interrupted run loses only the requests in flight."""
 
     name: str = "?"
     #: the activation precision of the numbers this adapter returns ("q8", "f32", "server", ...)
     precision: str = "?"
+    #: the kinds whose method takes ``on_answer`` and calls it as each request finishes
+    answers_as_they_finish: ClassVar[tuple[str, ...]] = ()
 
-    def answer(self, reqs: Sequence[Request], progress: Callable[[int], None] | None = None) -> list[Answer]:
+    def answer(self, reqs: Sequence[Request], progress: Callable[[int], None] | None = None,
+               on_answer: OnAnswer | None = None) -> list[Answer]:
         out: list[Answer | None] = [None] * len(reqs)
         by_kind: dict[str, list[int]] = {}
         for i, r in enumerate(reqs):
             by_kind.setdefault(r.kind, []).append(i)
         for kind, idx in by_kind.items():
             fn = getattr(self, kind)
-            for i, a in zip(idx, fn([reqs[i] for i in idx])):
+            sub = [reqs[i] for i in idx]
+            if on_answer is not None and kind in self.answers_as_they_finish:
+                got = fn(sub, on_answer=lambda j, a, idx=idx: on_answer(idx[j], a))
+            else:
+                got = fn(sub)
+                if on_answer is not None:
+                    for i, a in zip(idx, got):
+                        on_answer(i, a)
+            for i, a in zip(idx, got):
                 out[i] = a
             if progress:
                 progress(len(idx))

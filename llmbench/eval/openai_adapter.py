@@ -29,14 +29,26 @@ GPT-2-style) have nothing before it: there the first token's term is missing and
 fewer than the engine's (stories260K on llama-cpp-python: 11 tokens, -1.093, against the engine's 12,
 -1.336).
 
-``generate_until`` is one non-streaming POST /v1/completions (a prompt string) or /v1/chat/completions
-(a tuple of messages, through the server's chat template). OpenAI's API takes at most 4 stop strings:
-the first 4 go to the server and the text is cut client-side at the first of all of them.
+``generate_until`` is one streamed POST /v1/completions (a prompt string) or /v1/chat/completions (a
+tuple of messages, through the server's chat template), its Server-Sent Events parsed by the benchmark
+client's `SSEParser` (`OpenAIClient.stream`); ``stream=False`` sends it non-streaming, with the same text,
+finish reason, token count and log-probabilities. The streamed text is the events' pieces joined, the
+log-probabilities their lists joined, the token count the final usage chunk's (``stream_options.
+include_usage``; a server that sends none has its tokens counted: ``stats["counted_usage"]``). OpenAI's
+API takes at most 4 stop strings: the first 4 go to the server and the text is cut client-side at the
+first of all of them. Top log-probabilities (``logprobs`` of a request: chain-of-thought entropies ask
+for 20) are checked against ``max_top_logprobs``: by default OpenAI's own limits at api.openai.com (20
+on chat, 5 on completions; platform.openai.com's API reference), none elsewhere (vLLM takes up to its
+--max-logprobs, 20 by default; llmbench serve 20); a server's refusal says which option to lower.
 
-Requests run ``concurrency`` at a time (an asyncio semaphore). A 5xx, 429, dropped connection or
-timeout is sent again up to ``retries`` times, ``backoff`` seconds apart, doubling (a 429/503's
-Retry-After is honoured up to 60 s); then `AdapterError` says what failed and what to do. Any other 4xx
-fails at once with the server's message. ``stats`` counts requests sent, retries and failures.
+Requests run ``concurrency`` at a time (an asyncio semaphore). A 5xx, 429, dropped connection (before
+the answer or mid-stream) or timeout is sent again up to ``retries`` times, ``backoff`` seconds apart,
+doubling (a 429/503's Retry-After is honoured up to 60 s). Then a log-likelihood request raises
+`AdapterError` saying what failed and what to do; a generation is answered with finish_reason "error"
+(``Generation.error`` says why), which the runner leaves out of the records (``--resume`` asks again),
+so one request never ends a run. Any other 4xx fails at once with the server's message.
+``stats`` counts requests sent, retries and failures. Generations are handed to ``on_answer`` as each
+finishes (the runner writes its per-sample record then).
 
 Servers with prompt log-probabilities (echo + logprobs): vLLM, SGLang, llama-cpp-python's server (its
 default logits_all=True). llama.cpp's llama-server refuses echo ("Only no echo is supported"; PRs
@@ -81,6 +93,8 @@ T = TypeVar("T")
 Item = TypeVar("Item")
 
 MAX_STOP = 4                    # OpenAI's API caps the stop list at 4 strings
+# OpenAI's own API: chat's top_logprobs is 0..20, the legacy completions' logprobs at most 5 (API reference)
+OPENAI_TOP_LOGPROBS = {"chat": 20, "completions": 5}
 MAX_RETRY_AFTER_S = 60.0        # a server asking for a longer wait is waited on for this long
 MODELS_TIMEOUT_S = 10.0         # GET /v1/models for environment(): a lookup, not a request to wait on
 CONTEXT_CACHE = 4096            # server-counted contexts kept (a task's requests come context by context)
@@ -149,15 +163,20 @@ class OpenAIAdapter(Adapter):
     5xx/429/dropped/timed-out request is sent again, ``backoff`` seconds apart at first, doubling.
     ``timeout``: seconds one request may take, connect to last byte. ``tokenizer``: the model's, to
     count the continuation's tokens when the server's token texts do not spell the prompt (without it
-    the server counts them, one extra request per distinct context).
+    the server counts them, one extra request per distinct context). ``stream``: generate with
+    streaming (default) or not. ``max_top_logprobs``: the most top log-probabilities a generation may
+    ask for (an int, or a dict {"chat": n, "completions": m}); default OpenAI's limits at api.openai.com,
+    none elsewhere.
     """
 
     name = "openai"
     precision = "server"
+    answers_as_they_finish = ("generate_until",)
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, concurrency: int = 8,
                  retries: int = 3, timeout: float = 600.0, tokenizer: Encodes | None = None,
-                 backoff: float = 0.5) -> None:
+                 backoff: float = 0.5, stream: bool = True,
+                 max_top_logprobs: int | dict[str, int] | None = None) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https:// (got {base_url!r}), "
                              "e.g. http://127.0.0.1:8000/v1")
@@ -177,6 +196,17 @@ class OpenAIAdapter(Adapter):
         self.concurrency, self.retries = concurrency, retries
         self.timeout, self.backoff = float(timeout), float(backoff)
         self.tokenizer = tokenizer
+        self.stream = bool(stream)
+        if max_top_logprobs is None and re.match(r"https?://api\.openai\.com(:\d+)?/", self.base_url + "/"):
+            max_top_logprobs = dict(OPENAI_TOP_LOGPROBS)
+        if isinstance(max_top_logprobs, int):
+            max_top_logprobs = {"chat": max_top_logprobs, "completions": max_top_logprobs}
+        if max_top_logprobs is not None and not (
+                isinstance(max_top_logprobs, dict) and set(max_top_logprobs) <= {"chat", "completions"}
+                and all(isinstance(v, int) and v >= 0 for v in max_top_logprobs.values())):
+            raise ValueError("max_top_logprobs must be an int >= 0 or {'chat': n, 'completions': m} "
+                             f"(got {max_top_logprobs!r})")
+        self.max_top_logprobs: dict[str, int] = dict(max_top_logprobs or {})
         #: requests sent (retries included), retries among them, requests given up on
         self.stats: dict[str, int] = {"requests": 0, "retries": 0, "failures": 0}
         # max_tokens for echo requests: None until the first one shows whether the server takes 0
@@ -217,10 +247,28 @@ class OpenAIAdapter(Adapter):
 
         return self._run(lambda c: self._each(c, [r.text for r in reqs], one, probe=True))
 
-    def generate_until(self, reqs: Sequence[GenerateUntil]) -> list[Generation]:
+    def generate_until(self, reqs: Sequence[GenerateUntil],
+                       on_answer: Callable[[int, Generation], None] | None = None) -> list[Generation]:
         if not reqs:
             return []
-        return self._run(lambda c: self._each(c, list(reqs), self._generate, probe=False))
+        for r in reqs:          # before any request goes out: one refusal would be every request's
+            if r.logprobs is not None:
+                self.check_top_logprobs(r.logprobs, chat=not isinstance(r.context, str))
+        return self._run(lambda c: self._each(c, list(reqs), self._generate, probe=False, on_answer=on_answer))
+
+    def top_logprobs_limit(self, chat: bool = False) -> int | None:
+        """The most top log-probabilities a generation may ask for, None where no limit is known."""
+        return self.max_top_logprobs.get("chat" if chat else "completions")
+
+    def check_top_logprobs(self, n: int, chat: bool = False) -> None:
+        """Raise `AdapterError` when ``n`` top log-probabilities are more than this server gives."""
+        limit = self.top_logprobs_limit(chat)
+        if limit is not None and n > limit:
+            api = "chat" if chat else "completions"
+            raise AdapterError(
+                f"{n} top log-probabilities per token asked for, but {self.base_url}'s {api} API gives at most "
+                f"{limit} (OpenAI's: 20 on chat, 5 on completions): run with --top-logprobs {limit} (top_logprobs="
+                f"{limit}), or tell the adapter the server's own limit (max_top_logprobs=)")
 
     def environment(self) -> dict[str, Any]:
         env: dict[str, Any] = {"backend": "openai", "base_url": self.base_url, "model": {"name": self.model}}
@@ -361,7 +409,8 @@ class OpenAIAdapter(Adapter):
 
     # ---- generation ----
 
-    async def _generate(self, client: OpenAIClient, r: GenerateUntil) -> Generation:
+    def _generation_body(self, r: GenerateUntil) -> tuple[dict[str, Any], bool, list[str]]:
+        """The request body of a generation, whether it goes to chat, and all its stop strings."""
         chat = not isinstance(r.context, str)
         body: dict[str, Any] = {"model": self.model}
         if chat:
@@ -379,26 +428,34 @@ class OpenAIAdapter(Adapter):
         if stops:
             body["stop"] = stops[:MAX_STOP]
         if r.logprobs is not None:
+            self.check_top_logprobs(r.logprobs, chat)
             if chat:
                 body.update({"logprobs": True, "top_logprobs": r.logprobs})
             else:
                 body["logprobs"] = r.logprobs
+        return body, chat, stops
+
+    async def _generate(self, client: OpenAIClient, r: GenerateUntil) -> Generation:
+        """One generation, streamed (or not, with ``stream=False``). Once every retry of a 5xx, 429,
+        dropped stream or timeout failed, the answer is a `Generation` with finish_reason "error" (the
+        runner records no sample for it, and ``--resume`` asks again): one request never ends the run.
+        A 4xx is a mistake in the request that every other one shares, and raises."""
+        body, chat, stops = self._generation_body(r)
+        api = "chat" if chat else "completions"
         try:
-            obj = await self._post(client, body, "chat" if chat else "completions")
+            if self.stream:
+                text, finish, lp, usage = await self._retrying(lambda: self._streamed(client, body, api, chat))
+            else:
+                obj = await self._retrying(lambda: client.complete(body, api=api))  # type: ignore[arg-type]
+                text, finish, lp, usage = self._whole(obj, chat)
         except ServerError as e:
-            raise self._refused(e) from None
-        choices = obj.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise self._fail(f"the server at {self.base_url} answered without choices: {str(obj)[:200]}")
-        choice = choices[0]
-        if chat:
-            message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
-            text = message.get("content") or ""
-        else:
-            text = choice.get("text") or ""
-        finish = choice.get("finish_reason")
-        tokens, lps, tops = self._output_logprobs(choice.get("logprobs")) if r.logprobs is not None \
-            else (None, None, None)
+            if e.status == 200:
+                raise self._fail(f"the server at {self.base_url} sent a malformed stream: {e.message}. What to do: "
+                                 "generate without streaming (OpenAIAdapter(stream=False))") from None
+            if e.status is not None and e.status < 500 and e.status != 429:
+                raise self._refused(e, top_logprobs=r.logprobs) from None
+            return Generation("", "error", error=self._gave_up(e, self.retries + 1))
+        tokens, lps, tops = self._output_logprobs(lp) if r.logprobs is not None else (None, None, None)
         cut = cut_at_stops(text, stops)
         if cut >= 0:                                # a stop string the server was not sent (or ignored)
             text, finish = text[:cut], "stop"
@@ -408,10 +465,63 @@ class OpenAIAdapter(Adapter):
                     start += len(tokens[keep])
                     keep += 1
                 tokens, lps, tops = tokens[:keep], lps[:keep], tops[:keep]  # type: ignore[index]
-        usage = obj.get("usage")
         n_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         return Generation(text, finish if finish in ("length", "abort") else "stop",
                           n_tokens if isinstance(n_tokens, int) else None, lps, tops, tokens)
+
+    def _whole(self, obj: dict[str, Any], chat: bool) -> tuple[str, Any, Any, Any]:
+        """(text, finish_reason, logprobs object, usage) of a non-streamed answer."""
+        choices = obj.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise self._fail(f"the server at {self.base_url} answered without choices: {str(obj)[:200]}")
+        choice = choices[0]
+        if chat:
+            message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+            text = message.get("content") or ""
+        else:
+            text = choice.get("text") or ""
+        return text, choice.get("finish_reason"), choice.get("logprobs"), obj.get("usage")
+
+    async def _streamed(self, client: OpenAIClient, body: dict[str, Any], api: str, chat: bool
+                        ) -> tuple[str, Any, Any, Any]:
+        """(text, finish_reason, logprobs object, usage) of a streamed answer: the events' text
+        pieces, their log-probability lists joined (chat's ``content``, completions' ``tokens``...),
+        the last finish_reason, and the usage block the server sends last (``include_usage``). Without
+        one, completion_tokens is counted: the tokens of the log-probabilities when asked for, else the
+        events that carried text (one token each on vLLM, llama.cpp's server and llmbench serve)."""
+        text: list[str] = []
+        finish, usage, events = None, None, 0
+        content: list[Any] = []
+        legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
+        has_lp = False
+        async for obj in client.stream(body, api=api):  # type: ignore[arg-type]
+            if isinstance(obj.get("usage"), dict):
+                usage = obj["usage"]
+            for c in obj.get("choices") or ():
+                if not isinstance(c, dict) or c.get("index", 0) != 0:
+                    continue
+                piece = ((c.get("delta") or {}).get("content") if chat else c.get("text")) or ""
+                if piece:
+                    text.append(piece)
+                    events += 1
+                finish = c.get("finish_reason") or finish
+                lp = c.get("logprobs")
+                if isinstance(lp, dict):
+                    has_lp = True
+                    if isinstance(lp.get("content"), list):
+                        content += lp["content"]
+                    elif isinstance(lp.get("tokens"), list):
+                        for k in legacy:
+                            v = lp.get(k)
+                            legacy[k] += v if isinstance(v, list) else [None] * len(lp["tokens"])
+        lp_obj: Any = None
+        if has_lp:
+            lp_obj = {"content": content} if content else legacy
+        if not (isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int)):
+            n = len(content) if content else len(legacy["tokens"]) if has_lp else events
+            usage = {**(usage or {}), "completion_tokens": n}
+            self.stats["counted_usage"] = self.stats.get("counted_usage", 0) + 1
+        return "".join(text), finish, lp_obj, usage
 
     @staticmethod
     def _output_logprobs(lp: Any) -> tuple[list[str] | None, list[float] | None,
@@ -436,16 +546,28 @@ class OpenAIAdapter(Adapter):
     async def _post(self, client: OpenAIClient, body: dict[str, Any], api: str = "completions") -> dict[str, Any]:
         """POST with retries. Raises `ServerError` for a request the server refused (4xx other than
         429: the caller words it), `AdapterError` once every retry of a 5xx/429/drop/timeout failed."""
+        try:
+            return await self._retrying(lambda: client.complete(body, api=api))  # type: ignore[arg-type]
+        except ServerError as e:
+            if not e.retryable:
+                raise
+            raise AdapterError(self._gave_up(e, self.retries + 1)) from None   # (counted by _retrying)
+
+    async def _retrying(self, send: Callable[[], Awaitable[T]]) -> T:
+        """``send()`` again after a 5xx, 429, dropped connection or timeout, up to ``retries`` times,
+        ``backoff`` seconds apart, doubling (a Retry-After honoured up to 60 s); counts requests and
+        retries. Raises the last `ServerError` (counted as a failure when it was worth retrying)."""
         delay = self.backoff
         for attempt in range(self.retries + 1):
             self.stats["requests"] += 1
             try:
-                return await client.complete(body, api=api)  # type: ignore[arg-type]
+                return await send()
             except ServerError as e:
                 if not e.retryable:
                     raise
                 if attempt == self.retries:
-                    raise self._fail(self._gave_up(e, attempt + 1)) from None
+                    self.stats["failures"] += 1
+                    raise
                 wait = delay if e.retry_after is None else max(delay, min(e.retry_after, MAX_RETRY_AFTER_S))
             self.stats["retries"] += 1
             await asyncio.sleep(wait)
@@ -472,11 +594,16 @@ class OpenAIAdapter(Adapter):
         return (f"POST {e.url} failed {attempts} times ({self.retries} retries): {head}: {e.message}. "
                 f"What to do: {what}")
 
-    def _refused(self, e: ServerError, echo: bool = False, rolling: bool = False) -> AdapterError:
+    def _refused(self, e: ServerError, echo: bool = False, rolling: bool = False,
+                 top_logprobs: int | None = None) -> AdapterError:
         """An AdapterError for a request the server refused (4xx), with what to do."""
         if echo and re.search(r"echo|logprob", e.message, re.IGNORECASE):
             return self._no_prompt_logprobs(f"it refused them (HTTP {e.status}: {e.message})")
-        if e.status in (401, 403):
+        if top_logprobs and re.search(r"logprob", e.message, re.IGNORECASE):
+            what = (f"the request asked for {top_logprobs} top log-probabilities per token: run with a smaller "
+                    "--top-logprobs N (top_logprobs=N; 5 for OpenAI's completions API), or raise the server's "
+                    "limit (vLLM: --max-logprobs)")
+        elif e.status in (401, 403):
             what = "check api_key= (default $OPENAI_API_KEY)"
         elif e.status == 404:
             what = (f"check base_url (the API root, e.g. http://127.0.0.1:8000/v1) and the model name "
@@ -507,20 +634,26 @@ class OpenAIAdapter(Adapter):
             return pool.submit(asyncio.run, main()).result()
 
     async def _each(self, client: OpenAIClient, items: Sequence[Item],
-                    fn: Callable[[OpenAIClient, Item], Awaitable[T]], probe: bool) -> list[T]:
-        """``fn`` over ``items``, ``concurrency`` at a time, answers in order; the first error cancels
-        the rest and is raised. With ``probe``, while the server's answer to max_tokens 0 is unknown
-        the first item goes alone (so a server that reads 0 as "no limit" runs one such request)."""
+                    fn: Callable[[OpenAIClient, Item], Awaitable[T]], probe: bool,
+                    on_answer: Callable[[int, T], None] | None = None) -> list[T]:
+        """``fn`` over ``items``, ``concurrency`` at a time, answers in order (and to ``on_answer`` as
+        each finishes); the first error cancels the rest and is raised. With ``probe``, while the
+        server's answer to max_tokens 0 is unknown the first item goes alone (so a server that reads 0
+        as "no limit" runs one such request)."""
         out: list[Any] = [None] * len(items)
         first = 0
         while probe and first < len(items) and self.echo_max_tokens is None:
             out[first] = await fn(client, items[first])     # (an empty text sends nothing: try the next)
+            if on_answer is not None:
+                on_answer(first, out[first])
             first += 1
         sem = asyncio.Semaphore(self.concurrency)
 
         async def run(i: int) -> None:
             async with sem:
                 out[i] = await fn(client, items[i])
+            if on_answer is not None:
+                on_answer(i, out[i])
 
         tasks = [asyncio.ensure_future(run(i)) for i in range(first, len(items))]
         if tasks:
