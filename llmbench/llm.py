@@ -16,8 +16,9 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 from pathlib import Path
 
 import numpy as np
@@ -151,7 +152,7 @@ _MAX_SIZE = 1 << 30   # the engine's bound on any count or dimension (csrc/model
 ARCHITECTURES = ("llama", "mistral", "qwen2")   # those csrc/model.c read_config accepts
 
 
-def hyperparameters(meta: dict, tensors: Sequence[str] = (), where: str = "model") -> dict[str, int]:
+def hyperparameters(meta: dict, tensors: Collection[str] = (), where: str = "model") -> dict[str, int]:
     """The shape a model's metadata declares, checked as the engine will use it: every size a positive
     integer, the heads dividing as attention needs, the blocks present among ``tensors`` (names, when
     given). Raises GGUFError naming the key; ``where`` (the file) starts the message. Keys: n_layer,
@@ -258,7 +259,8 @@ class LLM:
                  max_batch_tokens: int = 512, max_seqs: int = 64, block_size: int = 16,
                  activations: str = "q8", tokenizer_options: dict | None = None, device: int = 0,
                  cuda_graphs: bool = True, device_sampling: bool = True, profile: bool = False):
-        self._lock, self._owner = threading.Lock(), None   # see _exclusive
+        self._lock = threading.Lock()   # see _exclusive
+        self._owner: int | None = None
         if backend not in ("cpu", "cuda"):
             raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
         if device < 0:
@@ -308,7 +310,12 @@ class LLM:
         per_tok = kv_bytes_per_token(hp, kv_dtype)
         if kv_budget is None:
             full = -(-self.ctx // block_size) * block_size * per_tok   # one full-context sequence, whole blocks
-            avail = cuda.mem_info(device)[0] if backend == "cuda" else _available_memory()
+            if backend == "cuda":
+                from .backends import cuda
+
+                avail = cuda.mem_info(device)[0]
+            else:
+                avail = _available_memory()
             if full > avail:
                 raise MemoryError(f"ctx {self.ctx}: one sequence's KV cache needs {full / 2**30:.1f} GiB "
                                   f"({per_tok:.0f} bytes a token, {kv_dtype}) and {avail / 2**30:.1f} GiB are "
@@ -432,7 +439,8 @@ class LLM:
         as text is then tokenized without BOS). ``prefix`` may also be a list, one held prefix (or
         None) per prompt, so requests below different prefixes run in one batch."""
         single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], (int, np.integer)))
-        batch = [prompts] if single else list(prompts)
+        # one prompt (text or ids) or a list of them; isinstance on the first item cannot narrow the union
+        batch = cast("list[str | Sequence[int]]", [prompts] if single else list(prompts))
         plist = params if isinstance(params, Sequence) else [params or SamplingParams()] * len(batch)
         if len(plist) != len(batch):
             raise ValueError(f"{len(plist)} SamplingParams for {len(batch)} prompts")
@@ -474,7 +482,8 @@ class LLM:
              params: SamplingParams | None = None, chat_template: str | None = None,
              on_token: Callable[[int, int, str], None] | None = None) -> list[Completion]:
         """Generate replies to one conversation or a list of them, through the model's chat template."""
-        convs = [messages] if messages and isinstance(messages[0], dict) else messages
+        convs = cast("list[list[dict[str, str]]]",
+                     [messages] if messages and isinstance(messages[0], dict) else messages)
         tok = self._tok()
         prompts = [tok.encode(tok.apply_chat_template(c, True, chat_template)) for c in convs]
         return self.generate(prompts, params, on_token)
@@ -516,6 +525,9 @@ class LLM:
                 context, continuation = context[:-n_sp], context[-n_sp:] + continuation
             if context == "":
                 start = tok.bos_id if tok.bos_id is not None else tok.eos_id
+                if start is None:
+                    raise ValueError(f"{self.path.name}: an empty context is scored after BOS (or EOS), and this "
+                                     "model's vocabulary has neither; give each request a context")
                 ctx_ids, cont_ids = [start], tok.encode(continuation, add_bos=False)
             else:
                 ctx_ids = tok.encode(context, add_bos)
@@ -558,24 +570,26 @@ class LLM:
                 for p in [p for p in held if ctxs[lo][: len(p)] != p]:   # below it, sorted order is past
                     self.engine.release(held.pop(p))
                 need = set()
-                for p in attach[lo:hi]:
-                    while p is not None and p not in need:
-                        need.add(p)
-                        p = parent[p]
+                for a in attach[lo:hi]:
+                    while a is not None and a not in need:
+                        need.add(a)
+                        a = parent[a]
                 need -= held.keys()
                 while need:   # by depth: each branch forks its parent, held by then
                     level = [p for p in need if parent[p] is None or parent[p] in held]
                     if not level:   # cannot happen: a parent is held or needed; never loop forever
                         raise RuntimeError("score_tokens: a shared prefix lost its parent")
                     for p in level:
+                        up = parent[p]
                         held[p] = self.engine.add(list(p), max_tokens=0, hold=True,
-                                                  fork_from=held[parent[p]] if parent[p] else -1)
+                                                  fork_from=held[up] if up else -1)
                     self._run_to_idle()
                     need.difference_update(level)
                 for j in range(lo, hi):
                     ids, n_ctx = reqs[order[j]]
+                    at = attach[j]
                     live.append(self.engine.add(ids, max_tokens=0, prompt_logprobs_from=n_ctx - 1,
-                                                fork_from=held[attach[j]] if attach[j] else -1))
+                                                fork_from=held[at] if at else -1))
                 self._run_to_idle()
                 for j, s in zip(range(lo, hi), live):
                     ids, n_ctx = reqs[order[j]]
@@ -629,7 +643,8 @@ class Prefix:
     """A prompt prefix held in the engine's KV cache (see ``LLM.hold_prefix``)."""
 
     def __init__(self, llm: LLM, ids: list[int], seq: int):
-        self.llm, self.ids, self.seq = llm, ids, seq
+        self.llm, self.ids = llm, ids
+        self.seq: int | None = seq   # None once released
 
     def __len__(self) -> int:
         return len(self.ids)
