@@ -417,6 +417,16 @@ class Context:
         q = np.ascontiguousarray(q, dtype=np.float32)
         bt = np.ascontiguousarray(block_tables, dtype=np.int32)
         prefill = seq_lens is None
+        rows: dict[str, np.ndarray] = {}   # the int32 arrays of one mode
+        if seq_lens is not None:
+            rows["seq_lens"] = np.asarray(seq_lens, np.int32)
+            extra = {"split_keys": split_keys, "max_seq_len": int(np.max(seq_lens, initial=0))}
+        elif q_start is not None and q_len is not None and pos0 is not None:
+            rows.update(q_start=np.asarray(q_start, np.int32), q_len=np.asarray(q_len, np.int32),
+                        pos0=np.asarray(pos0, np.int32))
+            extra = {"max_q_len": int(np.max(q_len, initial=0))}
+        else:
+            raise ValueError("attention: give seq_lens (decode) or q_start, q_len and pos0 (prefill)")
         keep: list = []
         try:
             op, ob = self._out(q.shape, np.float32, keep)
@@ -425,13 +435,7 @@ class Context:
                   "block_size": block_size, "n_head": n_head, "n_head_kv": n_head_kv, "head_dim": head_dim,
                   "scale": 1.0 / np.sqrt(head_dim) if scale is None else scale, "block_tables": self._up(bt, keep),
                   "max_blocks": bt.shape[1], "n_seq": bt.shape[0]}
-            if prefill:
-                kw.update(q_start=self._up(np.asarray(q_start, np.int32), keep),
-                          q_len=self._up(np.asarray(q_len, np.int32), keep),
-                          pos0=self._up(np.asarray(pos0, np.int32), keep), max_q_len=int(np.max(q_len, initial=0)))
-            else:
-                kw.update(seq_lens=self._up(np.asarray(seq_lens, np.int32), keep), split_keys=split_keys,
-                          max_seq_len=int(np.max(seq_lens, initial=0)))
+            kw.update({k: self._up(a, keep) for k, a in rows.items()}, **extra)
             _core.cuda_attention(self._ctx, prefill, **kw)
             self.sync()
             return self._down(ob, q.shape, np.float32)
