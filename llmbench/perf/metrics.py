@@ -110,9 +110,10 @@ class RequestTiming:
     @property
     def tpot_ns(self) -> float | None:
         """(E2E - TTFT) / (output_tokens - 1); None for one output token (vLLM leaves it out)."""
-        if self.output_tokens <= 1:
+        n = self.output_tokens or 0   # None only on a failed request
+        if n <= 1:
             return None
-        return (self.e2el_ns - self.ttft_ns) / (self.output_tokens - 1)
+        return (self.e2el_ns - self.ttft_ns) / (n - 1)
 
     @property
     def itl_ns(self) -> list[int]:
@@ -130,8 +131,8 @@ class RequestTiming:
     def from_dict(cls, d: Mapping) -> RequestTiming:
         """From ``to_dict()`` output, or any mapping with these keys (extra keys are ignored, so
         ``dataclasses.asdict`` of llmbench.backends.openai.RequestResult works too)."""
-        return cls(**{k: d.get(k) for k in ("arrival_ns", "first_token_ns", "finish_ns", "error")},
-                   token_ns=d.get("token_ns") or [], prompt_tokens=d.get("prompt_tokens", 0),
+        return cls(arrival_ns=d["arrival_ns"], first_token_ns=d.get("first_token_ns"),
+                   finish_ns=d.get("finish_ns"), error=d.get("error"), token_ns=d.get("token_ns") or [], prompt_tokens=d.get("prompt_tokens", 0),
                    output_tokens=d.get("output_tokens", 0))
 
 
@@ -229,8 +230,8 @@ def serving_metrics(
     def per_s(n: float) -> float | None:
         return n / dur if dur > 0 else None
 
-    total_in = sum(int(r.prompt_tokens) for r in done)  # type: ignore[arg-type]
-    total_out = sum(int(r.output_tokens) for r in done)  # type: ignore[arg-type]
+    total_in = sum(int(r.prompt_tokens or 0) for r in done)   # never None on a request without error
+    total_out = sum(int(r.output_tokens or 0) for r in done)
     good = None
     if slos:
         _check_slos(slos)
