@@ -213,8 +213,9 @@ def _chunks(p: Preset, name: str, shape: tuple[int, ...], type_name: str, seed: 
     row = shape[-1]
     rows = math.prod(shape[:-1])
     if name == "rope_freqs.weight":
-        assert p.rope is not None
-        yield (lambda: rope_freq_factors(p.rope, p.head_dim, p.rope_theta)), row
+        rope = p.rope
+        assert rope is not None
+        yield (lambda: rope_freq_factors(rope, p.head_dim, p.rope_theta)), row
         return
     if name.endswith("norm.weight"):
         yield (lambda: encode_rows(np.ones((1, row), np.float32), type_name, threads)), row

@@ -18,6 +18,7 @@ this process: the fastest profiled prefill and decode forward times over the fas
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,7 +68,7 @@ def measure(model: str, threads: int | None = None, pp: int = 512, tg: int = 128
     if overhead:
         plain = LLM(model, threads=threads, profile=False, max_batch_tokens=max(pp, 512), **llm_kwargs)
         _phase(plain, prompt, 2, 1, "decode")   # the same warm-up (a fresh load's first steps touch its pages)
-        times = {"prefill": [[], []], "decode": [[], []]}
+        times: dict[str, list[list[int]]] = {"prefill": [[], []], "decode": [[], []]}   # [plain, profiled]
         for _ in range(max(reps, 5)):   # alternated: a drift of the machine's speed falls on both
             for i, m in enumerate((plain, llm)):
                 times["prefill"][i].append(_phase(m, prompt, 1, 1, "prefill")["forward_ns"])
@@ -80,14 +81,17 @@ def measure(model: str, threads: int | None = None, pp: int = 512, tg: int = 128
 
 def table_rows(prof: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(kind, prefill share, decode share) rows, the products by type after the kinds, for printing."""
+    def row(name: str, cell: Callable[[str], str]) -> tuple[str, str, str]:
+        return name, cell("prefill"), cell("decode")
+
     rows = []
     for k in KINDS:
-        rows.append((k, *(f"{100 * prof[ph]['shares'][k]:.1f}%" if prof[ph]["shares"][k] is not None else ""
-                          for ph in ("prefill", "decode"))))
+        rows.append(row(k, lambda ph: f"{100 * prof[ph]['shares'][k]:.1f}%" if prof[ph]["shares"][k] is not None
+                        else ""))
     types = sorted(set(prof["prefill"]["matmul_by_type_ns"]) | set(prof["decode"]["matmul_by_type_ns"]))
     for t in types:
-        rows.append((f"  matmul {t}", *(f"{100 * prof[ph]['matmul_by_type_ns'].get(t, 0) / prof[ph]['forward_ns']:.1f}%"
-                                        if prof[ph]["forward_ns"] else "" for ph in ("prefill", "decode"))))
-    rows.append(("other (loop)", *(f"{100 * prof[ph]['other_ns'] / prof[ph]['forward_ns']:.1f}%"
-                                   if prof[ph]["forward_ns"] else "" for ph in ("prefill", "decode"))))
+        rows.append(row(f"  matmul {t}", lambda ph: f"{100 * prof[ph]['matmul_by_type_ns'].get(t, 0) / prof[ph]['forward_ns']:.1f}%"
+                        if prof[ph]["forward_ns"] else ""))
+    rows.append(row("other (loop)", lambda ph: f"{100 * prof[ph]['other_ns'] / prof[ph]['forward_ns']:.1f}%"
+                    if prof[ph]["forward_ns"] else ""))
     return rows
