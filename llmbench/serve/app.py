@@ -215,8 +215,9 @@ class Server:
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         texts = [self._ids_text(ids, p) for ids, p in zip(prompts, req.prompts)]
         if req.max_tokens == 0 and not score:   # nothing for the engine to do
-            choices = [{"index": i, "text": texts[i // req.n] if req.echo else "", "logprobs": None,
-                        "finish_reason": "length", "stop_reason": None} for i in range(len(specs))]
+            choices: list[dict[str, Any]] = [
+                {"index": i, "text": texts[i // req.n] if req.echo else "", "logprobs": None,
+                 "finish_reason": "length", "stop_reason": None} for i in range(len(specs))]
             obj = {"id": rid, "object": "text_completion", "created": created, "model": self.cfg.model_name,
                    "choices": choices, "usage": P.usage(sum(map(len, prompts)), 0)}
             if req.stream:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from ..llm import SamplingParams
 
@@ -42,6 +42,12 @@ def bad(param: str, message: str) -> APIError:
 
 # ---- fields ----
 
+@overload
+def _number(body: dict, name: str, default: float, lo: float | None = None, hi: float | None = None,
+            lo_open: bool = False) -> float: ...
+@overload
+def _number(body: dict, name: str, default: None, lo: float | None = None, hi: float | None = None,
+            lo_open: bool = False) -> float | None: ...
 def _number(body: dict, name: str, default: float | None, lo: float | None = None, hi: float | None = None,
             lo_open: bool = False) -> float | None:
     v = body.get(name, default)
@@ -56,6 +62,10 @@ def _number(body: dict, name: str, default: float | None, lo: float | None = Non
     return float(v)
 
 
+@overload
+def _int(body: dict, name: str, default: int, lo: int | None = None, hi: int | None = None) -> int: ...
+@overload
+def _int(body: dict, name: str, default: None, lo: int | None = None, hi: int | None = None) -> int | None: ...
 def _int(body: dict, name: str, default: int | None, lo: int | None = None, hi: int | None = None) -> int | None:
     v = body.get(name, default)
     if v is None:

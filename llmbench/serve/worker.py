@@ -313,6 +313,7 @@ class EngineWorker:
                     continue
                 job, i = entry
                 run = job.runs[i]
+                assert run is not None   # by_seq holds started runs only
                 n_before = len(run.tokens)
                 run.event(kd, tk, p, tt, top_ids[k], top_lps[k], _no_text if job.stream else None)
                 if kd == EV_ADMIT:
@@ -365,6 +366,7 @@ class EngineWorker:
 
     def _prompt_scores(self, job: Job, i: int) -> None:
         spec, run = job.specs[i], job.runs[i]
+        assert run is not None   # called for started runs only
         if not spec.prompt_scores or run.admit == 0:
             return
         n = len(spec.prompt) - 1
