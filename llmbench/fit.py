@@ -152,6 +152,7 @@ def _fit(model: str, formula: str, names: tuple[str, ...], x: np.ndarray, y: np.
     rel = np.ones_like(y) if sigma is None else sigma
     wrss = float(np.sum((resid / rel) ** 2))
     chi2 = chi2_p = None
+    loglik: float | None
     if absolute_sigma:
         k = len(names)
         loglik = -0.5 * wrss - float(np.sum(np.log(rel))) - 0.5 * n * math.log(2 * math.pi)
@@ -323,7 +324,7 @@ def compare(x, y, models: Sequence[str] = ("linear", "exp_decay", "logistic", "p
     for m in fits:
         if m not in scored:
             failed[m] = f"{m}: {criterion} undefined (an exact fit, or too few points)"
-    ranking = sorted(scored, key=scored.get)
+    ranking = sorted(scored, key=scored.__getitem__)
     best = scored[ranking[0]] if ranking else 0.0
     delta = {m: scored[m] - best for m in ranking}
     z = sum(math.exp(-d / 2) for d in delta.values())
@@ -516,9 +517,15 @@ def decay_curve(steps, correct, group: str = "pooled", min_count: int = 10,
         if m.sum() < min_count:
             dropped[int(v)] = int(m.sum())
         else:
-            xs.append(int(v)), ns.append(int(m.sum())), ks.append(int(c[m].sum()))
+            xs.append(int(v))
+            ns.append(int(m.sum()))
+            ks.append(int(c[m].sum()))
     acc = [k / n for k, n in zip(ks, ns)]
-    ci = [list(wilson(k, n)) for k, n in zip(ks, ns)]
+    ci = []
+    for k, n in zip(ks, ns):
+        lo_hi = wilson(k, n)
+        assert lo_hi is not None   # n >= min_count >= 1
+        ci.append(list(lo_hi))
     comparison, note = None, None
     if len(xs) < 3:
         note = (f"{group}: {len(xs)} step count(s) with at least {min_count} answers; a fit needs 3 or more "

@@ -138,7 +138,7 @@ def decay_curves(curves: Mapping[str, fit.DecayCurve], ncols: int = 3):
             for s, a, n in zip(c.steps, acc, c.n):
                 ax.annotate(f"{n}", (s, a), textcoords="offset points", xytext=(4, 4), fontsize=6, color="0.4")
         best = c.best
-        if best is not None:
+        if best is not None and c.comparison is not None:   # a best fit comes from the comparison
             grid = np.linspace(min(c.steps), max(c.steps), 100)
             ax.plot(grid, best.predict(grid), "-", label=f"{best.model} (w {c.comparison.weight[best.model]:.2f})")
             if best.cov is not None:
