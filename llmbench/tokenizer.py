@@ -108,7 +108,7 @@ class Tokenizer:
             hf = HFTokenizer(model)
             rm_ws = meta.get("tokenizer.ggml.remove_extra_whitespaces", False) if remove_extra_whitespaces is None \
                 else remove_extra_whitespaces
-            norm = [normalizers.Replace(Regex(r"\A +| +\z"), ""), normalizers.Replace(Regex(" {2,}"), " ")] if rm_ws else []
+            norm: list[normalizers.Normalizer] = [normalizers.Replace(Regex(r"\A +| +\z"), ""), normalizers.Replace(Regex(" {2,}"), " ")] if rm_ws else []
             if meta.get("tokenizer.ggml.add_space_prefix", True):
                 norm.append(normalizers.Prepend("▁"))
             norm.append(normalizers.Replace(" ", "▁"))

@@ -72,7 +72,7 @@ def _char_model() -> tuple[list[tuple[int, str]], dict[str, list[tuple[int, str]
     letters = [c for c in "abcdefghijklmnopqrstuvwxyz"]
     unigram = Counter({c: 1 for c in letters}) + Counter(c for w in words for c in w if c in letters)
     initial = Counter({c: 1 for c in letters}) + Counter(w[0] for w in words if w[0] in letters)
-    roots = Counter()
+    roots: Counter[str] = Counter()
     for c, k in unigram.items():            # a piece inside a word
         roots[c] += 4 * k
     for c, k in initial.items():            # a capitalized word without a leading space

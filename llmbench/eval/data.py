@@ -15,7 +15,7 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import LLMBenchError
 
@@ -95,4 +95,4 @@ def read_parquet(path: Path) -> list[dict[str, Any]]:
         import pandas as pd
     except ImportError as e:
         raise LLMBenchError(f"{path}: reading parquet needs pandas and pyarrow (pip install pandas pyarrow)") from e
-    return pd.read_parquet(path).to_dict("records")
+    return cast("list[dict[str, Any]]", pd.read_parquet(path).to_dict("records"))   # parquet's column names are strings

@@ -456,8 +456,9 @@ def kl_divergences(llms: Sequence[LLM], base_llm: LLM, text_or_tokens: str | Seq
     per, first = ctx - 1 - ctx // 2, ctx // 2
     n = len(chunks) * per
     nll_b = np.empty(n)
-    cols = {id(m): {"nll": np.empty(n), "kld": np.empty(n), "dp": np.empty(n), "top": np.empty(n, dtype=bool),
-                    "seconds": 0.0} for m in llms}
+    cols = {id(m): {"nll": np.empty(n), "kld": np.empty(n), "dp": np.empty(n), "top": np.empty(n, dtype=bool)}
+            for m in llms}
+    engine_s = {id(m): 0.0 for m in llms}
     base_s = 0.0
     for i, chunk in enumerate(chunks):
         _, targets = _scored(chunk, ctx)
@@ -475,14 +476,14 @@ def kl_divergences(llms: Sequence[LLM], base_llm: LLM, text_or_tokens: str | Seq
             c = cols[id(llm)]
             t = time.perf_counter()
             llm_logits = _finite(llm, llm.logits(chunk)[first:ctx - 1]) if llm is not base_llm else base_logits
-            c["seconds"] += time.perf_counter() - t
+            engine_s[id(llm)] += time.perf_counter() - t
             c["nll"][s], c["kld"][s], p, c["top"][s] = _against_base(llm_logits, lp_base, top_base, targets)
             c["dp"][s] = p - p_base
         if progress:
             progress(i + 1, len(chunks))
     seconds = time.perf_counter() - t0
     return [_kld_result(llm.path.name, base_llm.path.name, ctx, len(tokens), c["nll"], nll_b, c["kld"], c["dp"],
-                        c["top"], seconds, c["seconds"], base_s) for llm, c in ((m, cols[id(m)]) for m in llms)]
+                        c["top"], seconds, engine_s[id(llm)], base_s) for llm, c in ((m, cols[id(m)]) for m in llms)]
 
 
 def _kld_result(model: str, base: str, ctx: int, n_tokens: int, nll: np.ndarray, nll_b: np.ndarray, kld: np.ndarray,

@@ -42,7 +42,7 @@ def _bleu(hyp: list[str], refs: list[list[str]], n: int) -> float:
         total = sum(counts.values())
         if total == 0:
             return 0.0   # a hypothesis shorter than n words: NLTK gives 0 as well
-        most = Counter()
+        most: Counter[tuple[str, ...]] = Counter()
         for r in refs:
             for g, c in Counter(ngrams(r, k)).items():
                 most[g] = max(most[g], c)
