@@ -18,8 +18,8 @@ import threading
 import warnings
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import cast
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
