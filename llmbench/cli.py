@@ -173,14 +173,14 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
 
 def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
     """The base BenchConfig and the swept axes (the options given several values)."""
-    from .perf.bench import BenchConfig
+    from .perf.config import BenchConfig
     from .perf.metrics import parse_slos
     from .perf.sweep import parse_list
 
     models = parse_list(args.model, str, "--model")
     input_len = args.input_len
     if "max" in input_len:   # the longest prompt every model's training context holds with the output
-        from .perf.bench import model_context
+        from .perf.local import model_context
 
         longest = min(model_context(m) for m in models) - args.output_len - 8
         input_len = input_len.replace("max", str(longest))
@@ -284,7 +284,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """`llmbench bench`; a bad setting is named by its option, not by its BenchConfig field."""
     import re
 
-    from .perf.bench import ConfigError
+    from .perf.config import ConfigError
 
     try:
         return _bench(args)
@@ -298,7 +298,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .perf.bench import BenchInterrupted, failure_report, run, run_openai
+    from .perf.config import failure_report
+    from .perf.local import BenchInterrupted, run
+    from .perf.openai_load import run_openai
 
     if args.resume:
         given = [a for a in ("model", "batch", "input_len", "kv_dtype", "threads", "output_len", "reps", "dataset")
@@ -459,7 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "  llmbench bench --backend openai --base-url http://localhost:8000/v1 --model NAME "
                               "--batch 1..64 --out-dir vllm-sweep",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    from .perf.bench import BenchConfig
+    from .perf.config import BenchConfig
 
     d = BenchConfig()   # the defaults: one truth, the Python API's
     b.add_argument("--model", default=d.model, help="GGUF file or dummy preset[:type]; a list sweeps")

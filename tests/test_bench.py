@@ -13,6 +13,7 @@ import pytest
 import llmbench
 from llmbench import cli
 from llmbench.perf import bench as pb
+from llmbench.perf import local
 from llmbench.perf.schema import validate
 
 
@@ -264,7 +265,7 @@ def test_ctrl_c_after_a_test_keeps_it(tmp_path, monkeypatch, capsys):
         pb.run(cfg, lambda msg: (_ for _ in ()).throw(KeyboardInterrupt) if msg.startswith("pp") else None)
     assert not isinstance(early.value, pb.BenchInterrupted)
 
-    monkeypatch.setattr(pb, "run", lambda cfg, progress: (_ for _ in ()).throw(pb.BenchInterrupted(part)))
+    monkeypatch.setattr(local, "run", lambda cfg, progress: (_ for _ in ()).throw(pb.BenchInterrupted(part)))
     out = tmp_path / "r.json"
     rc = cli.main(["bench", "--model", cfg.model, "--pp", "16", "--tg", "8", "-o", str(out)])
     err = capsys.readouterr().err

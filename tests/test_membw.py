@@ -43,13 +43,13 @@ def test_membw_command():
 def test_membw_again_keeps_the_better_read(monkeypatch):
     """`llmbench bench` measures the bandwidth before its tests and again after: the higher read of the
     two is the machine's limit (an earlier figure above any real one is kept, one below it replaced)."""
-    from llmbench.perf import bench
+    from llmbench.perf import roofline
 
-    monkeypatch.setattr(bench, "_MEMBW_CACHE", {1: {"read": 1e9, "copy": 1.0, "triad": 1.0}})
-    assert bench.membw_elsewhere(1)["read"] == 1e9   # once per process without again
-    assert bench.membw_elsewhere(1, again=True)["read"] == 1e9
-    monkeypatch.setattr(bench, "_MEMBW_CACHE", {1: {"read": 1e-9, "copy": 1.0, "triad": 1.0}})
-    now = bench.membw_elsewhere(1, again=True)
+    monkeypatch.setattr(roofline, "_MEMBW_CACHE", {1: {"read": 1e9, "copy": 1.0, "triad": 1.0}})
+    assert roofline.membw_elsewhere(1)["read"] == 1e9   # once per process without again
+    assert roofline.membw_elsewhere(1, again=True)["read"] == 1e9
+    monkeypatch.setattr(roofline, "_MEMBW_CACHE", {1: {"read": 1e-9, "copy": 1.0, "triad": 1.0}})
+    now = roofline.membw_elsewhere(1, again=True)
     assert 1e-9 < now["read"] < 1e9 and now["threads"] == 1
 
 

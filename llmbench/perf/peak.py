@@ -43,5 +43,5 @@ def best(threads: int, kinds=("f32", "int8"), seen: dict[str, dict] | None = Non
 def kind_for(weight_type: str) -> str:
     """The peak a matrix product with weights of ``weight_type`` runs against: unquantized types (one
     value per block: F32, F16, BF16) on FP32 fused multiply-adds (BF16 pair products with
-    activations="bf16": llmbench.perf.bench.prefill_ops), quantized types on 8-bit dot products."""
+    activations="bf16": llmbench.perf.roofline.prefill_ops), quantized types on 8-bit dot products."""
     return "f32" if block_size(weight_type) == 1 else "int8"

@@ -53,7 +53,7 @@ def _ok(result: dict) -> list[dict]:
 def failed_lines(result: dict) -> list[str]:
     """One line per failed point: its process died, or more of its measured requests failed than
     the sweep's max_failed allows (the reasons grouped, most frequent first)."""
-    from .bench import failure_report
+    from .config import failure_report
 
     out = []
     for r in result["sweep"]["points"]:

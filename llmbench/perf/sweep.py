@@ -30,22 +30,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .. import LLMBenchError, fit
-from .bench import (
-    BenchConfig,
-    check_kv_fits,
-    config_json,
-    environment,
-    header,
-    latency_prompts,
-    latency_run,
-    load,
-    membw_elsewhere,
-    model_context,
-    openai_latency,
-    peak_rss_bytes,
-    reference_bandwidth,
-    timing_overhead,
-)
+from .config import BenchConfig, config_json
+from .local import check_kv_fits, environment, latency_prompts, latency_run, load, model_context, timing_overhead
+from .openai_load import openai_latency
+from .provenance import header, peak_rss_bytes
+from .roofline import membw_elsewhere, reference_bandwidth
 from .schema import validate
 
 AXES = ("model", "kv_dtype", "threads", "input_len", "request_rate", "batch")
