@@ -430,10 +430,13 @@ class LLM:
     def generate(self, prompts: str | Sequence[int] | Sequence[str | Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
                  on_token: Callable[[int, int, str], None] | None = None,
-                 prefix: Prefix | Sequence[Prefix | None] | None = None) -> list[Completion]:
+                 prefix: Prefix | Sequence[Prefix | None] | None = None,
+                 on_finish: Callable[[int, Completion], None] | None = None) -> list[Completion]:
         """Generate for one prompt or a batch (text or token ids); all run concurrently in the engine.
 
-        ``on_token(request_index, token_id, text_delta)`` is called as tokens arrive. With
+        ``on_token(request_index, token_id, text_delta)`` is called as tokens arrive, and
+        ``on_finish(request_index, completion)`` as each request finishes (the evaluation runner writes
+        a sample's record then, while the others run on). With
         ``prefix`` (from ``hold_prefix``) each prompt continues that prefix: the request's prompt is
         prefix + prompt, and the prefix's KV cache is shared rather than recomputed (a prompt given
         as text is then tokenized without BOS). ``prefix`` may also be a list, one held prefix (or
@@ -459,14 +462,15 @@ class LLM:
                 r.index = i
                 r.seq = self.engine.add(r.prompt, **r.engine_args(), fork_from=-1 if pf is None else pf.seq)
                 by_seq[r.seq] = r
-            self._drive(by_seq, on_token)
+            self._drive(by_seq, on_token, on_finish)
         finally:
             for r in runs:
                 if r.seq is not None:
                     self.engine.release(r.seq)
         return [r.result() for r in runs]
 
-    def _drive(self, by_seq: dict[int, _Run], on_token: Callable[[int, int, str], None] | None) -> None:
+    def _drive(self, by_seq: dict[int, _Run], on_token: Callable[[int, int, str], None] | None,
+               on_finish: Callable[[int, Completion], None] | None = None) -> None:
         topn = max((r.sp.logprobs or 0) for r in by_seq.values()) if by_seq else 0   # top-n only if asked
         busy = True
         while busy:
@@ -477,6 +481,8 @@ class LLM:
                     r = by_seq.get(sq)
                     if r is not None:
                         r.event(kd, tk, p, tt, top_ids[k], top_lps[k], on_token)
+                        if kd == EV_FINISH and on_finish is not None:
+                            on_finish(r.index, r.result())
 
     def chat(self, messages: list[dict[str, str]] | list[list[dict[str, str]]],
              params: SamplingParams | None = None, chat_template: str | None = None,

@@ -18,7 +18,7 @@ Tested in tests/test_eval.py (prefix-shared against unshared scoring, MMLU end t
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..llm import LLM, SamplingParams, prefix_tree
@@ -79,6 +79,7 @@ class EngineAdapter(Adapter):
     sharing buys). ``model_name`` is how results name the model (default: the path or preset given)."""
 
     name = "engine"
+    answers_as_they_finish = ("generate_until",)
 
     def __init__(self, model: LLM | str | os.PathLike[str], *, share_prefix: bool = True,
                  model_name: str | None = None, **llm_options: Any):
@@ -125,14 +126,16 @@ class EngineAdapter(Adapter):
             total[i] += lp
         return [RollingAnswer(t, n) for t, n in zip(total, lengths)]
 
-    def generate_until(self, reqs: Sequence[GenerateUntil]) -> list[Generation]:
+    def generate_until(self, reqs: Sequence[GenerateUntil],
+                       on_answer: Callable[[int, Generation], None] | None = None) -> list[Generation]:
         """All requests in one engine run (continuous batching: up to ``max_seqs`` sequences decode
         together, finished ones replaced by waiting ones). With ``share_prefix`` the prompts' shared
         prefixes (`LLM.prefix_tree`: a few-shot block, a subject's header) are held once
         (`LLM.hold_prefix`, nested prefixes forked from their parent) and each request forks the longest
         one it begins with, so only its own tokens are computed; the token ids are the same either way,
         and so are the outputs. A prompt longer than ``ctx - max_tokens`` keeps its last tokens, as
-        lm-evaluation-harness cuts generation contexts (``stats["truncated"]`` counts them)."""
+        lm-evaluation-harness cuts generation contexts (``stats["truncated"]`` counts them).
+        ``on_answer(i, generation)`` is called as each request finishes, while the others decode."""
         if not reqs:
             return []
         tok = self.llm._tok()
@@ -160,21 +163,24 @@ class EngineAdapter(Adapter):
                 parent, attach = self._fit(parent, attach)
                 for b in sorted(parent, key=len):          # a parent is shorter than its children
                     held[b] = self.llm.hold_prefix(list(b), parent=held[parent[b]] if parent[b] else None)
+            finished = None if on_answer is None else \
+                (lambda i, c: on_answer(i, self._generation(reqs[i], c, tok)))  # type: ignore[misc]
             done = self.llm.generate([p[len(a):] if a else p for p, a in zip(prompts, attach)], params,
-                                     prefix=[held[a] if a else None for a in attach])
+                                     prefix=[held[a] if a else None for a in attach], on_finish=finished)
         finally:
             for h in held.values():
                 h.release()
         self._count(before, len(reqs), sum(len(p) for p in prompts))
         self.stats["generated_tokens"] = self.stats.get("generated_tokens", 0) + sum(len(c.token_ids) for c in done)
-        out = []
-        for r, c in zip(reqs, done):
-            top = texts = None
-            if r.logprobs is not None:
-                texts = token_texts(tok, c.token_ids)
-                top = [_unique_keys(tok, d) for d in c.top_logprobs or []] if r.logprobs else None
-            out.append(Generation(c.text, c.finish_reason, len(c.token_ids), list(c.logprobs), top, texts))
-        return out
+        return [self._generation(r, c, tok) for r, c in zip(reqs, done)]
+
+    @staticmethod
+    def _generation(r: GenerateUntil, c: Any, tok: Any) -> Generation:
+        top = texts = None
+        if r.logprobs is not None:
+            texts = token_texts(tok, c.token_ids)
+            top = [_unique_keys(tok, d) for d in c.top_logprobs or []] if r.logprobs else None
+        return Generation(c.text, c.finish_reason, len(c.token_ids), list(c.logprobs), top, texts)
 
     def _fit(self, parent: dict, attach: list) -> tuple[dict, list]:
         """Drop held prefixes, those that save the fewest tokens first, until they take at most half of

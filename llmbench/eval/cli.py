@@ -128,6 +128,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        TaskID,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
@@ -152,7 +153,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                TimeRemainingColumn())
     try:
         with Progress(*columns, console=console, transient=True) as bar:
-            ids: dict[str, int] = {}
+            ids: dict[str, TaskID] = {}
 
             def progress(task: str, done: int, total: int) -> None:
                 if task not in ids:
@@ -186,6 +187,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         rate = f", {tm['docs_per_s']:.1f} questions/s" if tm.get("docs_per_s") else ""
         print(f"{name}: {tm['docs_computed']} questions in {tm['wall_s']:.1f} s{rate}"
               + (f" ({tm['docs_resumed']} resumed)" if tm["docs_resumed"] else ""))
+        if tm.get("docs_failed"):
+            again = f"llmbench eval --resume {args.out}" if args.out else "a run with --out DIR, then --resume DIR"
+            print(f"{name}: {tm['docs_failed']} questions failed (every retry) and are left out of the numbers; "
+                  f"ask them again with  {again}. First error: {tm['errors'][0]}", file=sys.stderr)
     st = res.adapter_stats
     if st.get("prompt_tokens"):
         print(f"prefix sharing: the engine computed {st['computed_tokens']} of the {st['prompt_tokens']} prompt tokens "

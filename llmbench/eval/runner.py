@@ -2,10 +2,17 @@
 tasks, scores to per-sample records and aggregated results.
 
 Documents run a subject at a time, in chunks of up to ``chunk`` documents whose requests go to the
-adapter together, so the engine shares their prefixes and batches them. After each chunk its
-per-sample records are appended to ``DIR/samples_TASK.jsonl`` and flushed. ``resume=DIR`` reads
-those records back (a last line cut by a kill is dropped and recomputed), runs only the documents not
-there, and aggregates old and new records as one run would: same final numbers.
+adapter together, so the engine shares their prefixes and batches them. A document's per-sample record
+is appended to ``DIR/samples_TASK.jsonl`` (and flushed to the OS) as soon as its last request is
+answered (`Adapter.answer`'s ``on_answer``: the engine and the server adapter hand over each generation
+as it finishes, while the rest of the chunk decodes), so a killed run loses only the requests in
+flight; the file is fsynced at the end of each chunk. ``resume=DIR`` reads those records back (a last
+line cut by a kill is dropped and recomputed; a document recorded twice keeps its first record), runs
+only the documents not there, and aggregates old and new records as one run would: same final numbers.
+
+A generation that failed for good (a server's every retry: ``Generation.failed``) ends its document
+without a record: the document is counted in ``timing["docs_failed"]`` (its error in
+``timing["errors"]``, the first few), left out of the metrics, and asked again by ``--resume``.
 
 ``DIR/run.json`` holds the run's settings (written first, so an interrupted run can be resumed from
 its folder alone) and ``DIR/results.json`` the results (schema: `llmbench.eval.results`).
@@ -23,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import LLMBenchError
-from .api import Adapter, Answer, Doc, ForJudge, Loglikelihood, Request, Task, request_json
+from .api import Adapter, Answer, Doc, ForJudge, Generation, Loglikelihood, OnAnswer, Request, Task, request_json
 from .metrics import aggregate, mean_stderr, paired_difference_ci
 from .results import TaskResult
 
 SAMPLES = "samples_{}.jsonl"
+MAX_ERRORS = 5          # failed documents' errors kept in results.json (all are counted)
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
@@ -75,8 +83,10 @@ def _chunks(docs: list[Doc], size: int, by_subject: bool = True) -> list[list[Do
     return out
 
 
-def answer_all(reqs: Sequence[Request], adapter: Adapter, judge: Adapter | None, task: str) -> list[Answer]:
-    """Answers in order: `ForJudge` requests by ``judge``, the rest by ``adapter``."""
+def answer_all(reqs: Sequence[Request], adapter: Adapter, judge: Adapter | None, task: str,
+               on_answer: OnAnswer | None = None) -> list[Answer]:
+    """Answers in order: `ForJudge` requests by ``judge``, the rest by ``adapter``; ``on_answer(i, a)``
+    as each is answered."""
     mine = [i for i, r in enumerate(reqs) if not isinstance(r, ForJudge)]
     judged = [i for i, r in enumerate(reqs) if isinstance(r, ForJudge)]
     out: list[Answer | None] = [None] * len(reqs)
@@ -86,15 +96,17 @@ def answer_all(reqs: Sequence[Request], adapter: Adapter, judge: Adapter | None,
     for idx, who, rs in ((mine, adapter, [reqs[i] for i in mine]),
                          (judged, judge, [reqs[i].request for i in judged])):  # type: ignore[union-attr]
         if idx:
-            for i, a in zip(idx, who.answer(rs)):  # type: ignore[union-attr]
+            cb = None if on_answer is None else (lambda j, a, idx=idx: on_answer(idx[j], a))
+            for i, a in zip(idx, who.answer(rs, on_answer=cb)):  # type: ignore[union-attr]
                 out[i] = a
     return out  # type: ignore[return-value]
 
 
 def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int = 256, resume: bool = False,
              on_docs: Callable[[int], None] | None = None, judge: Adapter | None = None) -> TaskResult:
-    """Run one task; records go to ``out_dir`` (when given) as each chunk finishes. A chunk's documents
-    go round by round (`Task.followup`) until none asks for more; ``judge`` answers `ForJudge` requests."""
+    """Run one task; records go to ``out_dir`` (when given) as each document finishes. A chunk's
+    documents go round by round (`Task.followup`) until none asks for more; ``judge`` answers
+    `ForJudge` requests."""
     docs = task.docs()
     path = out_dir / SAMPLES.format(task.name) if out_dir else None
     old: dict[tuple[str, int], dict[str, Any]] = {}
@@ -102,44 +114,69 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
         wanted = {(d.subject, d.id) for d in docs}
         for r in read_samples(path):
             if (r.get("subject"), r.get("doc_id")) in wanted:
-                old[(r["subject"], r["doc_id"])] = r
+                old.setdefault((r["subject"], r["doc_id"]), r)   # recorded twice: the first one stands
     elif path is not None and path.exists():
         path.unlink()
     todo = [d for d in docs if (d.subject, d.id) not in old]
     if on_docs and old:
         on_docs(len(old))
     new: dict[tuple[str, int], dict[str, Any]] = {}
+    errors: dict[tuple[str, int], str] = {}
     t0 = time.perf_counter()
     with open(path, "a", encoding="utf-8") if path is not None else contextlib.nullcontext() as f:
         for group in _chunks(todo, chunk, task.chunk_by_subject):
             per_doc = [list(task.requests(d)) for d in group]
             got: list[list[Answer]] = [[] for _ in group]
             pending = [list(rs) for rs in per_doc]
+
+            def finish(i: int, d: Doc, answers: list[Answer]) -> list[Request]:
+                """A document's round is answered: its next round's requests, or [] once it is done
+                (recorded, or failed)."""
+                got[i] += answers
+                bad = [a.error or "failed" for a in answers if isinstance(a, Generation) and a.failed]
+                more = [] if bad else list(task.followup(d, got[i]))
+                if bad:
+                    errors[(d.subject, d.id)] = bad[0]
+                elif more:
+                    per_doc[i] += more
+                    return more
+                else:
+                    rec = _record(task, d, per_doc[i], got[i], task.score(d, got[i]), adapter.precision)
+                    new[(d.subject, d.id)] = rec
+                    if f is not None:
+                        f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                        f.flush()
+                if on_docs:
+                    on_docs(1)
+                return []
+
+            for i, d in enumerate(group):
+                if not pending[i]:                  # a document that asks nothing is done at once
+                    finish(i, d, [])
             while any(pending):
                 flat = [r for rs in pending for r in rs]
-                answers = answer_all(flat, adapter, judge, task.name)
-                k = 0
-                for i, rs in enumerate(pending):
-                    got[i] += answers[k: k + len(rs)]
-                    k += len(rs)
-                pending = [task.followup(d, got[i]) if pending[i] else [] for i, d in enumerate(group)]
-                for rs, more in zip(per_doc, pending):
-                    rs += more
-            for d, rs, ans in zip(group, per_doc, got):
-                rec = _record(task, d, rs, ans, task.score(d, ans), adapter.precision)
-                new[(d.subject, d.id)] = rec
-                if f is not None:
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                owner = [(i, j) for i, rs in enumerate(pending) for j in range(len(rs))]
+                answers: list[list[Answer | None]] = [[None] * len(rs) for rs in pending]
+                left = [len(rs) for rs in pending]
+                nxt: list[list[Request]] = [[] for _ in group]
+
+                def on_answer(k: int, a: Answer) -> None:
+                    i, j = owner[k]
+                    answers[i][j] = a
+                    left[i] -= 1
+                    if left[i] == 0:
+                        nxt[i] = finish(i, group[i], answers[i])  # type: ignore[arg-type]
+
+                answer_all(flat, adapter, judge, task.name, on_answer)
+                pending = nxt
             if f is not None:
-                f.flush()
                 os.fsync(f.fileno())
-            if on_docs:
-                on_docs(len(group))
     wall = time.perf_counter() - t0
-    records = [old.get((d.subject, d.id)) or new[(d.subject, d.id)] for d in docs]
+    records = [r for d in docs if (r := old.get((d.subject, d.id)) or new.get((d.subject, d.id))) is not None]
     agg = aggregate(records, list(task.metrics), task.groups(), task.name, task.mean_metrics)
-    timing = {"wall_s": wall, "docs_computed": len(todo), "docs_resumed": len(old),
-              "docs_per_s": len(todo) / wall if wall > 0 and todo else None,
+    timing = {"wall_s": wall, "docs_computed": len(new), "docs_resumed": len(old),
+              "docs_per_s": len(new) / wall if wall > 0 and new else None,
+              "docs_failed": len(errors), "errors": [f"{s or task.name} #{i}: {e}" for (s, i), e in errors.items()][:MAX_ERRORS],
               "requests": sum(len(r["requests"]) for r in records)}
     return TaskResult(task.name, task.version, task.settings(), agg, records, timing, task.extra_results(records))
 
