@@ -323,5 +323,6 @@ def _text_task(name: str, adapter: Adapter, base_model: str | None, text: Any, d
         return ppl.perplexity(llm, tokens, ctx=ctx, max_chunks=max_chunks).to_json()
     from ..llm import LLM
 
+    assert base_model is not None   # evaluate refuses kld without one
     base = LLM(base_model, **{k: v for k, v in llm_options.items() if k != "ctx"})
     return ppl.kl_divergence(llm, base, tokens, ctx=ctx, max_chunks=max_chunks).to_json()

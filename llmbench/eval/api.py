@@ -20,7 +20,7 @@ A task whose requests depend on earlier answers (a second turn, a judge's verdic
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Union
 
@@ -188,7 +188,7 @@ class Doc:
 class Scored:
     """A task's verdict on one document: metric values, and what the per-sample record shows."""
 
-    metrics: dict[str, float]
+    metrics: Mapping[str, float | None]   # None: not measured on this document, left out of the aggregate
     target: Any = None
     pred: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -200,8 +200,8 @@ class Task(ABC):
 
     name: str = "?"
     version: str = "0"
-    #: metric name -> higher is better
-    metrics: ClassVar[dict[str, bool]] = {"acc": True}
+    #: metric name -> higher is better (a task whose metrics depend on its options sets its own)
+    metrics: dict[str, bool] = {"acc": True}
     #: chunks hold one subject's documents (whose prompts share a few-shot header); False lets a chunk span
     #: subjects, for tasks whose subjects share nothing and batch better together (MT-Bench's categories)
     chunk_by_subject: ClassVar[bool] = True
@@ -235,7 +235,8 @@ class Task(ABC):
     def prompt(self, doc: Doc) -> str:
         """The prompt of a document as the sample record shows it."""
         r = self.requests(doc)[0]
-        return r.context if isinstance(getattr(r, "context", None), str) else str(getattr(r, "text", r))
+        ctx = getattr(r, "context", None)
+        return ctx if isinstance(ctx, str) else str(getattr(r, "text", r))
 
     def groups(self) -> dict[str, str]:
         return {}

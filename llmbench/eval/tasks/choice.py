@@ -46,14 +46,14 @@ def question_from(row: dict[str, Any], where: str, question: str = "question", a
     return Question(str(row[question]), [str(row[L]) for L in LETTERS], LETTERS.index(gold))
 
 
-def read_split(csv_path: Path, parquet: Sequence[Path], to_question: Callable[[dict[str, Any], str], Question],
+def read_split(csv_path: Path, parquet: Sequence[Path], to_question: Callable[[Any, str], Question],
                header: bool = True) -> list[Question] | None:
     """A split's questions in file order: from ``csv_path`` when it exists (rows as dicts, or as lists
     when the file has no header), else from the ``parquet`` files (the Hugging Face layout); None when
     there is neither."""
     if csv_path.exists():
         rows = data.read_csv(csv_path, header=header)
-        return [to_question(r, f"{csv_path}:{i + 1 + header}") for i, r in enumerate(rows)]  # type: ignore[arg-type]
+        return [to_question(r, f"{csv_path}:{i + 1 + header}") for i, r in enumerate(rows)]
     if parquet:
         return [to_question(r, str(f)) for f in parquet for r in data.read_parquet(f)]
     return None

@@ -146,7 +146,8 @@ class HumanEval(Task):
 
     def requests(self, doc: Doc) -> list[Request]:
         return [GenerateUntil(doc.data["prompt"], UNTIL, max_tokens=MAX_TOKENS, seed=i if self.n > 1 else None,
-                              **self.sampling) for i in range(self.n)]
+                              temperature=self.sampling["temperature"], top_p=self.sampling["top_p"])
+                for i in range(self.n)]
 
     def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored:
         programs = [program(doc.data, a.text) for a in answers]  # type: ignore[union-attr]

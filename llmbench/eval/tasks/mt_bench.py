@@ -147,7 +147,7 @@ def load(root: Path) -> tuple[list[dict[str, Any]], dict[int, list[str]], dict[s
     if ppath is None:
         raise data.DataNotFoundError(f"{root}: no judge_prompts.jsonl (FastChat's fastchat/llm_judge/data/"
                                      "judge_prompts.jsonl, beside question.jsonl or in the folder above)")
-    prompts = {p.get("name"): p for p in _jsonl(ppath)}
+    prompts = {p["name"]: p for p in _jsonl(ppath) if isinstance(p.get("name"), str)}
     for name in ("single-v1", "single-math-v1", "single-v1-multi-turn", "single-math-v1-multi-turn"):
         if name not in prompts or not all(isinstance(prompts[name].get(k), str)
                                           for k in ("system_prompt", "prompt_template")):
