@@ -1,8 +1,8 @@
 // quants.c — scalar reference kernels for ggml's tensor formats: dequantization of F32, F16, BF16,
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, and quantization to each
-// of them but Q2_K, Q3_K, IQ4_NL and IQ4_XS (dequantization only, for now), following
-// ggml-quants.c's reference algorithms (quantize_row_*_ref: no importance matrix) operation for
-// operation so results are bit-identical; the per-SIMD-level kernel tables; and the whole-tensor
+// of them, following ggml-quants.c's algorithms as llama.cpp's quantizer runs them (quantize_row_*_ref
+// without an importance matrix; IQ4_NL/IQ4_XS its quantize_iq4_* with 7 tries) operation for operation
+// so results are bit-identical; the per-SIMD-level kernel tables; and the whole-tensor
 // entry points, split over OpenMP threads. SIMD kernels live in quants_simd.c.
 // Tested by csrc/tests/test_quants.c and tests/test_quant.py (bit-exact against the gguf package's
 // NumPy code, byte-identical quantization where it has one, round-trip error tables, real files).
@@ -237,12 +237,12 @@ static void quant_q8_0_ref(const float *x, void *vy, int64_t n) {
 
 // ---- K-quant helpers (ggml's make_qkx2_quants and make_qx_quants) ----
 
-// Fit x[i] ~ scale*L[i] - the_min with L in 0..nmax, minimizing the weighted squared error (ggml's
-// make_qkx2_quants without use_mad, rdelta 0.1): start from the min/max grid, then try nstep+1
+// Fit x[i] ~ scale*L[i] - the_min with L in 0..nmax, minimizing the weighted squared error, or with
+// use_mad the weighted absolute error (ggml's make_qkx2_quants with rdelta 0.1): start from the min/max grid, then try nstep+1
 // grids of nmax + rmin + 0.1*is steps, solving the least-squares scale and min for each. Note that
 // a better fit also moves `min`, where the next grids start. Returns the scale.
 static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
-                              float rmin, int nstep) {
+                              float rmin, int nstep, int use_mad) {
     uint8_t Laux[32];
     float min = x[0], max = x[0];
     float sum_w = weights[0], sum_x = sum_w * x[0];
@@ -266,7 +266,8 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
         int l = nearest_int(iscale * (x[i] - min));
         L[i] = MAX(0, MIN(nmax, l));
         float diff = scale * L[i] + min - x[i];
-        best_error += weights[i] * (diff * diff);
+        diff = use_mad ? fabsf(diff) : diff * diff;
+        best_error += weights[i] * diff;
     }
     for (int is = 0; is <= nstep; is++) {
         iscale = (rmin + 0.1f * is + nmax) / (max - min);
@@ -291,7 +292,8 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
             float cur_error = 0;
             for (int i = 0; i < n; i++) {
                 float diff = this_scale * Laux[i] + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+                diff = use_mad ? fabsf(diff) : diff * diff;
+                cur_error += weights[i] * diff;
             }
             if (cur_error < best_error) {
                 for (int i = 0; i < n; i++) L[i] = Laux[i];
@@ -355,11 +357,64 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     return scale;
 }
 
+// Symmetric fit for Q3_K: x[i] ~ scale*(L[i] - nmax), L in 0..2*nmax-1, weights x^2 (ggml's make_q3_quants
+// with do_rmse): round at -nmax/max, then up to 5 passes moving single elements to the level that most
+// improves the weighted least-squares fit.
+static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * x[i]);
+        l = MAX(-nmax, MIN(nmax - 1, l));
+        L[i] = (int8_t)l;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i];
+            float slx = sumlx - w * x[i] * L[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * L[i] * L[i];
+                int new_l = nearest_int(x[i] * sl2 / slx);
+                new_l = MAX(-nmax, MIN(nmax - 1, new_l));
+                if (new_l != L[i]) {
+                    slx += w * x[i] * new_l;
+                    sl2 += w * new_l * new_l;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (int8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (!n_changed) break;
+    }
+    for (int i = 0; i < n; i++) L[i] = (int8_t)(L[i] + nmax);
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
 // The scalar sub-block fit of Q4_K and Q5_K: make_qkx2_quants on each of the 8 sub-blocks of 32.
 void llmb_fit_k_ref(const float *x, const float *w, int nmax, float rmin, int nstep, uint8_t *L, float *scales,
                     float *mins) {
     for (int j = 0; j < LLMB_QK_K / 32; j++)
-        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, w + 32 * j, L + 32 * j, &mins[j], rmin, nstep);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, w + 32 * j, L + 32 * j, &mins[j], rmin, nstep, 0);
 }
 
 // Shared by Q4_K and Q5_K (nmax 15 or 31): per sub-block of 32, fit scale and min with weights
@@ -427,6 +482,57 @@ static void dequant_q2_K_ref(const void *vx, float *y, int64_t n) {
     }
 }
 
+// pack 256 two-bit values: per 128 elements 32 bytes, element 32s + l in bits 2s..2s+1 of byte l
+static void pack_2bit(const uint8_t L[LLMB_QK_K], uint8_t qs[LLMB_QK_K / 4]) {
+    for (int j = 0; j < LLMB_QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            qs[j / 4 + l] = L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6);
+}
+
+// quantize_row_q2_K_ref: per sub-block of 16 a scale and min fit by make_qkx2_quants (weights |x|,
+// absolute error), both quantized to 4 bits against the super-block's d and dmin, then every element
+// requantized with the scale and min it will be decoded with.
+static void quant_q2_K_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q2_K *y = vy;
+    uint8_t L[LLMB_QK_K];
+    float weights[16], mins[LLMB_QK_K / 16], scales[LLMB_QK_K / 16];
+    const float q4scale = 15.f;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        float max_scale = 0, max_min = 0;   // scales and mins are never negative
+        for (int j = 0; j < LLMB_QK_K / 16; j++) {
+            for (int l = 0; l < 16; l++) weights[l] = fabsf(x[16 * j + l]);
+            scales[j] = make_qkx2_quants(16, 3, x + 16 * j, weights, L + 16 * j, &mins[j], -0.5f, 15, 1);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        if (max_scale > 0) {
+            float iscale = q4scale / max_scale;
+            for (int j = 0; j < LLMB_QK_K / 16; j++) y[i].scales[j] = (uint8_t)nearest_int(iscale * scales[j]);
+            y[i].d = llmb_fp32_to_fp16(max_scale / q4scale);
+        } else {
+            for (int j = 0; j < LLMB_QK_K / 16; j++) y[i].scales[j] = 0;
+            y[i].d = llmb_fp32_to_fp16(0.f);
+        }
+        if (max_min > 0) {
+            float iscale = q4scale / max_min;
+            for (int j = 0; j < LLMB_QK_K / 16; j++) y[i].scales[j] |= (uint8_t)(nearest_int(iscale * mins[j]) << 4);
+            y[i].dmin = llmb_fp32_to_fp16(max_min / q4scale);
+        } else {
+            y[i].dmin = llmb_fp32_to_fp16(0.f);
+        }
+        for (int j = 0; j < LLMB_QK_K / 16; j++) {
+            const float d = llmb_fp16_to_fp32(y[i].d) * (y[i].scales[j] & 0xF);
+            if (!d) continue;
+            const float dm = llmb_fp16_to_fp32(y[i].dmin) * (y[i].scales[j] >> 4);
+            for (int ii = 0; ii < 16; ii++) {
+                int l = nearest_int((x[16 * j + ii] + dm) / d);
+                L[16 * j + ii] = (uint8_t)MAX(0, MIN(3, l));
+            }
+        }
+        pack_2bit(L, y[i].qs);
+    }
+}
+
 // ---- Q3_K: super-blocks of 256, 16 sub-blocks with a 6-bit signed scale, 3-bit quants ----
 
 static void dequant_q3_K_ref(const void *vx, float *y, int64_t n) {
@@ -439,6 +545,64 @@ static void dequant_q3_K_ref(const void *vx, float *y, int64_t n) {
             const float dl = d * llmb_q3_K_scale(e / 16, x[i].scales);
             *y = dl * (lo - (h ? 0 : 4));
         }
+    }
+}
+
+// Q3_K's 6-bit scale l (0..63) of sub-block j into the 12 packed bytes (zeroed first)
+static void set_q3_K_scale(int j, int l, uint8_t *s) {
+    if (j < 8) s[j] = l & 0xF;
+    else s[j - 8] |= (l & 0xF) << 4;
+    s[8 + j % 4] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
+}
+
+// After the scales are set: quantize every element with the scale it is decoded with, split off the
+// high bits into hmask (element j: bit j/32 of hmask[j%32]) and pack the low two bits.
+static void q3_K_finish(const float *x, llmb_block_q3_K *y, int8_t L[LLMB_QK_K]) {
+    for (int j = 0; j < LLMB_QK_K / 16; j++) {
+        const float d = llmb_fp16_to_fp32(y->d) * llmb_q3_K_scale(j, y->scales);
+        if (!d) continue;
+        for (int ii = 0; ii < 16; ii++) {
+            int l = nearest_int(x[16 * j + ii] / d);
+            L[16 * j + ii] = (int8_t)(MAX(-4, MIN(3, l)) + 4);
+        }
+    }
+    memset(y->hmask, 0, sizeof y->hmask);
+    uint8_t lo[LLMB_QK_K];
+    for (int j = 0; j < LLMB_QK_K; j++) {
+        if (L[j] > 3) y->hmask[j % 32] |= (uint8_t)(1u << (j / 32));
+        lo[j] = (uint8_t)(L[j] > 3 ? L[j] - 4 : L[j]);
+    }
+    pack_2bit(lo, y->qs);
+}
+
+// quantize_row_q3_K_ref: per sub-block of 16 a signed scale from make_q3_quants, the 16 scales quantized
+// to 6 bits against d = max/-32 (max: the scale of largest magnitude).
+static void quant_q3_K_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_q3_K *y = vy;
+    int8_t L[LLMB_QK_K];
+    float scales[LLMB_QK_K / 16];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        float max_scale = 0, amax = 0;
+        for (int j = 0; j < LLMB_QK_K / 16; j++) {
+            scales[j] = make_q3_quants(16, 4, x + 16 * j, L + 16 * j);
+            float scale = fabsf(scales[j]);
+            if (scale > amax) {
+                amax = scale;
+                max_scale = scales[j];
+            }
+        }
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        if (max_scale) {
+            float iscale = -32.f / max_scale;
+            for (int j = 0; j < LLMB_QK_K / 16; j++) {
+                int8_t l = (int8_t)nearest_int(iscale * scales[j]);
+                set_q3_K_scale(j, MAX(-32, MIN(31, l)) + 32, y[i].scales);
+            }
+            y[i].d = llmb_fp32_to_fp16(1 / iscale);
+        } else {
+            y[i].d = llmb_fp32_to_fp16(0.f);
+        }
+        q3_K_finish(x, &y[i], L);
     }
 }
 
@@ -468,6 +632,126 @@ static void dequant_iq4_xs_ref(const void *vx, float *y, int64_t n) {
             }
         }
     }
+}
+
+// the index of the value in the sorted `val` (n values) nearest to x; ties go up (ggml's best_index_int8)
+static inline int best_index_int8(int n, const int8_t *val, float x) {
+    if (x <= val[0]) return 0;
+    if (x >= val[n - 1]) return n - 1;
+    int ml = 0, mu = n - 1;
+    while (mu - ml > 1) {
+        int mav = (ml + mu) / 2;
+        if (x < val[mav]) mu = mav;
+        else ml = mav;
+    }
+    return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+// ggml's quantize_row_iq4_nl_impl with 16 values, as llama.cpp's quantizer calls it (ntry 7): for each block
+// of 32 in a super-block of `sbs` elements, weights qw*sqrt(sigma2 + x^2) (x^2 without an importance
+// matrix), a scale from the nearest-value fit at max/-127 improved over 15 grids (itry - 127)/max; with
+// several blocks (IQ4_XS) the scales are quantized to 6 bits against d = -max_scale/32 and the indices redone.
+// `qw`: the importance weights of these sbs elements, or NULL.
+static void quant_iq4_superblock(int sbs, const float *x, const float *qw, llmb_half *dh, uint8_t *q4,
+                                 uint16_t *scales_h, uint8_t *scales_l) {
+    const int bs = 32, ntry = 7;
+    const int8_t *values = llmb_kvalues_iq4nl;
+    float scales[LLMB_QK_K / 32], weight[32];
+    uint8_t L[LLMB_QK_K];
+    float sigma2 = 0;
+    for (int j = 0; j < sbs; j++) sigma2 += x[j] * x[j];
+    sigma2 *= 2.f / sbs;
+    memset(q4, 0, (size_t)sbs / 2);
+    dh[0] = llmb_fp32_to_fp16(0.f);
+    float max_scale = 0, amax_scale = 0;
+    for (int ib = 0; ib < sbs / bs; ib++) {
+        const float *xb = x + ib * bs;
+        uint8_t *Lb = L + ib * bs;
+        if (qw) {
+            for (int j = 0; j < bs; j++) weight[j] = qw[ib * bs + j] * sqrtf(sigma2 + xb[j] * xb[j]);
+        } else {
+            for (int j = 0; j < bs; j++) weight[j] = xb[j] * xb[j];
+        }
+        float amax = 0, max = 0;
+        for (int j = 0; j < bs; j++) {
+            float ax = fabsf(xb[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = xb[j];
+            }
+        }
+        if (amax < GROUP_MAX_EPS) {
+            scales[ib] = 0;
+            memset(Lb, 0, (size_t)bs);
+            continue;
+        }
+        float d = -max / values[0];
+        float id = 1 / d;
+        float sumqx = 0, sumq2 = 0;
+        for (int j = 0; j < bs; j++) {
+            int l = best_index_int8(16, values, id * xb[j]);
+            Lb[j] = (uint8_t)l;
+            float q = values[l], w = weight[j];
+            sumqx += w * q * xb[j];
+            sumq2 += w * q * q;
+        }
+        d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+        float best = d * sumqx;
+        for (int itry = -ntry; itry <= ntry; itry++) {
+            id = (itry + values[0]) / max;
+            sumqx = sumq2 = 0;
+            for (int j = 0; j < bs; j++) {
+                int l = best_index_int8(16, values, id * xb[j]);
+                float q = values[l], w = weight[j];
+                sumqx += w * q * xb[j];
+                sumq2 += w * q * q;
+            }
+            if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+                d = sumqx / sumq2;
+                best = d * sumqx;
+            }
+        }
+        scales[ib] = d;
+        float abs_d = fabsf(d);
+        if (abs_d > amax_scale) {
+            amax_scale = abs_d;
+            max_scale = d;
+        }
+    }
+    if (sbs / bs > 1) {
+        *scales_h = 0;
+        float d = -max_scale / 32;
+        dh[0] = llmb_fp32_to_fp16(d);
+        float id = d ? 1 / d : 0.f;
+        for (int ib = 0; ib < sbs / bs; ib++) {
+            int l = nearest_int(id * scales[ib]);
+            l = MAX(-32, MIN(31, l));
+            float dl = d * l;
+            float idl = dl ? 1 / dl : 0.f;
+            for (int j = 0; j < bs; j++) L[ib * bs + j] = (uint8_t)best_index_int8(16, values, idl * x[ib * bs + j]);
+            l += 32;
+            if (ib % 2 == 0) scales_l[ib / 2] = l & 0xF;
+            else scales_l[ib / 2] |= (uint8_t)((l & 0xF) << 4);
+            *scales_h |= (uint16_t)((l >> 4) << (2 * (ib % 8)));
+        }
+    } else {
+        dh[0] = llmb_fp32_to_fp16(scales[0]);
+        float id = scales[0] ? 1 / scales[0] : 0;
+        for (int j = 0; j < sbs; j++) L[j] = (uint8_t)best_index_int8(16, values, id * x[j]);
+    }
+    for (int i = 0; i < sbs / 32; i++)
+        for (int j = 0; j < 16; j++) q4[16 * i + j] = L[32 * i + j] | (L[32 * i + 16 + j] << 4);
+}
+
+static void quant_iq4_nl_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_iq4_nl *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK; i++) quant_iq4_superblock(LLMB_QK, x + LLMB_QK * i, NULL, &y[i].d, y[i].qs, NULL, NULL);
+}
+
+static void quant_iq4_xs_ref(const float *x, void *vy, int64_t n) {
+    llmb_block_iq4_xs *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++)
+        quant_iq4_superblock(LLMB_QK_K, x + LLMB_QK_K * i, NULL, &y[i].d, y[i].qs, &y[i].scales_h, y[i].scales_l);
 }
 
 // ---- Q4_K: super-blocks of 256, 8 sub-blocks with 6-bit scale and min ----
@@ -668,10 +952,10 @@ static const llmb_quant_traits ref_table[LLMB_TYPE_COUNT] = {
     [LLMB_TYPE_Q5_0] = REF(dequant_q5_0_ref, quant_q5_0_ref),
     [LLMB_TYPE_Q5_1] = REF(dequant_q5_1_ref, quant_q5_1_ref),
     [LLMB_TYPE_Q8_0] = REF(dequant_q8_0_ref, quant_q8_0_ref),
-    [LLMB_TYPE_Q2_K] = REF(dequant_q2_K_ref, NULL),
-    [LLMB_TYPE_Q3_K] = REF(dequant_q3_K_ref, NULL),
-    [LLMB_TYPE_IQ4_NL] = REF(dequant_iq4_nl_ref, NULL),
-    [LLMB_TYPE_IQ4_XS] = REF(dequant_iq4_xs_ref, NULL),
+    [LLMB_TYPE_Q2_K] = REF(dequant_q2_K_ref, quant_q2_K_ref),
+    [LLMB_TYPE_Q3_K] = REF(dequant_q3_K_ref, quant_q3_K_ref),
+    [LLMB_TYPE_IQ4_NL] = REF(dequant_iq4_nl_ref, quant_iq4_nl_ref),
+    [LLMB_TYPE_IQ4_XS] = REF(dequant_iq4_xs_ref, quant_iq4_xs_ref),
     [LLMB_TYPE_Q4_K] = REF(dequant_q4_K_ref, quant_q4_K_ref),
     [LLMB_TYPE_Q5_K] = REF(dequant_q5_K_ref, quant_q5_K_ref),
     [LLMB_TYPE_Q6_K] = REF(dequant_q6_K_ref, quant_q6_K_ref),

@@ -1,16 +1,18 @@
-"""`llmbench quantize`: convert a GGUF model to a llama.cpp quantization mix (F16, Q8_0, Q4_K_M, ...).
+"""`llmbench quantize`: convert a GGUF model to a llama.cpp quantization mix (F16, Q8_0, Q4_K_M, Q2_K,
+Q3_K_M, IQ4_XS, ...).
 
 Which tensor gets which type follows llama.cpp (src/llama-quant.cpp, llama_tensor_get_type) for the
 mixes offered here: only 2-D+ tensors named "*weight" are converted (norms, 1-D tensors and the
 like are copied as they are); the output projection (or the token embedding when it doubles as the
-output) gets Q6_K; attn_v and ffn_down get more bits in the layers llama.cpp picks; a tensor whose
-rows are not a whole number of blocks falls back to a 32-block type (Q4_K -> Q5_0, Q5_K -> Q5_1,
-Q6_K -> Q8_0), and to F16 when even 32 does not divide the row (a 172-wide ffn_down; older llama.cpp
-versions stopped there for Q4_0/Q8_0, current ones use F16 too). Checked against llama-quantize: on
-dummy models of 16 and 22 layers and a tied, 128-wide Qwen2 shape, every mix gives the same tensor
-types, bytes and metadata; on stories260K too, block for block (benchmarks/quantize_vs_llamacpp.py, which
-runs llama-cpp-python's llama_model_quantize on the same file). Q4_1, Q5_0 and Q5_1 are uniform mixes
-(llama.cpp changes their attn_v / ffn_down only with an importance matrix).
+output) gets Q6_K; attn_v, ffn_down and attn_output get more bits where llama.cpp gives them (by layer,
+and for Q2_K / IQ4_* by the number of query heads per key/value head); a tensor whose rows are not a
+whole number of blocks falls back (Q2_K, Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
+IQ4_XS -> IQ4_NL), and to F16 when even 32 does not divide the row (a 172-wide ffn_down). Checked
+against llama-quantize (benchmarks/quantize_vs_llamacpp.py runs llama-cpp-python 0.3.36's
+llama_model_quantize on the same file): every mix gives the same tensor types, bytes and metadata, block
+for block, on stories260K, the tiny dummy preset and a 17-layer, 4-way grouped-query shape (results in
+docs/quant-types.md). Q4_1, Q5_0 and Q5_1 are uniform mixes (llama.cpp changes Q4_0 / Q5_0's ffn_down only
+with an importance matrix). Not modelled: Falcon's and mixture-of-experts models' special cases.
 Tensors are converted in row chunks and streamed to disk (llmbench.writer), so memory stays at a
 few chunks whatever the model size. Tested by tests/test_quantize_cmd.py.
 """
@@ -47,12 +49,13 @@ class Mix:
 MIXES = {m.name: m for m in (
     Mix("F32", 0, "F32"), Mix("F16", 1, "F16"), Mix("BF16", 32, "BF16"), Mix("Q8_0", 7, "Q8_0"),
     Mix("Q4_0", 2, "Q4_0"), Mix("Q4_1", 3, "Q4_1"), Mix("Q5_0", 8, "Q5_0"), Mix("Q5_1", 9, "Q5_1"),
-    Mix("Q4_K_S", 14, "Q4_K"), Mix("Q4_K_M", 15, "Q4_K"), Mix("Q5_K_M", 17, "Q5_K"),
-    Mix("Q6_K", 18, "Q6_K"),
+    Mix("Q2_K", 10, "Q2_K"), Mix("Q3_K_S", 11, "Q3_K"), Mix("Q3_K_M", 12, "Q3_K"), Mix("Q3_K_L", 13, "Q3_K"),
+    Mix("Q4_K_S", 14, "Q4_K"), Mix("Q4_K_M", 15, "Q4_K"), Mix("Q5_K_S", 16, "Q5_K"), Mix("Q5_K_M", 17, "Q5_K"),
+    Mix("Q6_K", 18, "Q6_K"), Mix("IQ4_NL", 25, "IQ4_NL"), Mix("IQ4_XS", 30, "IQ4_XS"),
 )}
 
-# llama.cpp's fallback when a row is not a whole number of 256-element super-blocks.
-K_FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+# llama.cpp's fallback when a row is not a whole number of the type's blocks (tensor_type_fallback).
+K_FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "IQ4_XS": "IQ4_NL"}
 
 # Substrings of weight names llama.cpp never quantizes (gates, small recurrent/positional tensors).
 _KEEP = ("_norm.weight", "ffn_gate_inp.weight", "altup", "laurel", "per_layer_model_proj", "ssm_conv1d.weight",
@@ -90,33 +93,81 @@ def should_quantize(name: str, n_dims: int) -> bool:
             and name not in _KEEP_EXACT)
 
 
-def tensor_type(mix: str, name: str, row: int, n_layer: int, has_output: bool) -> str:
+@dataclass(frozen=True)
+class Shape:
+    """What llama.cpp's type rules read about the model besides a tensor's name and row length."""
+
+    n_layer: int              # blocks (ffn_down's layer count; attn_v's when every block has one)
+    has_output: bool          # output.weight exists, i.e. the token embedding is not tied to the output
+    n_gqa: int = 1            # query heads per key/value head (of the first layer)
+    has_imatrix: bool = False  # an importance matrix is given (changes IQ4_*, Q4_0, Q5_0's ffn_down)
+    n_attn_v: int | None = None   # attn_v-like tensors (attn_v, attn_qkv, attn_kv_b); None: n_layer
+    is_70b: bool = False      # llama.cpp's LLM_TYPE_70B (a llama of 80 blocks with grouped-query attention)
+
+
+def _is_attn_v(name: str) -> bool:
+    return any(k in name for k in ("attn_qkv.weight", "attn_kv_b.weight", "attn_v.weight"))
+
+
+def tensor_type(mix: str, name: str, row: int, n_layer: int | Shape, has_output: bool = True, *,
+                i_attn_v: int | None = None) -> str:
     """The type llama.cpp's `llama-quantize` gives a quantizable tensor ``name`` whose rows have
-    ``row`` elements, in a model of ``n_layer`` blocks (``has_output``: the file has output.weight,
-    i.e. the token embedding is not tied to the output)."""
+    ``row`` elements (llama_tensor_get_type of src/llama-quant.cpp, for dense models other than Falcon).
+    ``n_layer`` is a :class:`Shape`, or the number of blocks with ``has_output`` (the file has
+    output.weight) for a model without grouped-query attention or importance matrix. ``i_attn_v``: the
+    tensor's rank among the attn_v-like tensors in layer order (default: its layer number)."""
     m = _mix(mix)
+    shape = n_layer if isinstance(n_layer, Shape) else Shape(n_layer, has_output)
+    n, gqa, imatrix = shape.n_layer, shape.n_gqa, shape.has_imatrix
     t = m.default
     if not is_block_type(t):
         return t
     layer = _LAYER.match(name)
     i = int(layer.group(1)) if layer else -1
-    if name == "output.weight" or (not has_output and name == "token_embd.weight"):
+    if name == "output.weight" or (not shape.has_output and name in ("token_embd.weight", "per_layer_token_embd.weight")):
         if row % _block(t):
             t = "Q8_0"
         elif t != "Q8_0":
             t = "Q6_K"
-    elif "attn_v.weight" in name:
-        if m.name in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, n_layer):
+    elif name in ("token_embd.weight", "per_layer_token_embd.weight"):
+        pass
+    elif _is_attn_v(name):
+        iv = i if i_attn_v is None else i_attn_v
+        nv = n if shape.n_attn_v is None else shape.n_attn_v
+        if m.name == "Q2_K":
+            t = "Q4_K" if gqa >= 4 else "Q3_K"
+        elif m.name == "Q3_K_M":
+            t = "Q5_K" if iv < 2 else "Q4_K"
+        elif m.name == "Q3_K_L":
+            t = "Q5_K"
+        elif m.name in ("IQ4_NL", "IQ4_XS") and gqa >= 4:
+            t = "Q5_K"
+        elif m.name in ("Q4_K_M", "Q5_K_M") and use_more_bits(iv, nv):
             t = "Q6_K"
-        elif m.name == "Q4_K_S" and i < 4:
+        elif m.name == "Q4_K_S" and iv < 4:
+            t = "Q5_K"
+        if shape.is_70b and t in ("Q3_K", "Q4_K"):
             t = "Q5_K"
     elif "ffn_down" in name:
-        if m.name in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, n_layer):
-            t = "Q6_K"
-        elif m.name == "Q4_K_S" and i < n_layer // 8:
+        if m.name == "Q2_K":
+            t = "Q3_K"
+        elif m.name == "Q3_K_M":
+            t = "Q5_K" if i < n // 16 else "Q4_K"
+        elif m.name == "Q3_K_L":
             t = "Q5_K"
-    elif "attn_qkv.weight" in name:
-        t = {"Q4_K_M": "Q5_K", "Q5_K_M": "Q6_K"}.get(m.name, t)
+        elif m.name == "Q4_K_M":
+            if use_more_bits(i, n):
+                t = "Q6_K"
+        elif m.name in ("IQ4_NL", "IQ4_XS") and i < n // 8 and not imatrix:
+            t = "Q5_K"
+        elif m.name == "Q5_K_M" and use_more_bits(i, n):
+            t = "Q6_K"
+        elif m.name == "Q4_K_S" and i < n // 8:
+            t = "Q5_K"
+        elif m.name in ("Q4_0", "Q5_0") and imatrix and i < n // 8:
+            t = {"Q4_0": "Q4_1", "Q5_0": "Q5_1"}[m.name]
+    elif "attn_output.weight" in name:
+        t = {"Q2_K": "Q3_K", "Q3_K_M": "Q4_K", "Q3_K_L": "Q5_K"}.get(m.name, t)
     if row % _block(t):
         t = K_FALLBACK.get(t, "F16")
         if row % _block(t):
@@ -203,23 +254,49 @@ class _Step:
     dst: TensorSpec
 
 
-def plan(src: GGUFFile, mix: str) -> list[_Step]:
+def _layer_order(name: str) -> tuple[int, str]:
+    g = _LAYER.match(name)
+    return (int(g.group(1)) if g else -1, name)
+
+
+def _first(v: Any, default: int) -> int:
+    """A per-model or per-layer (array) integer hyperparameter's first value."""
+    if v is None:
+        return default
+    v = np.asarray(v).reshape(-1)
+    return int(v[0]) if v.size else default
+
+
+def model_shape(src: GGUFFile, has_imatrix: bool = False) -> Shape:
+    """The :class:`Shape` llama.cpp's type rules see for the model in ``src``."""
+    arch = src.metadata.get("general.architecture", "")
+    n_layer = int(src.metadata.get(f"{arch}.block_count", 0))
+    if n_layer <= 0:
+        n_layer = 1 + max((int(g.group(1)) for n in src.tensors if (g := _LAYER.match(n))), default=-1)
+    n_head = _first(src.metadata.get(f"{arch}.attention.head_count"), 0)
+    n_head_kv = _first(src.metadata.get(f"{arch}.attention.head_count_kv"), n_head)
+    n_gqa = n_head // n_head_kv if n_head_kv > 0 else 0
+    n_attn_v = sum(1 for n in src.tensors if _is_attn_v(n))
+    return Shape(n_layer, "output.weight" in src.tensors, n_gqa=n_gqa, has_imatrix=has_imatrix, n_attn_v=n_attn_v,
+                 is_70b=arch == "llama" and n_layer == 80 and n_head != n_head_kv)
+
+
+def plan(src: GGUFFile, mix: str, has_imatrix: bool = False) -> list[_Step]:
     """Each source tensor with its destination type under ``mix``; checks every conversion is possible."""
     m = _mix(mix)
     if int(src.metadata.get("split.count", 1)) > 1:
         raise UnsupportedError(f"{src.path} is one part of a split model; merge the parts first "
                                "(llama-gguf-split --merge) and quantize the merged file")
-    arch = src.metadata.get("general.architecture", "")
-    n_layer = int(src.metadata.get(f"{arch}.block_count", 0))
-    if n_layer <= 0:
-        n_layer = 1 + max((int(g.group(1)) for n in src.tensors if (g := _LAYER.match(n))), default=-1)
-    has_output = "output.weight" in src.tensors
+    shape = model_shape(src, has_imatrix)
+    # llama.cpp counts attn_v-like tensors in its loader's order: by layer, then by name
+    order = sorted((t.name for t in src.tensors.values() if _is_attn_v(t.name)), key=_layer_order)
+    rank = {name: k for k, name in enumerate(order)}
     readable = convertible_types()
     steps = []
     for t in src.tensors.values():
         dst = t.type
         if should_quantize(t.name, len(t.shape)):
-            dst = tensor_type(m.name, t.name, t.shape[-1], n_layer, has_output)
+            dst = tensor_type(m.name, t.name, t.shape[-1], shape, i_attn_v=rank.get(t.name))
         if dst != t.type and t.type not in readable:
             raise UnsupportedError(f"tensor {t.name!r} is {t.type}, which llmbench cannot convert "
                                    f"(it reads {', '.join(sorted(readable))}); convert it with llama.cpp's "

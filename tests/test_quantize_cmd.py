@@ -11,7 +11,7 @@ import pytest
 
 from llmbench import cli
 from llmbench.gguf import GGUFFile
-from llmbench.quantize import MIXES, quantize_file, should_quantize, tensor_type, use_more_bits
+from llmbench.quantize import MIXES, Shape, quantize_file, should_quantize, tensor_type, use_more_bits
 from llmbench.writer import write_gguf
 
 gguf = pytest.importorskip("gguf")
@@ -62,6 +62,70 @@ def test_other_mixes():
         assert tensor_type("Q8_0", d, 14336, n, True) == "Q8_0"
         for legacy in ("Q4_0", "Q4_1", "Q5_0", "Q5_1"):   # uniform without an importance matrix
             assert tensor_type(legacy, v, 4096, n, True) == tensor_type(legacy, d, 14336, n, True) == legacy
+
+
+# The low-bit mixes for a 17-block model, written out by hand from llama.cpp's llama_tensor_get_type
+# (src/llama-quant.cpp): n/8 = 2, n/16 = 1. Per tensor kind: the type of layers 0, 1 and the rest.
+# gqa: query heads per key/value head (Q2_K and IQ4_* give attn_v more bits from 4 on).
+LOWBIT_17 = {
+    # mix, gqa, imatrix: {kind: (layer 0, layer 1, other layers)}
+    ("Q2_K", 4, False): {"attn_v": ("Q4_K",) * 3, "ffn_down": ("Q3_K",) * 3, "attn_output": ("Q3_K",) * 3,
+                         "attn_q": ("Q2_K",) * 3, "ffn_up": ("Q2_K",) * 3},
+    ("Q2_K", 2, False): {"attn_v": ("Q3_K",) * 3, "ffn_down": ("Q3_K",) * 3, "attn_output": ("Q3_K",) * 3,
+                         "attn_k": ("Q2_K",) * 3, "ffn_gate": ("Q2_K",) * 3},
+    ("Q3_K_S", 4, False): {"attn_v": ("Q3_K",) * 3, "ffn_down": ("Q3_K",) * 3, "attn_output": ("Q3_K",) * 3},
+    ("Q3_K_M", 4, False): {"attn_v": ("Q5_K", "Q5_K", "Q4_K"), "ffn_down": ("Q5_K", "Q4_K", "Q4_K"),
+                           "attn_output": ("Q4_K",) * 3, "attn_q": ("Q3_K",) * 3, "ffn_up": ("Q3_K",) * 3},
+    ("Q3_K_L", 4, False): {"attn_v": ("Q5_K",) * 3, "ffn_down": ("Q5_K",) * 3, "attn_output": ("Q5_K",) * 3,
+                           "ffn_gate": ("Q3_K",) * 3},
+    ("Q5_K_S", 4, False): {"attn_v": ("Q5_K",) * 3, "ffn_down": ("Q5_K",) * 3, "attn_output": ("Q5_K",) * 3},
+    ("IQ4_NL", 4, False): {"attn_v": ("Q5_K",) * 3, "ffn_down": ("Q5_K", "Q5_K", "IQ4_NL"),
+                           "attn_output": ("IQ4_NL",) * 3},
+    ("IQ4_NL", 2, False): {"attn_v": ("IQ4_NL",) * 3, "ffn_down": ("Q5_K", "Q5_K", "IQ4_NL")},
+    ("IQ4_NL", 2, True): {"attn_v": ("IQ4_NL",) * 3, "ffn_down": ("IQ4_NL",) * 3},
+    ("IQ4_XS", 4, False): {"attn_v": ("Q5_K",) * 3, "ffn_down": ("Q5_K", "Q5_K", "IQ4_XS"), "ffn_up": ("IQ4_XS",) * 3},
+    ("IQ4_XS", 4, True): {"attn_v": ("Q5_K",) * 3, "ffn_down": ("IQ4_XS",) * 3},
+    ("Q4_0", 4, True): {"ffn_down": ("Q4_1", "Q4_1", "Q4_0"), "attn_v": ("Q4_0",) * 3},
+    ("Q5_0", 4, True): {"ffn_down": ("Q5_1", "Q5_1", "Q5_0")},
+    ("Q4_1", 4, True): {"ffn_down": ("Q4_1",) * 3},
+    ("Q5_0", 4, False): {"ffn_down": ("Q5_0",) * 3},
+}
+
+
+@pytest.mark.parametrize("key", sorted(LOWBIT_17), ids=lambda k: f"{k[0]}-gqa{k[1]}{'-imatrix' if k[2] else ''}")
+def test_lowbit_mixes(key):
+    mix, gqa, imatrix = key
+    shape = Shape(17, True, n_gqa=gqa, has_imatrix=imatrix)
+    for kind, (t0, t1, rest) in LOWBIT_17[key].items():
+        for i in range(17):
+            want = (t0, t1)[i] if i < 2 else rest
+            assert tensor_type(mix, f"blk.{i}.{kind}.weight", 4096, shape) == want, (mix, kind, i)
+    assert tensor_type(mix, "output.weight", 4096, shape) == "Q6_K"
+    assert tensor_type(mix, "token_embd.weight", 4096, shape) == MIXES[mix].default
+
+
+def test_lowbit_fallbacks():
+    # 576 (SmolLM2-135M) holds 18 blocks of 32 but no whole 256: Q2_K and Q3_K go to Q4_0, IQ4_XS to IQ4_NL
+    shape = Shape(30, False, n_gqa=3)
+    assert tensor_type("Q2_K", "blk.3.attn_q.weight", 576, shape) == "Q4_0"
+    assert tensor_type("Q2_K", "blk.3.ffn_down.weight", 576, shape) == "Q4_0"      # Q3_K -> Q4_0
+    assert tensor_type("Q3_K_M", "blk.3.attn_output.weight", 576, shape) == "Q5_0"  # Q4_K -> Q5_0
+    assert tensor_type("Q3_K_L", "blk.3.attn_output.weight", 576, shape) == "Q5_1"  # Q5_K -> Q5_1
+    assert tensor_type("IQ4_XS", "blk.3.attn_k.weight", 576, shape) == "IQ4_NL"
+    assert tensor_type("IQ4_XS", "blk.0.ffn_down.weight", 1536, shape) == "Q5_K"
+    # tied embedding: the output rule, whose block test uses the mix's own type (32 for IQ4_NL)
+    assert tensor_type("IQ4_NL", "token_embd.weight", 576, shape) == "Q8_0"   # Q6_K cannot hold 576
+    assert tensor_type("Q2_K", "token_embd.weight", 576, shape) == "Q8_0"
+    for mix in ("Q2_K", "Q3_K_S", "IQ4_NL", "IQ4_XS", "Q5_K_S"):
+        assert tensor_type(mix, "blk.0.ffn_down.weight", 172, shape) == "F16"
+
+
+def test_attn_v_counts_in_layer_order():
+    # Q3_K_M gives Q5_K to the first two attn_v-like tensors llama.cpp meets, whatever their layer numbers
+    shape = Shape(4, True, n_attn_v=4)
+    assert tensor_type("Q3_K_M", "blk.7.attn_v.weight", 256, shape, i_attn_v=1) == "Q5_K"
+    assert tensor_type("Q3_K_M", "blk.1.attn_v.weight", 256, shape, i_attn_v=2) == "Q4_K"
+    assert tensor_type("Q3_K_M", "blk.0.attn_qkv.weight", 256, shape, i_attn_v=0) == "Q5_K"
 
 
 def test_fallbacks_for_rows_that_are_not_whole_blocks():
@@ -179,8 +243,8 @@ def test_user_errors(tmp_path, capsys):
     rc, _, err = _run(capsys, str(bad), str(tmp_path / "o.gguf"), "--type", "Q8_0")
     assert rc == 2 and "error" in err
     if STORIES.exists():
-        rc, _, err = _run(capsys, str(STORIES), str(tmp_path / "o.gguf"), "--type", "Q3_K_M")
-        assert rc == 2 and "unknown quantization type 'Q3_K_M'" in err and "Q4_K_M" in err
+        rc, _, err = _run(capsys, str(STORIES), str(tmp_path / "o.gguf"), "--type", "IQ2_XXS")
+        assert rc == 2 and "unknown quantization type 'IQ2_XXS'" in err and "Q4_K_M" in err
     assert not (tmp_path / "o.gguf").exists()
 
 
