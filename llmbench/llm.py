@@ -11,7 +11,6 @@ core when each event happens, not when Python sees it.
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import re
 import threading
@@ -26,13 +25,13 @@ import numpy as np
 from . import BackendUnavailableError, GGUFError, LLMBenchError, UnsupportedError, _core
 from .gguf import GGUFFile
 from .info import memory_bytes
+from .prefix_plan import SHARED_PREFIX_MIN as SHARED_PREFIX_MIN
+from .prefix_plan import plan_scoring
+from .prefix_plan import prefix_tree as prefix_tree
 from .tokenizer import Tokenizer
 
 KV_DTYPES = {"f32": 0, "f16": 1, "q8_0": 8}
 ACTIVATIONS = ("q8", "f32", "bf16")   # LLM(activations=...)
-# score_tokens holds a prefix that distinct contexts share from this many tokens on: a shorter one saves
-# less prefill than the extra engine pass it costs.
-SHARED_PREFIX_MIN = 32
 EV_ARRIVAL, EV_ADMIT, EV_TOKEN, EV_FINISH = 0, 1, 2, 3
 FINISH_REASONS = {1: "length", 2: "stop", 3: "abort"}
 
@@ -550,60 +549,40 @@ class LLM:
         """For (token ids, n_context) requests: (sum logprob of ids[n_context:], all greedy). The last
         token is only scored, never fed, so a request may hold ``ctx`` + 1 tokens.
 
-        The contexts form a tree of shared prefixes: wherever two contexts next to each other in sorted
-        order share one (the same context scored with several continuations, or at least
-        ``SHARED_PREFIX_MIN`` tokens, such as a few-shot header), that prefix is computed once and held,
-        forked from the longest held prefix of itself, and each request forks the longest held
-        prefix of its context (copy on write). Requests run in sorted order, ``max_seqs`` at a time,
-        holding the prefixes that chunk needs; a prefix is released once the requests below it are
-        done, so the KV cache never holds more than one chunk's branch of the tree. ``share_prefix=False``
-        holds nothing: each request is computed whole."""
+        The contexts form a tree of shared prefixes (the same context scored with several continuations,
+        or a prefix of at least ``SHARED_PREFIX_MIN`` tokens, such as a few-shot header): each is computed
+        once, held and forked, ``max_seqs`` requests at a time, as ``prefix_plan.plan_scoring`` plans it;
+        the KV cache never holds more than one chunk's branch of the tree. ``share_prefix=False`` holds
+        nothing: each request is computed whole."""
         reqs = [(list(ids), int(n)) for ids, n in reqs]
         for ids, n in reqs:
             if not 1 <= n < len(ids):
                 raise ValueError(f"a request needs 1 <= n_context < {len(ids)} (its length), got {n}")
-        keys = [tuple(ids[:n]) for ids, n in reqs]
-        order = sorted(range(len(reqs)), key=keys.__getitem__)
-        ctxs = [keys[i] for i in order]
-        parent, attach = prefix_tree(ctxs) if share_prefix else ({}, [None] * len(ctxs))
+        plan = plan_scoring([ids[:n] for ids, n in reqs], max(1, self.max_seqs), share_prefix)
         held: dict[tuple[int, ...], int] = {}
         live: list[int] = []
         out: list[tuple[float, bool]] = [(0.0, False)] * len(reqs)
-        step = max(1, self.max_seqs)
         try:
-            for lo in range(0, len(order), step):
-                hi = min(lo + step, len(order))
-                for p in [p for p in held if ctxs[lo][: len(p)] != p]:   # below it, sorted order is past
+            for chunk in plan:
+                for p in chunk.release:
                     self.engine.release(held.pop(p))
-                need = set()
-                for a in attach[lo:hi]:
-                    while a is not None and a not in need:
-                        need.add(a)
-                        a = parent[a]
-                need -= held.keys()
-                while need:   # by depth: each branch forks its parent, held by then
-                    level = [p for p in need if parent[p] is None or parent[p] in held]
-                    if not level:   # cannot happen: a parent is held or needed; never loop forever
-                        raise RuntimeError("score_tokens: a shared prefix lost its parent")
-                    for p in level:
-                        up = parent[p]
+                for level in chunk.hold:
+                    for p, up in level:
                         held[p] = self.engine.add(list(p), max_tokens=0, hold=True,
-                                                  fork_from=held[up] if up else -1)
+                                                  fork_from=-1 if up is None else held[up])
                     self._run_to_idle()
-                    need.difference_update(level)
-                for j in range(lo, hi):
-                    ids, n_ctx = reqs[order[j]]
-                    at = attach[j]
+                for i, base in chunk.score:
+                    ids, n_ctx = reqs[i]
                     live.append(self.engine.add(ids, max_tokens=0, prompt_logprobs_from=n_ctx - 1,
-                                                fork_from=held[at] if at else -1))
+                                                fork_from=-1 if base is None else held[base]))
                 self._run_to_idle()
-                for j, s in zip(range(lo, hi), live):
-                    ids, n_ctx = reqs[order[j]]
+                for (i, _), s in zip(chunk.score, live):
+                    ids, n_ctx = reqs[i]
                     lp, greedy = self.engine.prompt_logprobs(s, len(ids) - n_ctx)
-                    out[order[j]] = (float(np.sum(lp, dtype=np.float64)), bool(greedy.all()))
-                    if not np.isfinite(out[order[j]][0]):
-                        raise NonFiniteError(f"{self.path.name}: the log-probability of request {order[j]} is "
-                                             f"{out[order[j]][0]}: the model's logits are not finite (NaN or "
+                    out[i] = (float(np.sum(lp, dtype=np.float64)), bool(greedy.all()))
+                    if not np.isfinite(out[i][0]):
+                        raise NonFiniteError(f"{self.path.name}: the log-probability of request {i} is "
+                                             f"{out[i][0]}: the model's logits are not finite (NaN or "
                                              "infinite weights or activations); check the model file")
                 while live:
                     self.engine.release(live.pop())
@@ -611,38 +590,6 @@ class LLM:
         finally:
             for s in live + list(held.values()):
                 self.engine.release(s)
-
-
-def prefix_tree(keys: Sequence[tuple[int, ...]], min_len: int = SHARED_PREFIX_MIN) \
-        -> tuple[dict[tuple[int, ...], tuple[int, ...] | None], list[tuple[int, ...] | None]]:
-    """The tree of shared prefixes of token sequences: (parent, attach). A branch is a prefix that two
-    sequences next to each other in sorted order share, of at least ``min_len`` tokens, or the whole of
-    two equal sequences (of more than one token); ``parent[b]`` is the longest branch that ``b``
-    extends (None at the top); ``attach[i]`` the longest branch ``keys[i]`` begins with (None: none)."""
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    branches = set()
-    for i, j in itertools.pairwise(order):
-        a, b = keys[i], keys[j]
-        k, m = 0, min(len(a), len(b))
-        while k < m and a[k] == b[k]:
-            k += 1
-        if k >= min_len or len(a) == len(b) == k > 1:
-            branches.add(a[:k])
-    # One walk over branches and sequences in sorted order (a prefix sorts before what extends it, a
-    # branch before the sequence equal to it): a stack of the prefixes of the current entry gives
-    # each branch its parent branch and each sequence the deepest branch it extends.
-    parent: dict[tuple[int, ...], tuple[int, ...] | None] = {}
-    attach: list[tuple[int, ...] | None] = [None] * len(keys)
-    stack: list[tuple[int, ...]] = []
-    for key, kind, j in sorted([(p, 0, -1) for p in branches] + [(keys[i], 1, i) for i in order]):
-        while stack and key[: len(stack[-1])] != stack[-1]:
-            stack.pop()
-        if kind == 0:
-            parent[key] = stack[-1] if stack else None
-            stack.append(key)
-        else:
-            attach[j] = stack[-1] if stack else None
-    return parent, attach
 
 
 class Prefix:
