@@ -147,6 +147,11 @@ def _mix_name(mix: str) -> str:
 
 
 def get_preset(name: str) -> Preset:
+    """The dummy-model preset called ``name``.
+
+    Raises:
+        ValueError: no preset has that name; the message lists them.
+    """
     try:
         return PRESETS[name]
     except KeyError:

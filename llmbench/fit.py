@@ -46,6 +46,7 @@ class FitResult:
     chi2_p: float | None = None            # P(chi2 this large | the model and the sigmas are right)
 
     def predict(self, x: Sequence[float] | np.ndarray | float) -> np.ndarray:
+        """The fitted model's values at ``x``."""
         return _MODELS[self.model](np.asarray(x, dtype=np.float64), *self.params.values())
 
     def band(self, x: Sequence[float] | np.ndarray | float, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -70,6 +71,7 @@ class FitResult:
         return y - half, y + half
 
     def to_dict(self) -> dict:
+        """The fit as a JSON-serializable dict."""
         return asdict(self)
 
 
@@ -295,9 +297,11 @@ class Comparison:
 
     @property
     def best(self) -> FitResult | None:
+        """The fit ranked first (lowest criterion), or None when no model could be fitted."""
         return self.fits[self.ranking[0]] if self.ranking else None
 
     def to_dict(self) -> dict:
+        """The comparison as a JSON-serializable dict."""
         return {"criterion": self.criterion, "ranking": self.ranking, "delta": self.delta, "weight": self.weight,
                 "failed": self.failed, "fits": {k: f.to_dict() for k, f in self.fits.items()}}
 
@@ -345,6 +349,7 @@ class Knee:
     gains: list[float]  # gain per doubling of step i -> i + 1, len(points) - 1 entries
 
     def to_dict(self) -> dict:
+        """The knee as a JSON-serializable dict."""
         return asdict(self)
 
 
@@ -392,6 +397,7 @@ class Kneedle:
     difference: list[float]
 
     def to_dict(self) -> dict:
+        """The knee as a JSON-serializable dict."""
         return asdict(self)
 
 
@@ -483,9 +489,11 @@ class DecayCurve:
 
     @property
     def best(self) -> FitResult | None:
+        """The best-ranked fit of the curve, or None without a comparison (fewer than 3 step counts)."""
         return None if self.comparison is None else self.comparison.best
 
     def to_dict(self) -> dict:
+        """The curve as a JSON-serializable dict."""
         d = {k: v for k, v in asdict(self).items() if k != "comparison"}
         d["dropped"] = {str(k): v for k, v in self.dropped.items()}
         d["comparison"] = None if self.comparison is None else self.comparison.to_dict()

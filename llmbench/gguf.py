@@ -40,10 +40,12 @@ class TensorInfo:
 
     @property
     def ne(self) -> tuple[int, ...]:
+        """The shape in GGUF's order (fastest-varying dimension first), the reverse of ``shape``."""
         return tuple(reversed(self.shape))
 
     @property
     def n_elements(self) -> int:
+        """The number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
 
@@ -88,6 +90,7 @@ class GGUFFile:
 
     @property
     def closed(self) -> bool:
+        """Whether the file has been closed."""
         return self._reader is None
 
     def __enter__(self) -> GGUFFile:

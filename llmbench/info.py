@@ -12,6 +12,7 @@ from .backends import cuda
 
 
 def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, or what the platform module says where that is missing."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -59,6 +60,7 @@ def memory_bytes() -> dict[str, int]:
 
 
 def cuda_info() -> dict[str, Any]:
+    """The CUDA backend as `llmbench info` shows it: available or why not, library, versions, devices."""
     ok, why = cuda.available()
     info: dict[str, Any] = {"available": ok, "library": cuda.library_path()}
     if not ok:

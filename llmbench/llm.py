@@ -93,10 +93,12 @@ class Completion:
 
     @property
     def ttft_s(self) -> float | None:
+        """Time to first token in seconds (from arrival); None without output tokens."""
         return (int(self.token_ns[0]) - self.arrival_ns) / 1e9 if len(self.token_ns) else None
 
     @property
     def e2e_s(self) -> float:
+        """Seconds from arrival to the last token (or to the finish, without output tokens)."""
         end = int(self.token_ns[-1]) if len(self.token_ns) else self.finish_ns
         return (end - self.arrival_ns) / 1e9
 
@@ -365,6 +367,7 @@ class LLM:
         return self.tokenizer
 
     def tokenize(self, text: str, add_bos: bool | None = None) -> list[int]:
+        """Token ids of ``text``; ``add_bos`` None follows the model's metadata."""
         return self._tok().encode(text, add_bos)
 
     def detokenize(self, ids: Sequence[int], skip_special: bool = True) -> str:
@@ -603,6 +606,7 @@ class Prefix:
         return len(self.ids)
 
     def release(self) -> None:
+        """Free the prefix's KV cache; later calls do nothing."""
         if self.seq is not None:
             self.llm._release(self.seq)
             self.seq = None

@@ -155,6 +155,8 @@ def tokenizer_style(name: str, n_special: int = 256) -> TokenizerStyle:
 
 @dataclass(frozen=True)
 class Vocab:
+    """A generated vocabulary: tokens, their types, BPE merges, BOS and EOS ids, and its tokenizer style."""
+
     tokens: list[str]
     token_types: np.ndarray   # int32: 1 normal, 3 control
     merges: list[str]         # "left right", rank order

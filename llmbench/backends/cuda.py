@@ -57,6 +57,8 @@ def versions() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Device:
+    """One CUDA device as the runtime reports it: memory in bytes, compute capability (major, minor)."""
+
     index: int
     name: str
     total_memory: int
@@ -66,6 +68,11 @@ class Device:
 
 
 def devices() -> list[Device]:
+    """The CUDA devices this process can use, loading the backend library first.
+
+    Raises:
+        BackendUnavailableError: the library or the driver cannot be loaded.
+    """
     load()
     return [Device(**d) for d in _core.cuda_devices()]
 

@@ -38,6 +38,9 @@ class DataNotFoundError(LLMBenchError, FileNotFoundError):
 
 
 def search_roots(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Where evaluation data is looked for, in order: ``data_dir`` alone when given, else $LLMBENCH_DATA,
+    then shared/data beside the working directory and beside the checkout (duplicates dropped).
+    """
     if data_dir is not None:
         return [Path(data_dir)]
     roots: list[Path] = []
@@ -91,6 +94,11 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
 
 
 def read_parquet(path: Path) -> list[dict[str, Any]]:
+    """A parquet file's rows as dicts.
+
+    Raises:
+        LLMBenchError: pandas (or pyarrow) is not installed.
+    """
     try:
         import pandas as pd
     except ImportError as e:

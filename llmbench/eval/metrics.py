@@ -24,6 +24,7 @@ Z95 = 1.959963984540054
 
 
 def mean_stderr(values: Sequence[float]) -> float | None:
+    """Standard error of the mean (sample standard deviation, ddof=1, over sqrt(n)); None for fewer than 2 values."""
     n = len(values)
     if n < 2:
         return None

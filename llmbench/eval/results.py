@@ -56,11 +56,14 @@ SCHEMA: dict[str, Any] = {
 
 
 def schema_json() -> str:
+    """The JSON schema of ``results.json``, as indented text."""
     return json.dumps(SCHEMA, indent=2) + "\n"
 
 
 @dataclass
 class TaskResult:
+    """One task's results: its settings, aggregated metrics, per-sample records and timing."""
+
     name: str
     version: str
     settings: dict[str, Any]
@@ -94,6 +97,7 @@ class EvalResults:
         return self.tasks[task]
 
     def to_json(self) -> dict[str, Any]:
+        """The results as ``results.json`` holds them (per-sample records are in their own files)."""
         out = {**self.header, "environment": self.environment, "settings": self.settings,
                "tasks": {k: t.to_json() for k, t in self.tasks.items()}}
         if self.precision_check:
@@ -123,6 +127,9 @@ class EvalResults:
         return pd.DataFrame(self.rows())
 
     def markdown(self, subjects: bool = False) -> str:
+        """The metrics as a Markdown table: one row per task and group metric, with its standard error and n;
+        ``subjects=True`` adds a row per subject.
+        """
         lines = ["| task | group / subject | metric | value | ± stderr | n |", "|---|---|---|---|---|---|"]
         for r in self.rows():
             if r["level"] == "subject" and not subjects:

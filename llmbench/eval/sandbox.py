@@ -69,6 +69,8 @@ class Limits:
 
 @dataclass
 class Outcome:
+    """How one program ran in the sandbox: passed, its status, the end of its stderr, wall time, the isolation used."""
+
     passed: bool
     status: str          # "passed", "failed" (an exception or a nonzero exit), "timeout", "killed", "error"
     detail: str          # the end of its stderr, or what went wrong
@@ -76,6 +78,7 @@ class Outcome:
     isolation: dict[str, bool]
 
     def to_json(self) -> dict[str, Any]:
+        """The outcome as a JSON-serializable dict."""
         return asdict(self)
 
 

@@ -27,6 +27,8 @@ _ASSISTANT = ("gpt", "assistant", "chatgpt", "bard", "model")
 
 @dataclass
 class DatasetPrompt:
+    """One prompt of a dataset, with its reference reply where the dataset has one."""
+
     text: str
     reply: str | None = None   # the dataset's reference reply, if it has one
 

@@ -93,18 +93,22 @@ class RequestTiming:
 
     @property
     def ok(self) -> bool:
+        """Whether the request finished without error."""
         return self.error is None
 
     @property
     def last_token_ns(self) -> int:
+        """When the last token arrived (ns)."""
         return self.token_ns[-1] if self.token_ns else int(self.first_token_ns)  # type: ignore[arg-type]
 
     @property
     def ttft_ns(self) -> int:
+        """Time to first token (ns): first token minus arrival."""
         return int(self.first_token_ns) - self.arrival_ns  # type: ignore[arg-type]
 
     @property
     def e2el_ns(self) -> int:
+        """End-to-end latency (ns): last token minus arrival."""
         return self.last_token_ns - self.arrival_ns
 
     @property
@@ -117,9 +121,11 @@ class RequestTiming:
 
     @property
     def itl_ns(self) -> list[int]:
+        """Inter-token latencies (ns): the gaps between consecutive tokens."""
         return [b - a for a, b in zip(self.token_ns, self.token_ns[1:])]
 
     def to_dict(self) -> dict:
+        """The timing as a JSON-serializable dict (`from_dict` reads it back)."""
         return {"arrival_ns": int(self.arrival_ns),
                 "first_token_ns": None if self.first_token_ns is None else int(self.first_token_ns),
                 "token_ns": list(self.token_ns),

@@ -350,6 +350,7 @@ def validate(result: Any) -> None:
 
 
 def schema_json() -> str:
+    """The JSON schema of a benchmark result file, as indented text."""
     return json.dumps(SCHEMA, indent=2) + "\n"
 
 

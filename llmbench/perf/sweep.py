@@ -98,14 +98,21 @@ class Sweep:
         return [dict(zip(names, combo)) for combo in itertools.product(*(self.axes[a] for a in names))]
 
     def config(self, params: dict) -> BenchConfig:
+        """The benchmark configuration of one point: the base with ``params`` applied (and no pp/tg tests)."""
         return dataclasses.replace(self.base, **params, pp=0, tg=0)
 
     def to_json(self) -> dict:
+        """The sweep as the first line of its log holds it."""
         return {"kind": "sweep", "format": LOG_FORMAT, "base": config_json(self.base), "axes": self.axes,
                 "knee_threshold": self.knee_threshold}
 
     @classmethod
     def from_json(cls, d: dict) -> Sweep:
+        """The sweep from its log's first line.
+
+        Raises:
+            ValueError: the object is not an llmbench sweep of this log format.
+        """
         if d.get("kind") != "sweep" or d.get("format") != LOG_FORMAT:
             raise ValueError("not an llmbench sweep log (its first line must be the sweep's configuration)")
         base = dict(d["base"])
@@ -123,6 +130,7 @@ def _absolute(model: str) -> str:
 
 
 def point_key(params: dict) -> str:
+    """A sweep point's parameters as a canonical string (sorted JSON): the key it is logged and resumed by."""
     return json.dumps(params, sort_keys=True)
 
 
@@ -139,9 +147,15 @@ class SweepLog:
         self.path = os.path.join(directory, LOG_NAME)
 
     def config_from_json(self, d: dict) -> Sweep:
+        """The configuration from the log's first line (a `Sweep` here; a study's log reads a `Study`)."""
         return Sweep.from_json(d)
 
     def create(self, sweep: Sweep) -> None:
+        """Start the log with the configuration line.
+
+        Raises:
+            FileExistsError: the folder already holds a log (resume it instead).
+        """
         os.makedirs(self.dir, exist_ok=True)
         if os.path.exists(self.path):
             raise FileExistsError(f"{self.path} exists: continue it with --resume {self.dir}, "
@@ -177,6 +191,7 @@ class SweepLog:
         return sweep, done
 
     def append(self, record: dict) -> None:
+        """Append one finished point's record, flushed and fsynced."""
         self._write(record, mode="a")
 
     def _write(self, obj: dict, mode: str) -> None:

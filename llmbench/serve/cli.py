@@ -14,6 +14,7 @@ API_KEY_ENV = "LLMBENCH_API_KEY"
 
 
 def add_parser(sub) -> None:
+    """Add ``llmbench serve`` and its options to the command-line parser."""
     s = sub.add_parser(
         "serve", help="serve a model over an OpenAI-compatible HTTP API (continuous batching)",
         description="Serve a GGUF model (or a dummy preset) over OpenAI's HTTP API: /v1/completions (echo and "
@@ -61,6 +62,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """Run ``llmbench serve`` with parsed arguments until interrupted; the exit status."""
     from . import _need
 
     _need()

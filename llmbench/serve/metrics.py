@@ -31,6 +31,7 @@ def _num(v: float) -> str:
 
 
 def render(s: Stats, model: str) -> str:
+    """The server's statistics in Prometheus's text format, labelled with the model name."""
     lab = _labels(model_name=model)
     out: list[str] = []
 

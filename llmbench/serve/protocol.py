@@ -37,6 +37,7 @@ class APIError(Exception):
 
 
 def bad(param: str, message: str) -> APIError:
+    """An HTTP 400 `APIError` naming the request parameter at fault."""
     return APIError(400, f"{param}: {message}", param=param)
 
 
@@ -163,6 +164,8 @@ def choice_seed(seed: int | None, j: int) -> int | None:
 
 @dataclass
 class CompletionRequest:
+    """A validated /v1/completions request body."""
+
     prompts: list[str | list[int]]
     max_tokens: int
     n: int
@@ -174,6 +177,11 @@ class CompletionRequest:
 
 
 def completion_request(body: dict) -> CompletionRequest:
+    """Validate a /v1/completions body.
+
+    Raises:
+        APIError: a parameter is missing, malformed or unsupported (status 400, naming it).
+    """
     prompt = body.get("prompt")
     if prompt is None:
         raise bad("prompt", "is required (a string, a list of strings, a list of token ids or a list of lists)")
@@ -198,6 +206,8 @@ def completion_request(body: dict) -> CompletionRequest:
 
 @dataclass
 class ChatRequest:
+    """A validated /v1/chat/completions request body."""
+
     messages: list[dict[str, str]]
     max_tokens: int | None
     n: int
@@ -224,6 +234,11 @@ def _content(m: dict, i: int) -> str:
 
 
 def chat_request(body: dict) -> ChatRequest:
+    """Validate a /v1/chat/completions body.
+
+    Raises:
+        APIError: a parameter is missing, malformed or unsupported (status 400, naming it).
+    """
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad("messages", "is required: a non-empty list of {\"role\", \"content\"} objects")
@@ -248,6 +263,7 @@ def chat_request(body: dict) -> ChatRequest:
 # ---- responses ----
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """An OpenAI ``usage`` object."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}
 
@@ -263,5 +279,6 @@ def top_dict(chosen: tuple[str, float], alternatives: list[tuple[str, float]]) -
 
 
 def chat_logprob(text: str, lp: float, top: list[tuple[str, float]]) -> dict[str, Any]:
+    """One token's entry in a chat completion's ``logprobs.content``, with its top alternatives."""
     return {"token": text, "logprob": lp, "bytes": list(text.encode()),
             "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in top]}

@@ -434,6 +434,7 @@ def token_text(tk, ids: Sequence[int], at: int, token: int | None = None) -> str
 
 
 def prompt_token_texts(tk, ids: Sequence[int]) -> list[str]:
+    """Each prompt token's text (as the tokenizer renders it in context)."""
     return [token_text(tk, ids, i) for i in range(len(ids))]
 
 

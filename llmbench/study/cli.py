@@ -21,6 +21,7 @@ def _numbers(text: str, kind: type, option: str) -> float | list:
 
 
 def add_parser(sub) -> None:
+    """Add ``llmbench study`` and its options to the command-line parser."""
     s = sub.add_parser(
         "study", help="run a grid of generation and engine settings over prompts or a task, locally or on Ray",
         description="Cross generation parameters (temperature, top-p, top-k, min-p, max tokens, seed, repetitions) "
@@ -96,6 +97,7 @@ def _grid(args: argparse.Namespace):
 
 
 def cmd_study(args: argparse.Namespace) -> int:
+    """Run ``llmbench study`` with parsed arguments; the exit status."""
     from rich.console import Console
 
     from .runner import run_study
@@ -153,6 +155,7 @@ def _table(result: dict) -> None:
 
 
 def add_report_parser(sub) -> None:
+    """Add ``llmbench report`` (its ``quant`` report) to the command-line parser."""
     r = sub.add_parser("report", help="reports that combine measurements: quant (weight types side by side)",
                        description="Reports built from several measurements.")
     rs = r.add_subparsers(dest="report", metavar="REPORT", required=True)
@@ -184,6 +187,7 @@ def add_report_parser(sub) -> None:
 
 
 def cmd_report_quant(args: argparse.Namespace) -> int:
+    """Run ``llmbench report quant`` with parsed arguments; the exit status."""
     from rich.console import Console
 
     from .quantreport import markdown, quant_report

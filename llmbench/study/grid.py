@@ -42,6 +42,10 @@ def _axis(v: Any) -> list:
 
 @dataclass
 class Study:
+    """A study's grid: models, engine settings and sampling parameters (a list value is an axis), the
+    workload, repetitions and the reference model (see the module's description of the file).
+    """
+
     model: Any                                    # a path, a dummy preset, or a list of them
     workload: dict[str, Any]
     engine: dict[str, Any] = field(default_factory=dict)
@@ -109,6 +113,11 @@ class Study:
         return out
 
     def prompt_list(self) -> list[str]:
+        """The workload's prompts: its list, or the lines (JSONL: the "prompt" fields) of its file.
+
+        Raises:
+            ValueError: the file cannot be read or parsed, or there are no prompts.
+        """
         p = self.workload["prompts"]
         if isinstance(p, (list, tuple)):
             prompts = [str(x) for x in p]
@@ -130,12 +139,18 @@ class Study:
         return prompts
 
     def to_json(self) -> dict:
+        """The grid as a JSON-serializable dict (with ``kind: study``)."""
         d = asdict(self)
         d["kind"] = "study"
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> Study:
+        """A grid from a mapping (a parsed YAML or JSON file).
+
+        Raises:
+            ValueError: the mapping is not a valid grid; the message names the key.
+        """
         if not isinstance(d, dict):
             raise ValueError("a study grid must be a mapping")
         d = {k: v for k, v in d.items() if k != "kind"}
@@ -201,4 +216,5 @@ def load_key(point: dict[str, Any]) -> str:
 
 
 def point_key(point: dict[str, Any]) -> str:
+    """A study point as a canonical string (sorted JSON): the key it is logged and resumed by."""
     return json.dumps(point, sort_keys=True)

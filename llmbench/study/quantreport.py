@@ -189,6 +189,7 @@ def _cell(v: Any, fmt: str) -> str:
 
 
 def markdown(report: dict) -> str:
+    """The quantization report as a Markdown table, one row per weight type."""
     lines = ["| " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in report["types"]:
         lines.append("| " + " | ".join(_cell(r.get(k), f) for k, _, f in COLUMNS) + " |")

@@ -31,9 +31,16 @@ from .grid import Study, point_key
 
 
 class StudyLog(SweepLog):
+    """A study's ``points.jsonl``: the sweep's log, with a `Study` as its configuration."""
+
     config_type = "study"
 
     def config_from_json(self, d: dict) -> Study:
+        """The study from the log's first line.
+
+        Raises:
+            ValueError: the folder holds a sweep, not a study.
+        """
         if d.get("kind") != "study":
             raise ValueError("this folder holds a sweep, not a study")
         return Study.from_json(d)

@@ -21,14 +21,17 @@ from collections.abc import Sequence
 
 
 def words(text: str) -> list[str]:
+    """Lower-cased, whitespace-separated words."""
     return text.lower().split()
 
 
 def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    """The ``n``-grams of a token list, in order."""
     return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
 
 
 def distinct_n(texts: Sequence[str], n: int) -> float:
+    """Distinct-n: unique ``n``-grams over all n-grams of the texts together (words, lower-cased); 0.0 for none."""
     grams = [g for t in texts for g in ngrams(words(t), n)]
     return len(set(grams)) / len(grams) if grams else 0.0
 
@@ -62,6 +65,7 @@ def self_bleu(texts: Sequence[str], n: int = 4) -> float | None:
 
 
 def repetition_rate(texts: Sequence[str], n: int = 4) -> float | None:
+    """The mean over texts of the share of repeated ``n``-grams (1 - unique / all); None if no text has an n-gram."""
     rates = []
     for t in texts:
         grams = ngrams(words(t), n)

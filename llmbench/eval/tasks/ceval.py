@@ -78,6 +78,11 @@ GROUP_NAMES = {"stem": "STEM", "social_science": "Social Science", "humanities":
 
 
 def load_subject(root: Path, subject: str, split: str = "val") -> Subject:
+    """A C-Eval subject's few-shot (dev) and scored (``split``) questions from ``root``.
+
+    Raises:
+        DataNotFoundError: neither the CSV nor the parquet layout is there.
+    """
     dev, docs = (read_split(root / sp / f"{subject}_{sp}.csv", sorted((root / subject).glob(f"{sp}-*.parquet")),
                             question_from) for sp in ("dev", split))
     if dev is None or docs is None:
@@ -88,6 +93,8 @@ def load_subject(root: Path, subject: str, split: str = "val") -> Subject:
 
 
 class CEval(LetterChoiceTask):
+    """C-Eval as lm-evaluation-harness defines it: multiple choice scored by the log-likelihood of the answer letters."""
+
     name = "ceval"
     version = "2.0"
     metrics = {"acc": True, "acc_norm": True}

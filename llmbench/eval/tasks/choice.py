@@ -26,6 +26,8 @@ LETTERS = ("A", "B", "C", "D")
 
 @dataclass
 class Question:
+    """A multiple-choice question: its text, one choice per letter, the index of the right one."""
+
     question: str
     choices: list[str]          # one per letter
     answer: int                 # index of the gold letter
@@ -33,6 +35,8 @@ class Question:
 
 @dataclass
 class Subject:
+    """One subject's few-shot questions and the questions scored."""
+
     name: str
     fewshot: list[Question]     # the few-shot split, in file order
     docs: list[Question]        # the split scored

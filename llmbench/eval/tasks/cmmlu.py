@@ -76,6 +76,11 @@ def _parquet(root: Path, subject: str, split: str) -> list[Path]:
 
 
 def load_subject(root: Path, subject: str) -> Subject:
+    """A CMMLU subject's dev (few-shot) and test questions from ``root``.
+
+    Raises:
+        DataNotFoundError: neither the CSV nor the parquet layout is there.
+    """
     dev, test = (read_split(root / sp / f"{subject}.csv", _parquet(root, subject, sp), _question)
                  for sp in ("dev", "test"))
     if dev is None or test is None:
@@ -86,6 +91,8 @@ def load_subject(root: Path, subject: str) -> Subject:
 
 
 class CMMLU(LetterChoiceTask):
+    """CMMLU as lm-evaluation-harness defines it: multiple choice scored by the log-likelihood of the answer letters."""
+
     name = "cmmlu"
     version = "1.0"
     metrics = {"acc": True, "acc_norm": True}

@@ -77,6 +77,7 @@ def normalize_answer(s: str) -> str:
 
 
 def exact_match(pred: str, gold: str) -> float:
+    """1.0 if the two answers are equal after `normalize_answer` (SQuAD's normalization), else 0.0."""
     return float(normalize_answer(pred) == normalize_answer(gold))
 
 
@@ -114,6 +115,7 @@ def _row(r: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def load(root: Path) -> list[dict[str, Any]]:
+    """HotpotQA's distractor dev questions from ``root`` (the JSON file or the parquet layout)."""
     files = sorted(root.glob("hotpot_dev_distractor*.json"))
     if files:
         rows = json.loads(files[0].read_text(encoding="utf-8"))
@@ -131,6 +133,8 @@ def load(root: Path) -> list[dict[str, Any]]:
 # ---- the task ----
 
 class HotpotQA(Task):
+    """HotpotQA (distractor setting), zero-shot generation scored by exact match and token F1."""
+
     name = "hotpotqa"
     version = "1.0"
     metrics = {"em": True, "f1": True}

@@ -79,6 +79,11 @@ def _hf_question(row: dict, where: str) -> Question:
 
 
 def load_subject(root: Path, subject: str) -> Subject:
+    """An MMLU subject's dev (few-shot) and test questions from ``root``.
+
+    Raises:
+        DataNotFoundError: neither the CSV nor the parquet layout is there.
+    """
     splits = [read_split(root / split / f"{subject}_{split}.csv", sorted((root / subject).glob(f"{split}-*.parquet")),
                          _csv_question if (root / split / f"{subject}_{split}.csv").exists() else _hf_question,
                          header=False) for split in ("dev", "test")]
@@ -89,6 +94,8 @@ def load_subject(root: Path, subject: str) -> Subject:
 
 
 class MMLU(LetterChoiceTask):
+    """MMLU as lm-evaluation-harness defines it: multiple choice scored by the log-likelihood of the answer letters."""
+
     name = "mmlu"
     version = "1.0"
 
