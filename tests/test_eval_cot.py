@@ -121,3 +121,25 @@ def test_decay_table_counts_and_wilson():
     assert t["all"]["2"]["n"] == 3 and t["all"]["2"]["em"]["correct"] == 2.0
     assert t["all"]["4"]["answered"] == 0 and t["groups"]["g"] == t["all"]
     assert sum(r["n"] for r in t["all"].values()) == 5 and t["top_logprobs"] == cot.TOP_LOGPROBS
+
+
+# ---- how many top log-probabilities: an option, said in the results ----
+
+def test_entropy_note_says_how_many_entries_it_used():
+    recs = [{"subject": "", "metrics": {"em": 1.0}, "cot": {"steps": 1, "answered": True, "top_logprobs": k,
+                                                           "step_entropy": [0.1], "answer_entropy": 0.2}}
+            for k in (5, 5)]
+    t = cot.decay_table(recs, ["em"], top_logprobs=5)
+    assert t["top_logprobs"] == 5 and t["top_logprobs_used"] == [5, 5]
+    assert "lower bound from its top 5 log-probabilities:" in t["entropy"] and "the 5 entries miss" in t["entropy"]
+    fewer = cot.decay_table(recs, ["em"], top_logprobs=20)["entropy"]
+    assert "top 5 log-probabilities (20 were asked for: the server sent fewer)" in fewer
+    none = cot.decay_table([{**recs[0], "cot": {"steps": 1, "answered": True, "top_logprobs": None}}], ["em"],
+                           top_logprobs=0)
+    assert none["top_logprobs_used"] is None and none["entropy"].startswith("no entropies") and "0 were asked" in none["entropy"]
+
+
+@pytest.mark.parametrize("bad", [-1, "20", True, 2.0])
+def test_top_logprobs_is_checked(bad):
+    with pytest.raises(ValueError, match="top_logprobs must be an int >= 0"):
+        cot.check_top_logprobs(bad)

@@ -37,7 +37,8 @@ TASKS: dict[str, tuple[str, str]] = {
     "mt_bench": ("llmbench.eval.tasks.mt_bench", "MTBench"),
 }
 # Options only some tasks take (evaluate's keyword -> the tasks that take it).
-TASK_OPTIONS = {"allow_code_execution": ("humaneval",), "samples": ("humaneval",), "judge_max_tokens": ("mt_bench",)}
+TASK_OPTIONS = {"allow_code_execution": ("humaneval",), "samples": ("humaneval",), "judge_max_tokens": ("mt_bench",),
+                "top_logprobs": ("gsm8k_cot", "mmlu_cot", "mmlu_cot_zeroshot")}
 # Tasks on the engine's logits rather than requests (llama-perplexity's method).
 TEXT_TASKS = ("perplexity", "kld")
 DEFAULT_SHOTS = {"mmlu": 5, "ceval": 5, "cmmlu": 5, "gsm8k": 5, "gsm8k_cot": 8, "mmlu_cot": 4}
@@ -133,6 +134,10 @@ def _comparable(settings: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]
     keep["model_sha256"] = model.get("sha256") if isinstance(model, dict) else None
     keep["model_name"] = model.get("name") if isinstance(model, dict) else model
     keep["activations"] = env.get("activations")
+    if any(t in TASK_OPTIONS["top_logprobs"] for t in keep.get("tasks") or ()):
+        from .cot import TOP_LOGPROBS
+
+        keep.setdefault("top_logprobs", TOP_LOGPROBS)   # a run.json from before the option asked for 20
     return keep
 
 
@@ -157,6 +162,7 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
              precision_check: int | None = None, chunk: int = 256, seed: int = 0,
              base_model: str | None = None, text: str | os.PathLike[str] | None = None, max_chunks: int | None = None,
              allow_code_execution: bool = False, samples: int | None = None, judge: Any = None,
+             top_logprobs: int | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> EvalResults:
     """Run ``tasks`` (a name, comma-separated names or a list) on ``model`` and return the results.
 
@@ -173,8 +179,10 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     ``humaneval`` runs the generated code only with ``allow_code_execution=True`` (in a sandbox:
     llmbench.eval.sandbox), ``samples`` completions per problem (pass@k). ``mt_bench`` needs ``judge``:
     a GGUF path or `LLM` (the engine), ``"NAME@URL"`` or ``"URL"`` (an OpenAI-compatible server; its
-    first listed model), or an `Adapter`.
-    ``progress(task, done, total)`` is called as documents finish."""
+    first listed model), or an `Adapter`. ``top_logprobs``: the top log-probabilities per output token
+    the chain-of-thought tasks (gsm8k_cot, mmlu_cot, mmlu_cot_zeroshot) ask for, whose entropy bound uses
+    them (llmbench.eval.cot); default 20, capped to what the adapter gives (OpenAI's completions API: 5);
+    0 for none. ``progress(task, done, total)`` is called as documents finish."""
     from .runner import precision_check as run_check
     from .runner import run_task
 
@@ -209,6 +217,9 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
                            share_prefix=share_prefix, **llm_options)
     if judge_adapter is _SAME_MODEL:
         judge_adapter = adapter
+    top_note = None
+    if any(n in TASK_OPTIONS["top_logprobs"] for n in names):
+        top_logprobs, top_note = _top_logprobs(top_logprobs, adapter)
     fallback = []
     if "mt_bench" in names:
         from .tasks.mt_bench import give_chat_template
@@ -218,7 +229,7 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
             fallback.append("judge")
     task_objs = [make_task(n, shots=shots, limit=limit, subjects=subjects, data_dir=data_dir,
                            allow_code_execution=allow_code_execution, samples=samples,
-                           judge_max_tokens=_judge_max_tokens(judge_adapter))
+                           judge_max_tokens=_judge_max_tokens(judge_adapter), top_logprobs=top_logprobs)
                  for n in names if n in TASKS]
     if precision_check is None:
         precision_check = AUTO_CHECK if _rounds_activations(adapter) else 0
@@ -229,6 +240,10 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
                 "precision_check": precision_check, "seed": seed, "threads": threads}
     if samples is not None:
         settings["samples"] = samples
+    if any(n in TASK_OPTIONS["top_logprobs"] for n in names):
+        settings["top_logprobs"] = top_logprobs
+        if top_note:
+            settings["top_logprobs_capped"] = top_note
     if judge_adapter is not None:
         settings["judge"] = _judge_name(judge)
     if fallback:
@@ -274,6 +289,26 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         tmp.write_text(json.dumps(results.to_json(), indent=1, ensure_ascii=False, default=str))
         tmp.replace(out_dir / "results.json")
     return results
+
+
+def _top_logprobs(n: int | None, adapter: Adapter) -> tuple[int, str | None]:
+    """The top log-probabilities the chain-of-thought tasks ask for: ``n``, checked against what the
+    adapter gives; by default `cot.TOP_LOGPROBS`, capped to it, with a note saying so. (The tasks send
+    prompt strings, so the completions limit is the one that counts.)"""
+    from .cot import TOP_LOGPROBS, check_top_logprobs
+
+    limit = adapter.top_logprobs_limit(chat=False)
+    where = getattr(adapter, "base_url", None) or f"the {adapter.name} backend"
+    if n is not None:
+        check_top_logprobs(n)
+        if limit is not None and n > limit:
+            raise ValueError(f"--top-logprobs {n} (top_logprobs=): {where} gives at most {limit} top log-probabilities "
+                             f"per token; run with --top-logprobs {limit} or fewer")
+        return n, None
+    if limit is not None and limit < TOP_LOGPROBS:
+        return limit, (f"{TOP_LOGPROBS} top log-probabilities by default, capped to {limit}: the most {where} gives "
+                       "on completions; the entropy bound is looser (token_tail says how much)")
+    return TOP_LOGPROBS, None
 
 
 # Documents the precision check re-scores by default: a flip rate of 5% is then known to about +-2%,

@@ -32,6 +32,7 @@ from .api import (
     RollingAnswer,
 )
 
+MAX_LOGPROBS = 20       # the engine's top-n log-probabilities per token (SamplingParams.logprobs 0..20)
 
 def rolling_windows(tokens: Sequence[int], prefix_token: int, max_len: int) -> list[tuple[list[int], int]]:
     """lm-eval's rolling windows with a context of one token, made disjoint: a list of (ids,
@@ -181,6 +182,9 @@ class EngineAdapter(Adapter):
             texts = token_texts(tok, c.token_ids)
             top = [_unique_keys(tok, d) for d in c.top_logprobs or []] if r.logprobs else None
         return Generation(c.text, c.finish_reason, len(c.token_ids), list(c.logprobs), top, texts)
+
+    def top_logprobs_limit(self, chat: bool = False) -> int | None:
+        return MAX_LOGPROBS
 
     def _fit(self, parent: dict, attach: list) -> tuple[dict, list]:
         """Drop held prefixes, those that save the fewest tokens first, until they take at most half of

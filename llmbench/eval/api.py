@@ -170,6 +170,11 @@ class Adapter(ABC):
     def environment(self) -> dict[str, Any]:
         """What produced the numbers: the `environment` block of results.json."""
 
+    def top_logprobs_limit(self, chat: bool = False) -> int | None:
+        """The most top log-probabilities per output token a generation may ask for (on chat messages
+        or a prompt string); None where no limit is known."""
+        return None
+
     def close(self) -> None:
         pass
 

@@ -78,6 +78,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--samples", type=int, default=None, metavar="N",
                    help="humaneval: completions per problem (default 1, greedy; N > 1 samples at temperature "
                         "0.2 and reports pass@k for k <= N)")
+    e.add_argument("--top-logprobs", type=int, default=None, metavar="N",
+                   help="gsm8k_cot, mmlu_cot: top log-probabilities per output token for the entropy bound of the "
+                        "decay-curve data (default 20, capped to what the backend gives: OpenAI's completions API "
+                        "5; vLLM up to its --max-logprobs; 0 for none)")
     e.add_argument("--subject-table", action="store_true", help="show every subject in the table")
     e.add_argument("--markdown", action="store_true", help="print a markdown table instead of the terminal table")
     e.add_argument("--json", action="store_true", help="print results.json instead of the table")
@@ -101,6 +105,7 @@ def _resume_args(args: argparse.Namespace) -> None:
     args.backend = {"engine": "cpu"}.get(s.get("backend"), s.get("backend") or args.backend)
     args.base_url = s.get("base_url")
     args.samples = s.get("samples")
+    args.top_logprobs = s.get("top_logprobs") if s.get("top_logprobs_capped") is None else None
     args.judge = args.judge or s.get("judge")
     for k in ("ctx", "base_model", "max_chunks", "text"):
         if s.get(k) is not None and k != "text":
@@ -168,12 +173,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
                            precision_check=args.precision_check,
                            base_model=args.base_model, text=args.text, max_chunks=args.max_chunks,
                            allow_code_execution=args.allow_code_execution, samples=args.samples,
-                           judge=args.judge, progress=progress)
+                           judge=args.judge, top_logprobs=args.top_logprobs, progress=progress)
     except KeyboardInterrupt:
         if args.out:
             print(f"llmbench eval: interrupted; finished samples are in {args.out}: continue with  "
                   f"llmbench eval --resume {args.out}", file=sys.stderr)
         return 130
+    if res.settings.get("top_logprobs_capped"):
+        print(f"llmbench eval: {res.settings['top_logprobs_capped']}", file=sys.stderr)
     if args.json:
         print(json.dumps(res.to_json(), indent=1, ensure_ascii=False, default=str))
         return 0

@@ -15,9 +15,11 @@ is the step count. An answer without the cue (it ran out of tokens, or never con
 ``answered: false`` and all its sentences count as steps. So "Leah had 32. Her sister had 42. 32 + 42 =
 74. The answer is 74." has 3 steps, and "Step 1: add.\\nStep 2: subtract.\\nThe answer is (B)." has 2.
 
-**Entropy per step.** Each output token's distribution is known through the engine's top-k
-log-probabilities (``TOP_LOGPROBS`` = 20 entries, the most the engine and OpenAI-style servers give).
-From the top-k probabilities p_1 >= ... >= p_k, with tail mass T = 1 - sum(p_i) (what the k entries
+**Entropy per step.** Each output token's distribution is known through its top-k log-probabilities:
+k = ``top_logprobs``, an option (``--top-logprobs N``, ``evaluate(top_logprobs=N)``), by default
+``TOP_LOGPROBS`` = 20 (the most the engine gives, and vLLM's default --max-logprobs), capped to what
+the adapter gives where that is less (OpenAI's own completions API: 5); 0 asks for none, and the
+answers then carry steps without entropies. From the top-k probabilities p_1 >= ... >= p_k, with tail mass T = 1 - sum(p_i) (what the k entries
 miss), the token's entropy H (nats) is bounded:
 
     H >= H_k + T * (-log p_k)        where H_k = -sum_i p_i log p_i over the top k
@@ -34,7 +36,9 @@ top log-probabilities give steps without entropies.
 **Decay tables.** `decay_table` gathers per-sample records into, per subject, per group (where the task
 has groups) and for the whole task, for each step count n: how many answers had n steps, how many of
 them were right under each metric, the accuracy with its 95% Wilson interval, and the mean entropy at
-each step position of those answers: the data a notebook fits (results.json ``cot_decay``).
+each step position of those answers: the data a notebook fits (results.json ``cot_decay``), with
+``top_logprobs`` (k asked for), ``top_logprobs_used`` (the fewest and most entries the answers' tokens
+had: a server may send fewer than asked) and ``entropy``, a sentence saying what the figures bound.
 
 Tested in tests/test_eval_cot.py on crafted texts and log-probability lists.
 """
@@ -49,7 +53,15 @@ from typing import Any
 from .api import Answer, answer_json
 from .metrics import wilson
 
-TOP_LOGPROBS = 20
+TOP_LOGPROBS = 20      # the engine's most (SamplingParams.logprobs 0..20), and vLLM's default --max-logprobs
+
+
+def check_top_logprobs(n: object) -> int:
+    """``n`` as the top log-probabilities a chain-of-thought task asks for, or ValueError saying why not."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"top_logprobs must be an int >= 0 (got {n!r}): how many top log-probabilities per "
+                         f"output token the entropy bound uses, {TOP_LOGPROBS} by default, 0 for none")
+    return n
 ABBREVIATIONS = ("e.g.", "i.e.", "vs.", "cf.", "mr.", "mrs.", "ms.", "dr.", "prof.", "st.")
 # A sentence ends at a line break, or after . ! ? (closing quotes/brackets allowed) followed by white space.
 _BOUNDARY = re.compile(r"\n|(?<=[.!?])([\"'\u201d\u2019)\]]*)[ \t\r\f\v]+")
@@ -169,12 +181,13 @@ def analyse(text: str, cue: str | re.Pattern[str], tokens: Sequence[str] | None 
 
 
 def decay_table(records: Sequence[dict[str, Any]], metrics: Sequence[str],
-                groups: dict[str, str] | None = None) -> dict[str, Any]:
+                groups: dict[str, str] | None = None, top_logprobs: int = TOP_LOGPROBS) -> dict[str, Any]:
     """Accuracy by step count, from per-sample records that carry ``cot`` (`analyse`): {"subjects": {s:
     table}, "groups": {g: table}, "all": table}, a table being {step count (a string): {"n", "answered",
     metric: {"correct", "acc", "ci95"} for each metric, "mean_entropy": [mean step entropy at each step
-    position, None where no answer had entropies], "mean_answer_entropy"}}. Records without ``cot``
-    (written before it existed) are left out."""
+    position, None where no answer had entropies], "mean_answer_entropy"}}, and ``top_logprobs`` (k asked
+    for), ``top_logprobs_used`` and ``entropy`` (`entropy_note`). Records without ``cot`` (written before
+    it existed) are left out."""
     def table(recs: list[dict[str, Any]]) -> dict[str, Any]:
         by_n: dict[int, list[dict[str, Any]]] = {}
         for r in recs:
@@ -203,9 +216,23 @@ def decay_table(records: Sequence[dict[str, Any]], metrics: Sequence[str],
     for s, rs in subjects.items():
         if groups and s in groups:
             by_group.setdefault(groups[s], []).extend(rs)
-    return {"rule": "sentences before the final-answer sentence (llmbench.eval.cot)", "top_logprobs": TOP_LOGPROBS,
+    used = sorted({int(r["cot"]["top_logprobs"]) for r in recs if r["cot"].get("top_logprobs")})
+    return {"rule": "sentences before the final-answer sentence (llmbench.eval.cot)", "top_logprobs": top_logprobs,
+            "top_logprobs_used": [used[0], used[-1]] if used else None, "entropy": entropy_note(top_logprobs, used),
             "metrics": list(metrics), "subjects": {s: table(rs) for s, rs in subjects.items()},
             "groups": {g: table(rs) for g, rs in sorted(by_group.items())}, "all": table(recs)}
+
+
+def entropy_note(asked: int, used: Sequence[int]) -> str:
+    """What the entropy figures of a decay table are, with the number of top entries they came from."""
+    if not used:
+        why = "0 were asked for" if asked == 0 else f"{asked} were asked for and the answers carried none"
+        return f"no entropies: they need top log-probabilities per token, and {why}"
+    k = str(used[0]) if used[0] == used[-1] else f"{used[0]} to {used[-1]}"
+    short = f" ({asked} were asked for: the server sent fewer)" if used[-1] < asked else ""
+    return (f"each token's entropy (nats) is a lower bound from its top {k} log-probabilities{short}: "
+            f"H_k + T * -log p_k, T the probability mass the {k} entries miss (token_tail, step_tail); exact "
+            "where T = 0, else below the true entropy by at most T * log((V - k) / T) - T * -log p_k")
 
 
 def _mean(xs: Sequence[float]) -> float | None:
@@ -213,8 +240,8 @@ def _mean(xs: Sequence[float]) -> float | None:
 
 
 def answer_record(a: Answer) -> dict[str, Any]:
-    """An answer as a chain-of-thought task's per-sample record keeps it: the top log-probabilities (20
-    entries a token) are left out, their summary being the record's ``cot`` (``token_entropy``,
+    """An answer as a chain-of-thought task's per-sample record keeps it: the top log-probabilities
+    (``top_logprobs`` entries a token) are left out, their summary being the record's ``cot`` (``token_entropy``,
     ``token_tail``); text, tokens and their log-probabilities stay."""
     d = answer_json(a)
     if d.get("top_logprobs") is not None:

@@ -233,6 +233,11 @@ class GSM8KCoT(GSM8K):
     until = ("Q:", "</s>", "<|im_end|>")
     strict = r"The answer is (\-?[0-9\.\,]+)."
 
+    def __init__(self, shots: int = 8, limit: int | None = None, subjects: Sequence[str] | None = None,
+                 data_dir: str | os.PathLike[str] | None = None, top_logprobs: int = cot.TOP_LOGPROBS):
+        self.top_logprobs = cot.check_top_logprobs(top_logprobs)
+        super().__init__(shots, limit, subjects, data_dir)
+
     def _load_fewshot(self) -> list[list[tuple[str, str]]]:
         if self.shots > len(COT_EXEMPLARS):
             raise ValueError(f"gsm8k_cot has {len(COT_EXEMPLARS)} chain-of-thought exemplars, fewer than "
@@ -247,7 +252,7 @@ class GSM8KCoT(GSM8K):
 
     def requests(self, doc: Doc) -> list[Request]:
         return [GenerateUntil(self.prompt(doc), self.until, max_tokens=MAX_TOKENS, temperature=0.0,
-                              logprobs=cot.TOP_LOGPROBS)]
+                              logprobs=self.top_logprobs)]
 
     def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored:
         s = super().score(doc, answers)
@@ -259,9 +264,9 @@ class GSM8KCoT(GSM8K):
         return cot.answer_record(a)
 
     def extra_results(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return {"cot_decay": cot.decay_table(records, list(self.metrics))}
+        return {"cot_decay": cot.decay_table(records, list(self.metrics), top_logprobs=self.top_logprobs)}
 
     def settings(self) -> dict[str, Any]:
         return {"shots": self.shots, "limit": self.limit, "split": "test",
                 "fewshot_split": "gsm8k-cot.yaml's exemplars", "fewshot_sampler": "first_n",
-                **self._generation_settings(), "top_logprobs": cot.TOP_LOGPROBS}
+                **self._generation_settings(), "top_logprobs": self.top_logprobs}

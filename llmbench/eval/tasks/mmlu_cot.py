@@ -139,7 +139,8 @@ class MMLUCoT(Task):
     default_shots = 4
 
     def __init__(self, shots: int = 4, limit: int | None = None, subjects: Sequence[str] | None = None,
-                 data_dir: str | os.PathLike[str] | None = None):
+                 data_dir: str | os.PathLike[str] | None = None, top_logprobs: int = cot.TOP_LOGPROBS):
+        self.top_logprobs = cot.check_top_logprobs(top_logprobs)
         if shots < 0:
             raise ValueError(f"shots must be >= 0, got {shots}")
         if limit is not None and limit < 0:
@@ -195,7 +196,7 @@ class MMLUCoT(Task):
 
     def requests(self, doc: Doc) -> list[Request]:
         return [GenerateUntil(self.prompt(doc), self.until, max_tokens=MAX_TOKENS, temperature=0.0,
-                              logprobs=cot.TOP_LOGPROBS)]
+                              logprobs=self.top_logprobs)]
 
     # ---- scoring ----
 
@@ -216,7 +217,7 @@ class MMLUCoT(Task):
         return cot.answer_record(a)
 
     def extra_results(self, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        return {"cot_decay": cot.decay_table(records, list(self.metrics), self.groups())}
+        return {"cot_decay": cot.decay_table(records, list(self.metrics), self.groups(), self.top_logprobs)}
 
     def groups(self) -> dict[str, str]:
         return {s: GROUP_NAMES[GROUPS[s]] for s in self.subject_names}
@@ -226,7 +227,7 @@ class MMLUCoT(Task):
                 "fewshot": "lm-eval's flan_cot_fewshot exemplars, first_n" if self.shots else None,
                 "until": list(self.until), "max_tokens": MAX_TOKENS, "temperature": 0.0,
                 "filters": self._filters(), "ignore_case": True, "ignore_punctuation": True,
-                "top_logprobs": cot.TOP_LOGPROBS}
+                "top_logprobs": self.top_logprobs}
 
     def _filters(self) -> dict[str, str]:
         return {"get-answer": GET_ANSWER}
@@ -242,10 +243,10 @@ class MMLUCoTZeroShot(MMLUCoT):
     default_shots = 0
 
     def __init__(self, shots: int = 0, limit: int | None = None, subjects: Sequence[str] | None = None,
-                 data_dir: str | os.PathLike[str] | None = None):
+                 data_dir: str | os.PathLike[str] | None = None, top_logprobs: int = cot.TOP_LOGPROBS):
         # zero-shot by definition: a --shots meant for the other tasks of a run is ignored here (for
         # exemplars, run mmlu_cot)
-        super().__init__(0, limit, subjects, data_dir)
+        super().__init__(0, limit, subjects, data_dir, top_logprobs)
 
     def _load(self, subject: str) -> list[Question]:
         val = _val_split(self.root, subject)
