@@ -566,8 +566,8 @@ static PyMethodDef methods[] = {
     {"type_traits", type_traits, METH_NOARGS, "[(type_id, name, block_size, type_size)]"},
     {"membw", membw, METH_VARARGS, "membw(bytes_per_array, reps, threads) -> {read, copy, triad} GB/s"},
     {"compute_peak", compute_peak, METH_VARARGS,
-     "compute_peak(kind, rounds, reps, threads) -> {gops, instruction}: kind 0 FP32 FMA (GFLOP/s), 1 int8 (GOP/s), "
-     "2 BF16 pairs (GFLOP/s)"},
+     "compute_peak(kind, rounds, reps, threads) -> {gops, instruction}: kind PEAK_F32, FP32 FMA (GFLOP/s), "
+     "PEAK_INT8, int8 (GOP/s), or PEAK_BF16, BF16 pairs (GFLOP/s)"},
     {"fill_normal", fill_normal, METH_VARARGS, "fill_normal(out_f32, seed, std, mean=0, start=0)"},
     {"cuda_load", cuda_load, METH_VARARGS, "Load the CUDA backend library (path or $LLMBENCH_CUDA_LIB)."},
     {"cuda_versions", cuda_versions, METH_NOARGS, "(runtime, driver) CUDA versions, 0 = none."},
@@ -629,6 +629,11 @@ PyMODINIT_FUNC PyInit__core(void) {
         goto fail;
     if (!(UnsupportedError = new_exc(m, "UnsupportedError", Py_BuildValue("(OO)", LLMBenchError, PyExc_ValueError),
                                      "Valid input that llmbench cannot handle (type, architecture).")))
+        goto fail;
+    // llmb.h's peak kinds for compute_peak, as _core.PEAK_F32 etc.
+    if (PyModule_AddIntConstant(m, "PEAK_F32", LLMB_PEAK_F32) < 0 ||
+        PyModule_AddIntConstant(m, "PEAK_INT8", LLMB_PEAK_INT8) < 0 ||
+        PyModule_AddIntConstant(m, "PEAK_BF16", LLMB_PEAK_BF16) < 0)
         goto fail;
     if (llmb_py_init_quant(m) < 0 || llmb_py_init_engine(m) < 0 || llmb_py_init_vecdot(m) < 0 ||
         llmb_py_init_cuda(m) < 0)

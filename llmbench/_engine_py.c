@@ -395,5 +395,11 @@ int llmb_py_init_engine(PyObject *m) {
         Py_DECREF(&EngineType);
         return -1;
     }
+    // engine.h's event kinds and finish reasons, as _core.EV_TOKEN etc.: Python names them, never the numbers
+#define ADD_INT(name) (PyModule_AddIntConstant(m, #name, LLMB_##name) < 0)
+    if (ADD_INT(EV_ARRIVAL) || ADD_INT(EV_ADMIT) || ADD_INT(EV_TOKEN) || ADD_INT(EV_FINISH) || ADD_INT(FINISH_NONE) ||
+        ADD_INT(FINISH_LENGTH) || ADD_INT(FINISH_STOP) || ADD_INT(FINISH_ABORT))
+        return -1;
+#undef ADD_INT
     return 0;
 }

@@ -30,10 +30,12 @@ from .prefix_plan import plan_scoring
 from .prefix_plan import prefix_tree as prefix_tree
 from .tokenizer import Tokenizer
 
-KV_DTYPES = {"f32": 0, "f16": 1, "q8_0": 8}
+# KV cache types by name: their type ids, and the engine's event kinds and finish reasons, from the core
+_TYPE_IDS = {name: type_id for type_id, name, *_ in _core.type_traits()}
+KV_DTYPES = {name: _TYPE_IDS[name.upper()] for name in ("f32", "f16", "q8_0")}
 ACTIVATIONS = ("q8", "f32", "bf16")   # LLM(activations=...)
-EV_ARRIVAL, EV_ADMIT, EV_TOKEN, EV_FINISH = 0, 1, 2, 3
-FINISH_REASONS = {1: "length", 2: "stop", 3: "abort"}
+EV_ARRIVAL, EV_ADMIT, EV_TOKEN, EV_FINISH = _core.EV_ARRIVAL, _core.EV_ADMIT, _core.EV_TOKEN, _core.EV_FINISH
+FINISH_REASONS = {_core.FINISH_LENGTH: "length", _core.FINISH_STOP: "stop", _core.FINISH_ABORT: "abort"}
 
 
 @dataclass
@@ -202,7 +204,7 @@ def kv_bytes_per_token(hp: dict[str, int], kv_dtype: str) -> float:
     from .quant import row_bytes
 
     kv_dim = hp["n_head_kv"] * hp["head_dim"]
-    if KV_DTYPES[kv_dtype] == 8 and kv_dim % 32:   # the engine refuses it with its own message; a size still
+    if kv_dtype == "q8_0" and kv_dim % 32:   # the engine refuses it with its own message; a size still
         return 2 * hp["n_layer"] * kv_dim * 34 / 32   # stands for the budget check before it
     return 2 * hp["n_layer"] * row_bytes(KV_DTYPES[kv_dtype], kv_dim)
 

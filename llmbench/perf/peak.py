@@ -11,7 +11,7 @@ import os
 from .. import _core
 from ..quant import block_size
 
-KINDS = {"f32": 0, "int8": 1, "bf16": 2}
+KINDS = {"f32": _core.PEAK_F32, "int8": _core.PEAK_INT8, "bf16": _core.PEAK_BF16}   # compute_peak's kinds
 
 
 def measure(kind: str = "f32", threads: int | None = None, rounds: int = 2_000_000, reps: int = 5) -> dict:
