@@ -28,6 +28,7 @@ import math
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from .. import LLMBenchError, fit
 from .config import BenchConfig, config_json
@@ -136,21 +137,28 @@ def point_key(params: dict) -> str:
 
 # ---- the log ----
 
-class SweepLog:
-    """``points.jsonl``: the sweep's configuration, then one finished point per line. Studies keep
-    theirs the same way (llmbench.study.runner.StudyLog: another ``config_type``)."""
+class _Config(Protocol):
+    def to_json(self) -> dict: ...
 
-    config_type = "sweep"
+
+C = TypeVar("C", bound=_Config)
+
+
+class PointsLog(Generic[C]):
+    """``points.jsonl``: a configuration (of type ``C``: a `Sweep`, or a study's grid), then one finished
+    point per line. `SweepLog` keeps a sweep's; llmbench.study.runner.StudyLog a study's."""
+
+    config_type = "points"
 
     def __init__(self, directory: str):
         self.dir = directory
         self.path = os.path.join(directory, LOG_NAME)
 
-    def config_from_json(self, d: dict) -> Sweep:
-        """The configuration from the log's first line (a `Sweep` here; a study's log reads a `Study`)."""
-        return Sweep.from_json(d)
+    def config_from_json(self, d: dict) -> C:
+        """The configuration from the log's first line."""
+        raise NotImplementedError
 
-    def create(self, sweep: Sweep) -> None:
+    def create(self, sweep: C) -> None:
         """Start the log with the configuration line.
 
         Raises:
@@ -162,7 +170,7 @@ class SweepLog:
                                   "or choose another --out-dir")
         self._write(sweep.to_json(), mode="x")
 
-    def read(self) -> tuple[Sweep, dict[str, dict]]:
+    def read(self) -> tuple[C, dict[str, dict]]:
         """The sweep and its finished points by key. A last line without its newline (the process
         died while writing it) is cut off the file; any other bad line is an error."""
         if not os.path.exists(self.path):
@@ -200,6 +208,16 @@ class SweepLog:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
+
+
+class SweepLog(PointsLog[Sweep]):
+    """``points.jsonl``: the sweep's configuration, then one finished point per line (`PointsLog`)."""
+
+    config_type = "sweep"
+
+    def config_from_json(self, d: dict) -> Sweep:
+        """The sweep from the log's first line."""
+        return Sweep.from_json(d)
 
 
 # ---- running ----
@@ -286,6 +304,7 @@ def _run_group_isolated(sweep: Sweep, log: SweepLog, gi: int, done: dict[str, di
         with tempfile.TemporaryFile(mode="w+") as err:
             proc = subprocess.Popen([sys.executable, "-m", "llmbench.perf.sweep", os.path.abspath(log.dir), str(gi), bw,
                                      str(os.getpid())], stdout=subprocess.PIPE, stderr=err, text=True, cwd=here)
+            assert proc.stdout is not None   # stdout=PIPE
             try:
                 for line in proc.stdout:
                     kind, _, rest = line.rstrip("\n").partition("\t")
@@ -320,6 +339,8 @@ def run_sweep(sweep: Sweep | None, directory: str, resume: bool = False,
     ``_run_group_isolated``); False runs everything here (faster to start, for tiny sweeps)."""
     log = SweepLog(directory)
     if not resume:
+        if sweep is None:
+            raise ValueError("run_sweep: a new sweep needs its Sweep (None only with resume=True)")
         sweep.check_memory()
     elif not os.path.exists(log.path):
         log.read()   # raises, naming the folder, before a lock file is left there
@@ -364,6 +385,7 @@ def _run_sweep_locked(sweep: Sweep | None, log: SweepLog, resume: bool, progress
     if resume:
         sweep, done = log.read()
     else:
+        assert sweep is not None   # run_sweep checked
         log.create(sweep)
         done = {}
     points = sweep.points()

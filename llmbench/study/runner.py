@@ -26,11 +26,11 @@ from collections.abc import Callable
 
 from .. import LLMBenchError
 from ..perf.bench import header
-from ..perf.sweep import SweepLog, _die_with_parent, _locked
+from ..perf.sweep import PointsLog, _die_with_parent, _locked
 from .grid import Study, point_key
 
 
-class StudyLog(SweepLog):
+class StudyLog(PointsLog[Study]):
     """A study's ``points.jsonl``: the sweep's log, with a `Study` as its configuration."""
 
     config_type = "study"
@@ -60,6 +60,8 @@ def run_study(study: Study | None, directory: str, executor: str = "local", addr
     ``{"study": grid, "points": records, "failed": n}`` (also written to ``result.json``)."""
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
+    if study is None and not resume:
+        raise ValueError("run_study: a new study needs its grid (None only with resume=True)")
     log = StudyLog(directory)
     if resume and not os.path.exists(log.path):
         log.read()   # raises, naming the folder
@@ -67,6 +69,7 @@ def run_study(study: Study | None, directory: str, executor: str = "local", addr
         if resume:
             study, done = log.read()
         else:
+            assert study is not None   # checked above
             log.create(study)
             done = {}
         config = study.to_json()
