@@ -20,6 +20,10 @@ class ConfigError(ValueError):
 
 @dataclass
 class BenchConfig:
+    """The settings of one benchmark: the model and engine, the llama-bench tests (pp, tg at each depth),
+    the latency scenario (batch, lengths, dataset), repetitions, and for backend "openai" the server,
+    request rate and timeouts. `llmbench bench` takes its option defaults from BenchConfig()."""
+
     model: str = "llama-125m:Q4_K_M"   # GGUF path or dummy preset[:type]
     threads: int | None = None
     kv_dtype: str = "f16"

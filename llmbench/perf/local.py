@@ -68,6 +68,7 @@ def check_kv_fits(model: str, kv_dtype: str, ctx: int, options: str) -> None:
 
 
 def load(cfg: BenchConfig, ctx: int, max_seqs: int) -> LLM:
+    """The engine for ``cfg`` with a context of ``ctx`` tokens and room for ``max_seqs`` sequences."""
     gpu = {"backend": "cuda", "cuda_graphs": cfg.cuda_graphs is not False} if cfg.backend == "cuda" else {}
     return LLM(cfg.model, threads=cfg.threads, ctx=ctx, kv_dtype=cfg.kv_dtype, activations=cfg.activations,
                max_batch_tokens=max(512, min(cfg.pp, 2048)), max_seqs=max(max_seqs, 4), **gpu)

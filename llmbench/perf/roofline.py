@@ -53,6 +53,8 @@ def reference_bandwidth(llm: LLM, again: bool = False) -> dict:
 
 
 def reference_gbps(bw: dict | None) -> float | None:
+    """The GB/s a decode bandwidth is a fraction of: the read of a ``reference_bandwidth`` result (CPU),
+    or its copy bandwidth (CUDA); None without one."""
     bw = bw or {}
     return bw.get("copy_gbs") if bw.get("backend") == "cuda" else bw.get("read")
 
