@@ -47,6 +47,7 @@ __all__ = ["TASKS", "TEXT_TASKS", "EvalResults", "evaluate", "make_adapter", "ma
 
 
 def task_names() -> list[str]:
+    """Every task ``evaluate`` accepts: the document tasks (`TASKS`), then the text tasks (`TEXT_TASKS`)."""
     return list(TASKS) + list(TEXT_TASKS)
 
 

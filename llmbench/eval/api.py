@@ -29,6 +29,8 @@ from .. import LLMBenchError
 
 @dataclass(frozen=True)
 class Loglikelihood:
+    """A request for log P(continuation | context), and whether the continuation is the greedy one."""
+
     context: str
     continuation: str
     kind: ClassVar[str] = "loglikelihood"
@@ -36,6 +38,8 @@ class Loglikelihood:
 
 @dataclass(frozen=True)
 class LoglikelihoodRolling:
+    """A request for the log-likelihood of a whole text (rolling windows where it is longer than the context)."""
+
     text: str
     kind: ClassVar[str] = "loglikelihood_rolling"
 
@@ -70,18 +74,24 @@ Request = Union[Loglikelihood, LoglikelihoodRolling, GenerateUntil, ForJudge]
 
 @dataclass
 class LLAnswer:
+    """The answer to a `Loglikelihood`: the continuation's summed log-probability and whether every token was greedy."""
+
     logprob: float
     greedy: bool
 
 
 @dataclass
 class RollingAnswer:
+    """The answer to a `LoglikelihoodRolling`: the text's summed log-probability over ``n_tokens`` tokens."""
+
     logprob: float
     n_tokens: int
 
 
 @dataclass
 class Generation:
+    """The answer to a `GenerateUntil`: the text, why it ended, and the token log-probabilities when asked."""
+
     text: str
     finish_reason: str                                   # "stop", "length", "abort" or "error"
     n_tokens: int | None = None
@@ -92,6 +102,7 @@ class Generation:
 
     @property
     def failed(self) -> bool:
+        """Whether the request failed (``finish_reason == "error"``; ``error`` says why)."""
         return self.finish_reason == "error"
 
 
@@ -106,6 +117,7 @@ def request_json(r: Request) -> dict[str, Any]:
 
 
 def answer_json(a: Answer) -> dict[str, Any]:
+    """An answer as a JSON-serializable dict (its fields; ``error`` left out when there is none)."""
     d = asdict(a)
     if d.get("error", 0) is None:       # failed answers are never recorded: the field would say nothing
         del d["error"]
@@ -137,6 +149,11 @@ class Adapter(ABC):
 
     def answer(self, reqs: Sequence[Request], progress: Callable[[int], None] | None = None,
                on_answer: OnAnswer | None = None) -> list[Answer]:
+        """The answers to ``reqs``, in their order; each kind of request goes to its method as one list.
+
+        ``progress(n)`` is called after each kind with the ``n`` requests it answered; ``on_answer(i,
+        answer)`` as each request is answered (see the class).
+        """
         out: list[Answer | None] = [None] * len(reqs)
         by_kind: dict[str, list[int]] = {}
         for i, r in enumerate(reqs):
@@ -158,13 +175,16 @@ class Adapter(ABC):
         return out  # type: ignore[return-value]
 
     @abstractmethod
-    def loglikelihood(self, reqs: Sequence[Loglikelihood]) -> list[LLAnswer]: ...
+    def loglikelihood(self, reqs: Sequence[Loglikelihood]) -> list[LLAnswer]:
+        """Answer log-likelihood requests, in their order."""
 
     @abstractmethod
-    def loglikelihood_rolling(self, reqs: Sequence[LoglikelihoodRolling]) -> list[RollingAnswer]: ...
+    def loglikelihood_rolling(self, reqs: Sequence[LoglikelihoodRolling]) -> list[RollingAnswer]:
+        """Answer whole-text log-likelihood requests, in their order."""
 
     @abstractmethod
-    def generate_until(self, reqs: Sequence[GenerateUntil]) -> list[Generation]: ...
+    def generate_until(self, reqs: Sequence[GenerateUntil]) -> list[Generation]:
+        """Answer generation requests, in their order."""
 
     @abstractmethod
     def environment(self) -> dict[str, Any]:
@@ -176,6 +196,7 @@ class Adapter(ABC):
         return None
 
     def close(self) -> None:
+        """Release what the adapter holds (a model, an HTTP client). Nothing by default."""
         pass
 
 
@@ -214,13 +235,16 @@ class Task(ABC):
     mean_metrics: tuple[str, ...] = ()
 
     @abstractmethod
-    def docs(self) -> list[Doc]: ...
+    def docs(self) -> list[Doc]:
+        """The documents to score, in a fixed order (after ``limit`` and ``subjects``)."""
 
     @abstractmethod
-    def requests(self, doc: Doc) -> list[Request]: ...
+    def requests(self, doc: Doc) -> list[Request]:
+        """The requests one document needs answered."""
 
     @abstractmethod
-    def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored: ...
+    def score(self, doc: Doc, answers: Sequence[Answer]) -> Scored:
+        """A document's metric values from the answers to its requests (in the order `requests` gave)."""
 
     def followup(self, doc: Doc, answers: Sequence[Answer]) -> list[Request]:
         """More requests for ``doc`` once ``answers`` (to all its requests so far, in order) are in: a
@@ -244,6 +268,7 @@ class Task(ABC):
         return ctx if isinstance(ctx, str) else str(getattr(r, "text", r))
 
     def groups(self) -> dict[str, str]:
+        """Each subject's group, for aggregation as lm-eval reports it; empty by default (no groups)."""
         return {}
 
     def settings(self) -> dict[str, Any]:

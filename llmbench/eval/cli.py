@@ -26,6 +26,7 @@ EXAMPLES = """examples:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add ``llmbench eval`` and its options to the command-line parser."""
     from . import task_names
 
     e = sub.add_parser(
@@ -128,6 +129,7 @@ def _text_task_line(name: str, x: dict) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """Run ``llmbench eval`` with parsed arguments; the exit status."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,

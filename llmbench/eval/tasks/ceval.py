@@ -93,7 +93,7 @@ def load_subject(root: Path, subject: str, split: str = "val") -> Subject:
 
 
 class CEval(LetterChoiceTask):
-    """C-Eval as lm-evaluation-harness defines it: multiple choice scored by the log-likelihood of the answer letters."""
+    """C-Eval as lm-evaluation-harness defines it: multiple choice, scored by the answer letters' log-likelihood."""
 
     name = "ceval"
     version = "2.0"

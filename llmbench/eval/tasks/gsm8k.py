@@ -116,6 +116,7 @@ def normalize(s: str) -> str:
 
 
 def exact_match(pred: str, ref: str) -> float:
+    """1.0 if the two answers are equal after `normalize`, else 0.0."""
     return float(normalize(pred) == normalize(ref))
 
 
