@@ -864,45 +864,51 @@ void llmb_fit_q6_K_ref(const float *x, int8_t *L, float *scales) {
     for (int ib = 0; ib < LLMB_QK_K / 16; ib++) scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
 }
 
+// One Q6_K super-block from its 16 fitted sub-block scales: the scales as 8-bit levels of d = max/-128,
+// every element requantized with the scale it is decoded with.
+static void q6_K_finish(const float *x, llmb_block_q6_K *y, int8_t L[LLMB_QK_K], const float scales[LLMB_QK_K / 16]) {
+    float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < LLMB_QK_K / 16; ib++) {
+        if (fabsf(scales[ib]) > max_abs_scale) {
+            max_abs_scale = fabsf(scales[ib]);
+            max_scale = scales[ib];
+        }
+    }
+    if (max_abs_scale < GROUP_MAX_EPS) {
+        memset(y, 0, sizeof *y);
+        return;
+    }
+    float iscale = -128.f / max_scale;
+    y->d = llmb_fp32_to_fp16(1 / iscale);
+    for (int ib = 0; ib < LLMB_QK_K / 16; ib++) y->scales[ib] = (int8_t)MIN(127, nearest_int(iscale * scales[ib]));
+    for (int j = 0; j < LLMB_QK_K / 16; j++) {
+        float d = llmb_fp16_to_fp32(y->d) * y->scales[j];
+        if (!d) continue;
+        for (int ii = 0; ii < 16; ii++) {
+            int l = nearest_int(x[16 * j + ii] / d);
+            L[16 * j + ii] = MAX(-32, MIN(31, l)) + 32;
+        }
+    }
+    uint8_t *ql = y->ql, *qh = y->qh;
+    for (int j = 0; j < LLMB_QK_K; j += 128, ql += 64, qh += 32) {
+        for (int l = 0; l < 32; l++) {
+            const uint8_t q1 = L[j + l + 0] & 0xF, q2 = L[j + l + 32] & 0xF;
+            const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
+            ql[l + 0] = q1 | (q3 << 4);
+            ql[l + 32] = q2 | (q4 << 4);
+            qh[l] = (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                    ((L[j + l + 96] >> 4) << 6);
+        }
+    }
+}
+
 void llmb_quant_q6_K_with(const float *x, void *vy, int64_t n, llmb_fit_q6_K_fn fit) {
     llmb_block_q6_K *y = vy;
     int8_t L[LLMB_QK_K];
     float scales[LLMB_QK_K / 16];
     for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
-        float max_scale = 0, max_abs_scale = 0;
         fit(x, L, scales);
-        for (int ib = 0; ib < LLMB_QK_K / 16; ib++) {
-            if (fabsf(scales[ib]) > max_abs_scale) {
-                max_abs_scale = fabsf(scales[ib]);
-                max_scale = scales[ib];
-            }
-        }
-        if (max_abs_scale < GROUP_MAX_EPS) {
-            memset(&y[i], 0, sizeof y[i]);
-            continue;
-        }
-        float iscale = -128.f / max_scale;
-        y[i].d = llmb_fp32_to_fp16(1 / iscale);
-        for (int ib = 0; ib < LLMB_QK_K / 16; ib++) y[i].scales[ib] = (int8_t)MIN(127, nearest_int(iscale * scales[ib]));
-        for (int j = 0; j < LLMB_QK_K / 16; j++) {
-            float d = llmb_fp16_to_fp32(y[i].d) * y[i].scales[j];
-            if (!d) continue;
-            for (int ii = 0; ii < 16; ii++) {
-                int l = nearest_int(x[16 * j + ii] / d);
-                L[16 * j + ii] = MAX(-32, MIN(31, l)) + 32;
-            }
-        }
-        uint8_t *ql = y[i].ql, *qh = y[i].qh;
-        for (int j = 0; j < LLMB_QK_K; j += 128, ql += 64, qh += 32) {
-            for (int l = 0; l < 32; l++) {
-                const uint8_t q1 = L[j + l + 0] & 0xF, q2 = L[j + l + 32] & 0xF;
-                const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
-                ql[l + 0] = q1 | (q3 << 4);
-                ql[l + 32] = q2 | (q4 << 4);
-                qh[l] = (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
-                        ((L[j + l + 96] >> 4) << 6);
-            }
-        }
+        q6_K_finish(x, &y[i], L, scales);
     }
 }
 
@@ -940,6 +946,429 @@ static void quant_q8_K_ref(const float *x, void *vy, int64_t n) {
         y[i].d = 1 / iscale;
     }
 }
+
+// ---- quantization with an importance matrix (llama.cpp's quantize_<type> with quant_weights) ----
+//
+// Each function quantizes one row of n elements with the row's importance weights qw[0..n-1] (llama.cpp's
+// imatrix entry for the tensor: mean squared activation per input column), following ggml-quants.c's
+// quantize_row_<type>_impl operation for operation. Weights enter as qw[j]*sqrt(sigma2 + x[j]^2).
+
+// make_qx_quants with explicit weights: the symmetric fit of make_qx_quants above, weighted by w.
+static float make_qx_quants_w(int n, int nmax, const float *x, int8_t *L, const float *w) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    if (amax < GROUP_MAX_EPS) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max;
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * x[i]);
+        l = MAX(-nmax, MIN(nmax - 1, l));
+        L[i] = (int8_t)(l + nmax);
+        sumlx += w[i] * x[i] * l;
+        suml2 += w[i] * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f;
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; is++) {
+        if (is == 0) continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; i++) {
+            int l = nearest_int(iscale * x[i]);
+            l = MAX(-nmax, MIN(nmax - 1, l));
+            sumlx += w[i] * x[i] * l;
+            suml2 += w[i] * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; i++) {
+                int l = nearest_int(iscale * x[i]);
+                L[i] = (int8_t)(nmax + MAX(-nmax, MIN(nmax - 1, l)));
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+// ggml's make_qkx3_quants (weights given, squared error): make_qkx2_quants' search over nstep+1 grids
+// (nmax + rmin + rdelta*is)/(max - min), with levels clamped before rounding.
+static float make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                              float rmin, float rdelta, int nstep) {
+    uint8_t Laux[32];
+    float min = x[0], max = x[0];
+    float sum_w = weights[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        float w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max <= min) {
+        memset(L, 0, (size_t)n);
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min);
+    float scale = 1 / iscale;
+    float best_mad = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)MAX(0, MIN(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        diff = diff * diff;
+        best_mad += weights[i] * diff;
+    }
+    for (int is = 0; is <= nstep; is++) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            const float v = iscale * (x[i] - min);
+            const int l = v > 0 ? nearest_int(MIN(v, nmax)) : 0;
+            Laux[i] = (uint8_t)l;
+            float w = weights[i];
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float mad = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                diff = diff * diff;
+                mad += weights[i] * diff;
+            }
+            if (mad < best_mad) {
+                for (int i = 0; i < n; i++) L[i] = Laux[i];
+                best_mad = mad;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+// ggml's make_qp_quants: x >= 0 (sub-block scales or mins) ~ scale*L, L in 0..nmax, weighted by qw; a
+// grid search over 9 scales, then up to 5 passes moving single levels. L keeps ggml's uint8 arithmetic.
+static float make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
+    float max = 0;
+    for (int i = 0; i < n; i++) max = MAX(max, x[i]);
+    if (max < GROUP_MAX_EPS) {
+        for (int i = 0; i < n; i++) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = nmax / max;
+    for (int i = 0; i < n; i++) L[i] = (uint8_t)nearest_int(iscale * x[i]);
+    float scale = 1 / iscale;
+    float best_mse = 0;
+    for (int i = 0; i < n; i++) {
+        float diff = x[i] - scale * L[i];
+        best_mse += qw[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; is++) {
+        if (is == 0) continue;
+        float iscale_is = (0.1f * is + nmax) / max;
+        float scale_is = 1 / iscale_is;
+        float mse = 0;
+        for (int i = 0; i < n; i++) {
+            int l = MIN(nmax, nearest_int(iscale_is * x[i]));
+            float diff = x[i] - scale_is * l;
+            mse += qw[i] * diff * diff;
+        }
+        if (mse < best_mse) {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = MIN(nmax, nearest_int(iscale * x[i]));
+        L[i] = (uint8_t)l;
+        sumlx += qw[i] * x[i] * l;
+        suml2 += qw[i] * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = qw[i];
+            float slx = sumlx - w * x[i] * L[i];
+            float sl2 = suml2 - w * L[i] * L[i];
+            if (slx > 0 && sl2 > 0) {
+                int new_l = MIN(nmax, nearest_int(x[i] * sl2 / slx));
+                if (new_l != L[i]) {
+                    slx += w * x[i] * new_l;
+                    sl2 += w * new_l * new_l;
+                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (uint8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (!n_changed) break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+static float row_sigma2(const float *x, int64_t n) {
+    float sum_x2 = 0;
+    for (int64_t j = 0; j < n; j++) sum_x2 += x[j] * x[j];
+    return sum_x2 / n;
+}
+
+static void quant_q4_0_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_q4_0 *y = vy;
+    float weight[LLMB_QK];
+    int8_t L[LLMB_QK];
+    const float sigma2 = row_sigma2(x, n);
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        const float *xb = x + LLMB_QK * ib, *w = qw + LLMB_QK * ib;
+        for (int j = 0; j < LLMB_QK; j++) weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
+        y[ib].d = llmb_fp32_to_fp16(make_qx_quants_w(LLMB_QK, 8, xb, L, weight));
+        for (int j = 0; j < 16; j++) y[ib].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+    }
+}
+
+static void quant_q5_0_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_q5_0 *y = vy;
+    float weight[LLMB_QK];
+    int8_t L[LLMB_QK];
+    const float sigma2 = row_sigma2(x, n);
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        const float *xb = x + LLMB_QK * ib, *w = qw + LLMB_QK * ib;
+        for (int j = 0; j < LLMB_QK; j++) weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
+        y[ib].d = llmb_fp32_to_fp16(make_qx_quants_w(LLMB_QK, 16, xb, L, weight));
+        pack_q5((const uint8_t *)L, y[ib].qs, y[ib].qh);
+    }
+}
+
+// Q4_1 / Q5_1: the asymmetric fit make_qkx3_quants, nmax 15 or 31; the block keeps d and the min
+static void quant_qx_1_w(const float *xb, const float *w, float sigma2, int nmax, llmb_half *d, llmb_half *m,
+                         uint8_t *L) {
+    float weight[LLMB_QK], min;
+    for (int j = 0; j < LLMB_QK; j++) weight[j] = w[j] * sqrtf(sigma2 + xb[j] * xb[j]);
+    *d = llmb_fp32_to_fp16(make_qkx3_quants(LLMB_QK, nmax, xb, weight, L, &min, -0.9f, 0.05f, 36));
+    *m = llmb_fp32_to_fp16(-min);
+}
+
+static void quant_q4_1_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_q4_1 *y = vy;
+    uint8_t L[LLMB_QK];
+    const float sigma2 = row_sigma2(x, n);
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        quant_qx_1_w(x + LLMB_QK * ib, qw + LLMB_QK * ib, sigma2, 15, &y[ib].d, &y[ib].m, L);
+        for (int j = 0; j < 16; j++) y[ib].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+    }
+}
+
+static void quant_q5_1_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_q5_1 *y = vy;
+    uint8_t L[LLMB_QK];
+    const float sigma2 = row_sigma2(x, n);
+    for (int64_t ib = 0; ib < n / LLMB_QK; ib++) {
+        quant_qx_1_w(x + LLMB_QK * ib, qw + LLMB_QK * ib, sigma2, 31, &y[ib].d, &y[ib].m, L);
+        pack_q5(L, y[ib].qs, y[ib].qh);
+    }
+}
+
+static void quant_q2_K_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_q2_K *y = vy;
+    uint8_t L[LLMB_QK_K], Ls[LLMB_QK_K / 16], Lm[LLMB_QK_K / 16];
+    float mins[LLMB_QK_K / 16], scales[LLMB_QK_K / 16], sw[LLMB_QK_K / 16], weight[16];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        memset(sw, 0, sizeof sw);
+        const float sigma2 = row_sigma2(x, LLMB_QK_K);
+        for (int j = 0; j < LLMB_QK_K / 16; j++) {
+            const float *w = qw + LLMB_QK_K * i + 16 * j;
+            for (int l = 0; l < 16; l++) weight[l] = w[l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
+            for (int l = 0; l < 16; l++) sw[j] += weight[l];
+            scales[j] = make_qkx3_quants(16, 3, x + 16 * j, weight, L + 16 * j, &mins[j], -0.9f, 0.05f, 36);
+        }
+        float dm = make_qp_quants(LLMB_QK_K / 16, 15, scales, Ls, sw);
+        float mm = make_qp_quants(LLMB_QK_K / 16, 15, mins, Lm, sw);
+        y[i].d = llmb_fp32_to_fp16(dm);
+        y[i].dmin = llmb_fp32_to_fp16(mm);
+        dm = llmb_fp16_to_fp32(y[i].d);
+        mm = llmb_fp16_to_fp32(y[i].dmin);
+        for (int j = 0; j < LLMB_QK_K / 16; j++) y[i].scales[j] = (uint8_t)(Ls[j] | (Lm[j] << 4));
+        for (int j = 0; j < LLMB_QK_K / 16; j++) {
+            const float d = dm * (y[i].scales[j] & 0xF);
+            if (!d) continue;
+            const float m = mm * (y[i].scales[j] >> 4);
+            for (int ii = 0; ii < 16; ii++) {
+                int l = nearest_int((x[16 * j + ii] + m) / d);
+                L[16 * j + ii] = (uint8_t)MAX(0, MIN(3, l));
+            }
+        }
+        pack_2bit(L, y[i].qs);
+    }
+}
+
+static void quant_q3_K_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_q3_K *y = vy;
+    int8_t L[LLMB_QK_K], Ls[LLMB_QK_K / 16];
+    float scales[LLMB_QK_K / 16], weight[16], sw[LLMB_QK_K / 16];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        const float sigma2 = 2 * row_sigma2(x, LLMB_QK_K);
+        for (int j = 0; j < LLMB_QK_K / 16; j++) {
+            const float *w = qw + LLMB_QK_K * i + 16 * j;
+            for (int l = 0; l < 16; l++) weight[l] = w[l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
+            float sumw = 0;
+            for (int l = 0; l < 16; l++) sumw += weight[l];
+            sw[j] = sumw;
+            scales[j] = make_qx_quants_w(16, 4, x + 16 * j, L + 16 * j, weight);
+        }
+        memset(y[i].scales, 0, sizeof y[i].scales);
+        const float d_block = make_qx_quants_w(LLMB_QK_K / 16, 32, scales, Ls, sw);
+        for (int j = 0; j < LLMB_QK_K / 16; j++) set_q3_K_scale(j, Ls[j], y[i].scales);
+        y[i].d = llmb_fp32_to_fp16(d_block);
+        q3_K_finish(x, &y[i], L);
+    }
+}
+
+// Q4_K / Q5_K (nmax 15 / 31): per sub-block of 32 make_qkx3_quants, then the 8 scales and 8 mins as 6-bit
+// levels of make_qp_quants weighted by the sub-blocks' total weight. clamp63: Q5_K clamps the levels, Q4_K
+// stores them as they come (the same unless make_qp_quants wrapped a negative level).
+static void quantize_k_superblock_w(const float *x, const float *qw, int nmax, int clamp63, llmb_half *d_out,
+                                    llmb_half *dmin_out, uint8_t scales_out[LLMB_K_SCALE_SIZE], uint8_t L[LLMB_QK_K]) {
+    uint8_t Ls[LLMB_QK_K / 32], Lm[LLMB_QK_K / 32];
+    float weights[32], sw[LLMB_QK_K / 32], mins[LLMB_QK_K / 32], scales[LLMB_QK_K / 32];
+    float sum_x2 = 0;
+    for (int l = 0; l < LLMB_QK_K; l++) sum_x2 += x[l] * x[l];
+    const float sigma2 = 2 * sum_x2 / LLMB_QK_K;
+    for (int j = 0; j < LLMB_QK_K / 32; j++) {
+        for (int l = 0; l < 32; l++) weights[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
+        float sumw = 0;
+        for (int l = 0; l < 32; l++) sumw += weights[l];
+        sw[j] = sumw;
+        scales[j] = make_qkx3_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], -0.9f, 0.05f, 36);
+    }
+    const float d_block = make_qp_quants(LLMB_QK_K / 32, 63, scales, Ls, sw);
+    const float m_block = make_qp_quants(LLMB_QK_K / 32, 63, mins, Lm, sw);
+    memset(scales_out, 0, LLMB_K_SCALE_SIZE);
+    for (int j = 0; j < LLMB_QK_K / 32; j++) {
+        uint8_t ls = Ls[j], lm = Lm[j];
+        if (clamp63) {
+            ls = MIN(63, ls);
+            lm = MIN(63, lm);
+        }
+        if (j < 4) {
+            scales_out[j] = ls;
+            scales_out[j + 4] = lm;
+        } else {
+            scales_out[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            scales_out[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            scales_out[j - 0] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d_out = llmb_fp32_to_fp16(d_block);
+    *dmin_out = llmb_fp32_to_fp16(m_block);
+    for (int j = 0; j < LLMB_QK_K / 32; j++) {
+        uint8_t sc, m;
+        llmb_get_scale_min_k4(j, scales_out, &sc, &m);
+        const float d = llmb_fp16_to_fp32(*d_out) * sc;
+        if (!d) continue;
+        const float dm = llmb_fp16_to_fp32(*dmin_out) * m;
+        for (int ii = 0; ii < 32; ii++) {
+            int l = nearest_int((x[32 * j + ii] + dm) / d);
+            L[32 * j + ii] = (uint8_t)MAX(0, MIN(nmax, l));
+        }
+    }
+}
+
+static void quant_q4_K_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_q4_K *y = vy;
+    uint8_t L[LLMB_QK_K];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        quantize_k_superblock_w(x, qw + LLMB_QK_K * i, 15, 0, &y[i].d, &y[i].dmin, y[i].scales, L);
+        uint8_t *q = y[i].qs;
+        for (int j = 0; j < LLMB_QK_K; j += 64, q += 32)
+            for (int l = 0; l < 32; l++) q[l] = L[j + l] | (L[j + l + 32] << 4);
+    }
+}
+
+static void quant_q5_K_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_q5_K *y = vy;
+    uint8_t L[LLMB_QK_K];
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++, x += LLMB_QK_K) {
+        quantize_k_superblock_w(x, qw + LLMB_QK_K * i, 31, 1, &y[i].d, &y[i].dmin, y[i].scales, L);
+        uint8_t *qh = y[i].qh, *ql = y[i].qs;
+        memset(qh, 0, LLMB_QK_K / 8);
+        uint8_t m1 = 1, m2 = 2;
+        for (int j = 0; j < LLMB_QK_K; j += 64, ql += 32, m1 <<= 2, m2 <<= 2) {
+            for (int l = 0; l < 32; l++) {
+                int l1 = L[j + l], l2 = L[j + l + 32];
+                if (l1 > 15) {
+                    l1 -= 16;
+                    qh[l] |= m1;
+                }
+                if (l2 > 15) {
+                    l2 -= 16;
+                    qh[l] |= m2;
+                }
+                ql[l] = (uint8_t)(l1 | (l2 << 4));
+            }
+        }
+    }
+}
+
+// Q6_K: the reference algorithm with make_qx_quants weighted by the importance weights themselves
+static void fit_q6_K_w(const float *x, const float *qw, int8_t *L, float *scales) {
+    for (int ib = 0; ib < LLMB_QK_K / 16; ib++)
+        scales[ib] = make_qx_quants_w(16, 32, x + 16 * ib, L + 16 * ib, qw + 16 * ib);
+}
+
+static void quant_q6_K_w(const float *x, void *vy, int64_t n, const float *qw) {
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        int8_t L[LLMB_QK_K];
+        float scales[LLMB_QK_K / 16];
+        fit_q6_K_w(x + LLMB_QK_K * i, qw + LLMB_QK_K * i, L, scales);
+        q6_K_finish(x + LLMB_QK_K * i, (llmb_block_q6_K *)vy + i, L, scales);
+    }
+}
+
+static void quant_iq4_nl_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_iq4_nl *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK; i++)
+        quant_iq4_superblock(LLMB_QK, x + LLMB_QK * i, qw + LLMB_QK * i, &y[i].d, y[i].qs, NULL, NULL);
+}
+
+static void quant_iq4_xs_w(const float *x, void *vy, int64_t n, const float *qw) {
+    llmb_block_iq4_xs *y = vy;
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++)
+        quant_iq4_superblock(LLMB_QK_K, x + LLMB_QK_K * i, qw + LLMB_QK_K * i, &y[i].d, y[i].qs, &y[i].scales_h,
+                             y[i].scales_l);
+}
+
+typedef void (*quant_row_w_fn)(const float *x, void *y, int64_t n, const float *qw);
+static const quant_row_w_fn weighted_table[LLMB_TYPE_COUNT] = {
+    [LLMB_TYPE_Q4_0] = quant_q4_0_w,   [LLMB_TYPE_Q4_1] = quant_q4_1_w, [LLMB_TYPE_Q5_0] = quant_q5_0_w,
+    [LLMB_TYPE_Q5_1] = quant_q5_1_w,   [LLMB_TYPE_Q2_K] = quant_q2_K_w, [LLMB_TYPE_Q3_K] = quant_q3_K_w,
+    [LLMB_TYPE_Q4_K] = quant_q4_K_w,   [LLMB_TYPE_Q5_K] = quant_q5_K_w, [LLMB_TYPE_Q6_K] = quant_q6_K_w,
+    [LLMB_TYPE_IQ4_NL] = quant_iq4_nl_w, [LLMB_TYPE_IQ4_XS] = quant_iq4_xs_w,
+};
 
 // ---- kernel tables, one per SIMD level ----
 
@@ -1067,6 +1496,35 @@ llmb_status llmb_quantize(int type, const float *src, void *dst, int64_t nrows, 
             continue;
         }
         from_float(x, (uint8_t *)dst + b0 * ts, nblk * bs);
+    }
+    if (nonfinite) return llmb_fail(LLMB_E_ARG, "quantize: input has NaN or Inf, which %s cannot represent", tt->name);
+    return LLMB_OK;
+}
+
+llmb_status llmb_quantize_imatrix(int type, const float *src, void *dst, int64_t nrows, int64_t ncols,
+                                  const float *imatrix, int nthreads) {
+    const llmb_type_traits *tt;
+    llmb_status s = check_args("quantize", 1, type, src, dst, nrows, ncols, nthreads, &tt);
+    if (s) return s;
+    const quant_row_w_fn fn = weighted_table[type];
+    if (!imatrix || !fn) return llmb_quantize(type, src, dst, nrows, ncols, nthreads);   // as llama.cpp: ignored
+    if (((uintptr_t)imatrix & 3) || !all_finite(imatrix, ncols))
+        return llmb_fail(LLMB_E_ARG, "quantize: the importance weights must be %lld finite, 4-byte aligned floats",
+                         (long long)ncols);
+    const int64_t row_bytes = ncols / tt->blck_size * tt->type_size;
+    const int64_t per_chunk = MAX(1, CHUNK_ELEMS / MAX(1, ncols));   // rows per task
+    const int64_t nchunks = (nrows + per_chunk - 1) / per_chunk;
+    int nonfinite = 0;
+#pragma omp parallel for schedule(dynamic) if (nrows * ncols >= PARALLEL_MIN_ELEMS) \
+    num_threads(nthreads > 0 ? nthreads : llmb_max_threads())
+    for (int64_t c = 0; c < nchunks; c++) {
+        const int64_t r0 = c * per_chunk, nr = MIN(per_chunk, nrows - r0);
+        if (!all_finite(src + r0 * ncols, nr * ncols)) {
+#pragma omp atomic write
+            nonfinite = 1;
+            continue;
+        }
+        for (int64_t r = r0; r < r0 + nr; r++) fn(src + r * ncols, (uint8_t *)dst + r * row_bytes, ncols, imatrix);
     }
     if (nonfinite) return llmb_fail(LLMB_E_ARG, "quantize: input has NaN or Inf, which %s cannot represent", tt->name);
     return LLMB_OK;

@@ -245,6 +245,12 @@ LLMB_API llmb_status llmb_dequantize(int type, const void *src, float *dst, int6
                                      int nthreads);
 LLMB_API llmb_status llmb_quantize(int type, const float *src, void *dst, int64_t nrows, int64_t ncols,
                                    int nthreads);
+// llmb_quantize with an importance matrix: imatrix[0..ncols-1] weighs each column's squared error (llama.cpp's
+// imatrix entry: the mean squared activation seen by that input), for every row, as llama.cpp's
+// quantize_<type>(..., quant_weights) does for Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL and IQ4_XS; other
+// types (and imatrix NULL) quantize as llmb_quantize. The weights must be finite (LLMB_E_ARG otherwise).
+LLMB_API llmb_status llmb_quantize_imatrix(int type, const float *src, void *dst, int64_t nrows, int64_t ncols,
+                                           const float *imatrix, int nthreads);
 
 // Internal: the K quantizers with their costly stage, the per-sub-block scale search, pluggable
 // (quants_simd.c supplies vectorized searches that give the same results as the scalar ones).

@@ -67,6 +67,27 @@ static PyObject *py_quantize(PyObject *m, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+// quantize_imatrix(x_f32, type_id, imatrix_f32, out_u8, nthreads=0): quantize with importance weights, one
+// per column of x (the last axis)
+static PyObject *py_quantize_imatrix(PyObject *m, PyObject *args) {
+    PyArrayObject *x, *w, *out;
+    int type, nthreads = 0;
+    if (!PyArg_ParseTuple(args, "O!iO!O!|i", &PyArray_Type, &x, &type, &PyArray_Type, &w, &PyArray_Type, &out,
+                          &nthreads))
+        return NULL;
+    if (check_array(x, "x", NPY_FLOAT32, -1, 0) < 0) return NULL;
+    const int64_t ncols = PyArray_NDIM(x) ? PyArray_DIM(x, PyArray_NDIM(x) - 1) : 1;
+    const int64_t nrows = ncols ? (int64_t)PyArray_SIZE(x) / ncols : 0;
+    if (check_array(w, "imatrix", NPY_FLOAT32, ncols, 0) < 0) return NULL;
+    if (check_array(out, "out", NPY_UINT8, tensor_bytes(type, nrows, ncols), 1) < 0) return NULL;
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_quantize_imatrix(type, PyArray_DATA(x), PyArray_DATA(out), nrows, ncols, PyArray_DATA(w), nthreads);
+    Py_END_ALLOW_THREADS
+    if (s) return llmb_py_raise(s, NULL);
+    Py_RETURN_NONE;
+}
+
 // quant_types() -> [(type_id, can_quantize)] for every type that can be dequantized
 static PyObject *py_quant_types(PyObject *m, PyObject *noargs) {
     PyObject *list = PyList_New(0);
@@ -88,6 +109,8 @@ static PyMethodDef quant_methods[] = {
      "dequantize(raw_u8, type_id, nrows, ncols, out_f32, nthreads=0): decode a tensor into out"},
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(x_f32, type_id, out_u8, nthreads=0): encode the rows (last axis) of x into out"},
+    {"quantize_imatrix", py_quantize_imatrix, METH_VARARGS,
+     "quantize_imatrix(x_f32, type_id, imatrix_f32, out_u8, nthreads=0): quantize weighing column j by imatrix[j]"},
     {NULL}};
 
 int llmb_py_init_quant(PyObject *m) {

@@ -110,7 +110,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         total = sum(t.n_elements for t in f.tensors.values())
     result = _convert_progress(total, lambda cb: quantize_file(args.input, args.output, args.type,
                                                                threads=args.threads, force=args.force,
-                                                               on_progress=cb))
+                                                               imatrix=args.imatrix, on_progress=cb))
     return _report_model_result(result, args.json, show_source=True)
 
 
@@ -143,11 +143,14 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     q = sub.add_parser("quantize", help="convert a GGUF model to F16, Q8_0, Q4_K_M, ...",
                        description="Convert a GGUF model to a llama.cpp quantization mix, choosing each "
                                    "tensor's type as llama.cpp's llama-quantize does. Metadata is kept.",
-                       epilog="example: llmbench quantize model-f16.gguf model-q4km.gguf --type Q4_K_M",
+                       epilog="examples:\n  llmbench quantize model-f16.gguf model-q4km.gguf --type Q4_K_M\n"
+                              "  llmbench quantize model-f16.gguf model-iq4xs.gguf --type IQ4_XS --imatrix imatrix.gguf",
                        formatter_class=raw)
     q.add_argument("input", help="source GGUF file (F32, F16, BF16 or a type llmbench can dequantize)")
     q.add_argument("output", help="destination GGUF file")
     q.add_argument("--type", required=True, type=str.upper, metavar="TYPE", help=f"one of {types}")
+    q.add_argument("--imatrix", metavar="FILE", help="llama.cpp importance matrix (llama-imatrix's GGUF or legacy "
+                   ".dat) to guide the Q2_K..Q6_K, Q4_0..Q5_1 and IQ4 quantizers, as llama-quantize --imatrix")
     q.add_argument("--threads", type=int, default=0, help="threads for the quantization kernels (0: all)")
     q.add_argument("--force", action="store_true", help="replace an existing destination")
     q.add_argument("--json", action="store_true", help="print the per-tensor result as JSON")

@@ -107,10 +107,17 @@ def dequantize(raw: np.ndarray | bytes, type: str | int, shape: int | Sequence[i
     return out
 
 
-def quantize(array: np.ndarray, type: str | int, *, nthreads: int = 0) -> np.ndarray:
+#: types whose quantizer uses importance weights (:func:`quantize`'s ``imatrix``); others ignore them
+IMATRIX_TYPES: tuple[str, ...] = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+                                  "IQ4_XS")
+
+
+def quantize(array: np.ndarray, type: str | int, *, nthreads: int = 0, imatrix: np.ndarray | None = None) -> np.ndarray:
     """Encode the rows (last axis) of ``array`` as ``type``: a new uint8 array of shape
     ``(*array.shape[:-1], row_bytes)``, as ``gguf.quants.quantize`` lays it out. Values are converted
-    to float32 first; block formats cannot hold NaN or Inf. ``nthreads`` as for :func:`dequantize`."""
+    to float32 first; block formats cannot hold NaN or Inf. ``nthreads`` as for :func:`dequantize`.
+    ``imatrix``: one finite importance weight per column (llama.cpp's importance matrix entry for the
+    tensor), used as llama.cpp's quantizer uses it by the :data:`IMATRIX_TYPES`, ignored by the others."""
     tid = _supported(type, quantize=True)
     a = np.asarray(array)
     if a.ndim == 0:
@@ -120,5 +127,13 @@ def quantize(array: np.ndarray, type: str | int, *, nthreads: int = 0) -> np.nda
     a = np.require(a, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
     _check_row(tid, a.shape[-1])
     out = np.empty((*a.shape[:-1], row_bytes(tid, a.shape[-1])), dtype=np.uint8)
-    _core.quantize(a, tid, out, nthreads)
+    if imatrix is None:
+        _core.quantize(a, tid, out, nthreads)
+        return out
+    w = np.require(np.asarray(imatrix, dtype=np.float32), np.float32, ["C_CONTIGUOUS", "ALIGNED"])
+    if w.shape != (a.shape[-1],):
+        raise ValueError(f"imatrix holds one weight per column: shape ({a.shape[-1]},), not {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("imatrix has NaN or Inf weights")
+    _core.quantize_imatrix(a, tid, w, out, nthreads)
     return out

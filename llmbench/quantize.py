@@ -193,11 +193,12 @@ def decode_rows(raw: np.ndarray, type_name: str, n: int, threads: int = 0) -> np
     return _quant().dequantize(np.ascontiguousarray(raw), type_name, (raw.shape[0], n), nthreads=threads)
 
 
-def encode_rows(x: np.ndarray, type_name: str, threads: int = 0) -> np.ndarray:
-    """The raw bytes (rows, row_bytes) of float32 rows ``x`` in ``type_name``."""
+def encode_rows(x: np.ndarray, type_name: str, threads: int = 0, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """The raw bytes (rows, row_bytes) of float32 rows ``x`` in ``type_name`` (``imatrix``: importance
+    weights, one per column, for the types whose quantizer takes them)."""
     if type_name == "F32":
         return x.view(np.uint8)
-    return _quant().quantize(x, type_name, nthreads=threads)
+    return _quant().quantize(x, type_name, nthreads=threads, imatrix=imatrix)
 
 
 def convertible_types() -> set[str]:
@@ -215,6 +216,7 @@ class TensorResult:
     type: str
     src_bytes: int
     nbytes: int
+    imatrix: bool = False     # quantized with importance weights
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,26 @@ class ModelResult:
 class _Step:
     src: TensorInfo
     dst: TensorSpec
+    weights: np.ndarray | None = None   # importance weights: (n_mat, row), n_mat matrices (experts)
+
+
+def _step_weights(t: TensorInfo, dst: str, imatrix: dict[str, np.ndarray] | None) -> np.ndarray | None:
+    """The importance weights for converting ``t`` to ``dst``, as llama.cpp matches them: by tensor name,
+    holding row * n_mat values (n_mat: the 3-D tensor's matrices); a mismatch is an error except for the
+    token embedding, which is then quantized without."""
+    if imatrix is None or dst == t.type or not is_block_type(dst):
+        return None
+    w = imatrix.get(t.name)
+    if w is None:
+        return None
+    row = t.shape[-1]
+    n_mat = t.shape[-3] if len(t.shape) >= 3 else 1
+    if w.size != row * n_mat:
+        if t.name in ("token_embd.weight", "per_layer_token_embd.weight"):
+            return None
+        raise ValueError(f"the importance matrix holds {w.size} values for {t.name}, which needs {row * n_mat} "
+                         f"({n_mat} x {row}); it was computed for another model")
+    return w.reshape(n_mat, row)
 
 
 def _layer_order(name: str) -> tuple[int, str]:
@@ -281,9 +303,11 @@ def model_shape(src: GGUFFile, has_imatrix: bool = False) -> Shape:
                  is_70b=arch == "llama" and n_layer == 80 and n_head != n_head_kv)
 
 
-def plan(src: GGUFFile, mix: str, has_imatrix: bool = False) -> list[_Step]:
-    """Each source tensor with its destination type under ``mix``; checks every conversion is possible."""
+def plan(src: GGUFFile, mix: str, imatrix: dict[str, np.ndarray] | None = None) -> list[_Step]:
+    """Each source tensor with its destination type under ``mix`` (and its importance weights when
+    ``imatrix`` is given); checks every conversion is possible."""
     m = _mix(mix)
+    has_imatrix = imatrix is not None
     if int(src.metadata.get("split.count", 1)) > 1:
         raise UnsupportedError(f"{src.path} is one part of a split model; merge the parts first "
                                "(llama-gguf-split --merge) and quantize the merged file")
@@ -301,7 +325,7 @@ def plan(src: GGUFFile, mix: str, has_imatrix: bool = False) -> list[_Step]:
             raise UnsupportedError(f"tensor {t.name!r} is {t.type}, which llmbench cannot convert "
                                    f"(it reads {', '.join(sorted(readable))}); convert it with llama.cpp's "
                                    f"llama-quantize instead, or start from an F16/F32 file")
-        steps.append(_Step(t, TensorSpec(t.name, t.shape, dst)))
+        steps.append(_Step(t, TensorSpec(t.name, t.shape, dst), _step_weights(t, dst, imatrix)))
     return steps
 
 
@@ -313,29 +337,43 @@ def _chunks(src: GGUFFile, step: _Step, threads: int) -> Iterator[tuple[Callable
     src_row = t.nbytes // rows
     raw = raw.reshape(rows, src_row)
     per = max(1, CHUNK_ELEMENTS // row)
-    for r0 in range(0, rows, per):
-        part = raw[r0:r0 + per]
-        if d.type == t.type:
-            yield (lambda p=part: p), part.shape[0] * row
-        else:
-            yield (lambda p=part: encode_rows(decode_rows(p, t.type, row, threads), d.type, threads)), \
-                part.shape[0] * row
+    w = step.weights
+    per_mat = max(1, rows // (1 if w is None else w.shape[0]))   # chunks stay inside one matrix (expert)
+    for m0 in range(0, rows, per_mat):
+        wm = None if w is None else w[m0 // per_mat]
+        for r0 in range(m0, m0 + per_mat, per):
+            part = raw[r0:min(r0 + per, m0 + per_mat)]
+            if d.type == t.type:
+                yield (lambda p=part: p), part.shape[0] * row
+            else:
+                yield (lambda p=part, wm=wm: encode_rows(decode_rows(p, t.type, row, threads), d.type, threads, wm)), \
+                    part.shape[0] * row
 
 
 def quantize_file(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[str], mix: str, *,
-                  threads: int = 0, force: bool = False,
+                  threads: int = 0, force: bool = False, imatrix: str | os.PathLike[str] | None = None,
                   on_progress: Callable[[str, int], None] | None = None) -> ModelResult:
     """Write ``dst_path``: the model at ``src_path`` converted to ``mix``. Metadata is kept (same keys
     and types) except general.file_type and general.quantization_version, set as llama.cpp does.
+    ``imatrix``: a llama.cpp importance-matrix file (GGUF or legacy .dat, see :mod:`llmbench.imatrix`)
+    whose weights guide the quantizers that use them, and llama.cpp's rules that depend on having one.
     ``on_progress(tensor_name, elements_done)`` is called after each written chunk."""
     m = _mix(mix)
+    weights = None
+    if imatrix is not None:
+        from .imatrix import load_imatrix
+
+        weights = load_imatrix(imatrix)
+        bad = [n for n, w in weights.items() if not np.all(np.isfinite(w))]
+        if bad:
+            raise ValueError(f"{imatrix}: the importance matrix has NaN or Inf values (first: {bad[0]})")
     if os.path.exists(dst_path) and not force:
         raise FileExistsError(f"{dst_path} exists; pass --force (force=True) to replace it")
     if os.path.abspath(src_path) == os.path.abspath(dst_path):
         raise ValueError("source and destination are the same file; write to a new path")
     t0 = time.perf_counter()
     with GGUFFile(src_path) as src:
-        steps = plan(src, m.name)
+        steps = plan(src, m.name, weights)
         metadata = dict(src.metadata)
         types = dict(src.metadata_types)
         metadata["general.file_type"], types["general.file_type"] = m.ftype, "uint32"
@@ -350,6 +388,6 @@ def quantize_file(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[
                     yield job, partial(notify, s.src.name, n)
 
         write_pipelined(dst_path, metadata, [s.dst for s in steps], jobs(), types=types)
-    tensors = [TensorResult(s.src.name, s.src.shape, s.src.type, s.dst.type, s.src.nbytes, s.dst.nbytes)
-               for s in steps]
+    tensors = [TensorResult(s.src.name, s.src.shape, s.src.type, s.dst.type, s.src.nbytes, s.dst.nbytes,
+                            s.weights is not None) for s in steps]
     return ModelResult(os.fspath(dst_path), m.name, tensors, time.perf_counter() - t0, os.path.getsize(dst_path))

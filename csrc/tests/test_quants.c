@@ -150,6 +150,28 @@ static void whole_tensors(void) {
         CHECK(llmb_dequantize(t, q1, y4, nrows, ncols, 4) == LLMB_OK, "%s", llmb_last_error());
         CHECK(memcmp(y1, y4, (size_t)n * 4) == 0, "%s: dequantize with 1 and 4 threads differ", type_name(t));
     }
+    // importance weights: any thread count, NULL weights and weight-blind types as llmb_quantize, NaN refused
+    float *w = malloc(ncols * 4);
+    for (int64_t j = 0; j < ncols; j++) w[j] = (float)((j * 37) % 11) + 0.25f;
+    int wtypes[] = {LLMB_TYPE_Q2_K, LLMB_TYPE_IQ4_NL, LLMB_TYPE_Q5_1};
+    for (size_t k = 0; k < 3; k++) {
+        int t = wtypes[k];
+        size_t bytes = (size_t)(n / llmb_type_traits_get(t)->blck_size * llmb_type_traits_get(t)->type_size);
+        CHECK(llmb_quantize_imatrix(t, x, q1, nrows, ncols, w, 1) == LLMB_OK, "%s", llmb_last_error());
+        CHECK(llmb_quantize_imatrix(t, x, q4, nrows, ncols, w, 4) == LLMB_OK, "%s", llmb_last_error());
+        CHECK(memcmp(q1, q4, bytes) == 0, "%s: weighted quantize with 1 and 4 threads differ", type_name(t));
+        CHECK(llmb_quantize(t, x, q4, nrows, ncols, 0) == LLMB_OK, "%s", llmb_last_error());
+        CHECK(memcmp(q1, q4, bytes) != 0, "%s: the weights changed nothing", type_name(t));
+        CHECK(llmb_quantize_imatrix(t, x, q1, nrows, ncols, NULL, 0) == LLMB_OK && memcmp(q1, q4, bytes) == 0,
+              "%s: no weights must quantize as llmb_quantize", type_name(t));
+    }
+    CHECK(llmb_quantize_imatrix(LLMB_TYPE_Q8_0, x, q1, nrows, ncols, w, 0) == LLMB_OK, "%s", llmb_last_error());
+    CHECK(llmb_quantize(LLMB_TYPE_Q8_0, x, q4, nrows, ncols, 0) == LLMB_OK && memcmp(q1, q4, (size_t)n / 32 * 34) == 0,
+          "Q8_0 ignores the weights, as llama.cpp's quantize_q8_0 does");
+    w[5] = NAN;
+    CHECK(llmb_quantize_imatrix(LLMB_TYPE_Q4_K, x, q1, nrows, ncols, w, 0) == LLMB_E_ARG &&
+              strstr(llmb_last_error(), "finite"), "NaN weights: %s", llmb_last_error());
+    free(w);
     CHECK(llmb_dequantize(LLMB_TYPE_Q4_K, q1, y1, 2, 100, 0) == LLMB_E_ARG && strstr(llmb_last_error(), "multiple"),
           "ncols not a multiple of the block size: %s", llmb_last_error());
     CHECK(llmb_dequantize(16, q1, y1, 1, 256, 0) == LLMB_E_UNSUPPORTED && strstr(llmb_last_error(), "IQ2_XXS"),
