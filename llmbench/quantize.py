@@ -13,6 +13,8 @@ llama_model_quantize on the same file): every mix gives the same tensor types, b
 for block, on stories260K, the tiny dummy preset and a 17-layer, 4-way grouped-query shape (results in
 docs/quant-types.md). Q4_1, Q5_0 and Q5_1 are uniform mixes (llama.cpp changes Q4_0 / Q5_0's ffn_down only
 with an importance matrix). Not modelled: Falcon's and mixture-of-experts models' special cases.
+With ``imatrix`` (llama.cpp's importance matrix, llmbench.imatrix) each tensor's weights go to the
+quantizers that use them (llmbench.quant.IMATRIX_TYPES), matched by name as llama-quantize matches them.
 Tensors are converted in row chunks and streamed to disk (llmbench.writer), so memory stays at a
 few chunks whatever the model size. Tested by tests/test_quantize_cmd.py.
 """
