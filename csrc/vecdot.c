@@ -1,7 +1,7 @@
 // vecdot.c — scalar reference dot products between weight rows and quantized activation rows
 // (ggml's ggml_vec_dot_*_q8_* / *_generic reference loops, operation for operation), the Q8_1
 // activation quantizer, the per-SIMD-level kernel tables and their dispatch, a reference tile
-// kernel, and a small OpenMP matrix product over row tiles. SIMD kernels live in vecdot_simd.c.
+// kernel, and a small OpenMP matrix product over row tiles. SIMD kernels live in vecdot_x86.c, vecdot_il8.c, vecdot_avx512_*.c, vecdot_bf16.c and vecdot_neon.c (vecdot_impl.h).
 // Tested by csrc/tests/test_vecdot.c (every kernel at every level against these references,
 // tiles against single dots bit for bit) and tests/test_vecdot.py (against NumPy).
 #include <assert.h>

@@ -120,7 +120,7 @@ typedef struct {
     int64_t ldy;
     int il;   // 0: plain rows; else w is interleaved in groups of `il` rows (llmb_vec_dot_repack)
     int stream;   // 1: w comes from DRAM at every step, not from the caches (llmb_weight.stream): the
-                  // one-token interleaved kernels then prefetch further ahead too (vecdot_simd.c, pf_line)
+                  // one-token interleaved kernels then prefetch further ahead too (simd_x86.h, pf_line)
 } llmb_matmul_part;
 LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq,
                                         size_t x_stride, int ntok, int nthreads);
@@ -173,6 +173,31 @@ typedef struct {
     void (*quant_x)(const float *x, void *xq, int64_t n);   // Q8_1 activations at this level (NULL: the reference)
 } llmb_vec_dot_kernels;
 
+// Which kernel runs. llmb_vec_dot_matmul (vecdot.c, matmul_share) takes, for a matrix and a token count,
+// the first of: il where the weights were repacked (any token count); small at 2..LLMB_SMALL_TOKENS
+// tokens; panel from LLMB_PANEL_MIN_TOKENS tokens; decode at one token; else tiles (dots row by row at one
+// token). What each level installs (vecdot_simd.c; every entry it leaves keeps the scalar reference, and
+// the AVX-512 level starts from the AVX2 table):
+//
+//   level (file)                       kind        types
+//   scalar (vecdot.c)                  dot, tile   all 16 weight types
+//   AVX2 (vecdot_x86.c)                dot, tile   F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K
+//                                                  Q8_K IQ4_NL IQ4_XS
+//                                      quant_x     Q4_1 Q5_1 (Q8_1 activations)
+//        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL Q4_K Q6_K
+//   AVX-512 with VNNI (vecdot_x86.c)   dot, tile   the 16 above, vpdpbusd on 256 bits (the AVX2 bits)
+//        (vecdot_avx512_k.c)           panel (16)  Q4_K Q5_K Q6_K
+//                                      il (16)     Q4_K Q6_K Q8_0
+//        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1
+//        (vecdot_avx512_float.c)       panel (8)   F32 F16 BF16
+//                                      decode      F32 F16 BF16
+//        (vecdot_avx512_decode.c)      small       Q4_K Q5_K Q6_K
+//                                      decode      Q4_K Q5_K Q6_K
+//     + AVX-512 BF16 (vecdot_bf16.c)   dot, tile, panel (8), decode   BF16_DP
+//   AVX-512 without VNNI               the AVX2 table
+//   NEON (vecdot_neon.c)               dot, tile   Q4_0 Q8_0 Q4_K Q6_K F16
+// (n): rows per panel call or per interleaved group. Every kernel of a type gives the dot's bits.
+//
 // Internal (vecdot_simd.c): overwrite the entries of `table` (indexed by weight type) that have a
 // kernel for SIMD level `lvl` on this CPU; the rest keep the scalar reference.
 void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);

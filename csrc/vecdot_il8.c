@@ -4,7 +4,7 @@
 // same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref); and Q8_0 at
 // the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q4_K and
 // Q6_K at the AVX2 level (the steps of q45_K_body and q6_K_body; the VNNI level's groups of 16 are in
-// vecdot_simd.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble looked up in the 16 values, then as
+// vecdot_avx512_k.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble looked up in the 16 values, then as
 // Q8_0: |w| against x sign(w), the reference's (d_x d_w) s per block, as iq4_nl_body).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
@@ -13,7 +13,7 @@
 // of word k of 8 rows in one vector against 4 activation bytes broadcast, so s comes exact per lane
 // (Q4_0, Q5_0 subtract 8 or 16 times the sum of the block's activations, made once per token and block),
 // then the reference's float steps, in its order, on 8 rows per instruction (no fma: -std=c11 does not
-// contract). The plain rows' kernel (vecdot_simd.c, legacy_body) does the same per row.
+// contract). The plain rows' kernel (vecdot_x86_body.h, legacy_body) does the same per row.
 //
 // Layout of a group's block (vecdot.c, interleave: word k of row r at word 8 k + r) after the recoding
 // of vecdot.c (legacy_recode): Q4_0 qs, then d as the tail; Q4_1 d m, qs; Q5_0 qh', qs, then d; Q5_1 d m,
@@ -326,9 +326,9 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
     }
 }
 
-#if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_simd.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
+#if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_avx512_k.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
 // ---- Q4_K and Q6_K at the AVX2 level: 8 rows a group, super-blocks of 256 values ----
-// Per output and super-block the steps of q45_K_body / q6_K_body (vecdot_simd.c) on 8 rows at once: the
+// Per output and super-block the steps of q45_K_body / q6_K_body (vecdot_x86_body.h) on 8 rows at once: the
 // exact integer sums, then Q4_K acc = fma(d d_x, S, acc), acc = fma(-(dmin d_x), M, acc) with S = sum_s sc_s
 // sum q x and M = sum_s min_s bsum_s; Q6_K acc = fma(d d_x, S, acc) with S = sum_s sc_s sum (q - 32) x,
 // taken as sum_s sc_s sum q x - 32 sum_s sc_s bsum_s. The values of a sub-block (Q4_K: 32, 8 vectors of 4
@@ -550,7 +550,7 @@ IL8_KERNEL(q4_0, LLMB_TYPE_Q4_0)
 IL8_KERNEL(q4_1, LLMB_TYPE_Q4_1)
 IL8_KERNEL(q5_0, LLMB_TYPE_Q5_0)
 IL8_KERNEL(q5_1, LLMB_TYPE_Q5_1)
-#if !IL_VNNI   // (the VNNI level runs Q8_0 in groups of 16: vecdot_simd.c, q8_0_il_vnni512)
+#if !IL_VNNI   // (the VNNI level runs Q8_0 in groups of 16: vecdot_avx512_k.c, q8_0_il_vnni512)
 IL8_KERNEL(q8_0, LLMB_TYPE_Q8_0)
 IL8_KERNEL(iq4_nl, LLMB_TYPE_IQ4_NL)
 #endif

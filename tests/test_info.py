@@ -88,7 +88,7 @@ def test_simd_levels_can_be_forced_down_only():
 
 def test_decode_prefetch_default_and_switch():
     # every line prefetched (and far ahead where the weights stream from DRAM) by default on Intel CPUs
-    # only (csrc/vecdot_simd.c, LINE_PF_AHEAD, FAR_PF_AHEAD); switchable at run time and by
+    # only (csrc/simd_x86.h, LINE_PF_AHEAD, FAR_PF_AHEAD); switchable at run time and by
     # LLMBENCH_PREFETCH, and a wrong name is refused
     vendor = None
     if os.path.exists("/proc/cpuinfo"):

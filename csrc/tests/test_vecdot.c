@@ -1,4 +1,4 @@
-// test_vecdot.c — the dot product kernels of csrc/vecdot_simd.c against the scalar references of
+// test_vecdot.c — the dot product kernels (csrc/vecdot_*.c: vecdot.h's table) against the scalar references of
 // csrc/vecdot.c at every SIMD level this CPU has, on random weight blocks (random bytes with finite
 // scales: every integer value occurs) and Gaussian activations quantized by the engine's own
 // quantizers, over odd block counts. Checked:
