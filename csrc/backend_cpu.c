@@ -82,9 +82,8 @@ static void cpu_destroy(llmb_backend *b) {
 // rows. With BF16 pair products (p.bf16) float matrices are
 // copied here as LLMB_TYPE_BF16_DP rows instead. The model's views stay plain (the embedding lookup
 // reads them); llmb_backend_memory counts weights once, as the bytes a forward pass reads.
-// The copies share one allocation with huge pages (llmb_alloc_stream), in the forward pass's order. Huge
-// pages measured 1.02x (llama-1b Q4_K_M tg64, 1 thread, one process alternating the two builds; AMD EPYC,
-// Zen 4) as a 2 MiB-aligned allocation per matrix, which rounds each matrix up to 2 MiB; one arena does not.
+// The copies share one allocation with huge pages (llmb_alloc_stream), in the forward pass's order: one
+// arena, not a 2 MiB-aligned allocation per matrix, which rounds each up to 2 MiB (docs/engine-measurements.md#huge-pages).
 static int to_bf16(const llmb_backend *b, const llmb_weight *w) {
     return b->p.bf16 && w->ne0 % 32 == 0 &&
            (w->type == LLMB_TYPE_F32 || w->type == LLMB_TYPE_F16 || w->type == LLMB_TYPE_BF16);
@@ -330,9 +329,7 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
 // reading, at the end of two steps in a row, sends the next steps to one thread (the same bits on any
 // thread count) for SOLO_MIN_NS; the first step after that tries all of them again, and if it waited as
 // long, the steps go back to one thread at once, for twice as long as before (at most SOLO_MAX_NS): a step
-// on contended cores with spinning waiters costs tens of milliseconds. On the 2-core Intel host the
-// engine's calling thread waited 0% of a llama-1b or llama-125m decode step on 2 threads alone (at most 6%
-// and 24% of one step in 128), and 29-60% beside two busy processes.
+// on contended cores with spinning waiters costs tens of milliseconds (docs/engine-measurements.md#contention).
 #define SOLO_MIN_NS 500000000ull
 #define SOLO_MAX_NS 8000000000ull
 uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_ns) {

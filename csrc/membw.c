@@ -5,9 +5,7 @@
 // The read kernel is the limit decode runs against, so it reads as fast as this CPU can: the widest
 // vector loads it has (a clone per level) and two streams per thread (each thread's slice read from
 // two points about half its length apart: read_two_streams), over huge pages as the engine's repacked
-// weights are (llmb_alloc_stream). On this project's 2-core host, alternated with the one-SSE2-stream
-// loop it replaced: 1 thread 29.0-31.4 GB/s against 24.0-26.7, 2 threads 44-55 against 35-43. The engine's
-// llama-1b Q8_0 decode reads 29.0 GB/s at 1 thread (benchmarks/bench_engine.py): above the old figure.
+// weights are (llmb_alloc_stream), faster than the one-SSE2-stream loop it replaced (docs/engine-measurements.md#membw).
 // The read kernel also runs over any buffer as llmb_mem_read (bench_vecdot's yardstick, the same limit).
 // Tested by tests/test_membw.py (sane, positive figures; arguments checked; llmb_mem_read's checksum).
 #include <stdlib.h>
@@ -26,8 +24,7 @@
 // XOR of the bits of p[0 .. len): two streams at once, p[0 .. d) and p[d .. len), 16 values (64 bytes) of each
 // per step, the longer one's rest after. XOR is associative, so the loops vectorize without -ffast-math and
 // are never latency-bound. The second stream starts 12 KiB short of the middle: two streams a power of two
-// apart (the middle of a 512 MiB array: 256 MiB) meet the same DRAM banks at every step, and on an AMD EPYC
-// (Zen 4) read 15.8-16.1 GB/s at 1 thread against 23.1-25.8 from 4 KiB to 2 MiB off it.
+// apart meet the same DRAM banks at every step (docs/engine-measurements.md#membw).
 READ_CLONES static uint32_t read_two_streams(const uint32_t *p, int64_t len) {
     const int64_t off = 3072, d = len / 2 > 4 * off ? len / 2 / 16 * 16 - off : len / 2, m = len - d < d ? len - d : d;
     uint32_t x[16] = {0};

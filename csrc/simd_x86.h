@@ -53,19 +53,15 @@ AVX2 INLINE __m256i nibbles_32(const uint8_t *p) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
 }
 
-// Prefetch the weight bytes `ahead` bytes past the `bytes` of a block about to be read: weight rows
-// come from DRAM exactly once per token, and the hardware prefetchers alone leave the kernels at a
-// fraction of the read bandwidth (measured by benchmarks/bench_vecdot.py). 4 KiB ahead: decode tg128
-// (2 threads, alternated) F16 125m 159 -> 183, Q4_K_M 125m 418 -> 457, llama-1b Q4_K_M 42.8 -> 47.2
-// t/s against 1 KiB; 2.5 KiB was in between and 6-8 KiB no better.
+// Prefetch the weight bytes PF_AHEAD past a block about to be read: the hardware prefetchers alone
+// leave the kernels at a fraction of the read bandwidth (docs/engine-measurements.md#pf_ahead).
 #define PF_AHEAD 4096
 AVX2 INLINE void prefetch_w(const uint8_t *blk, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)blk + PF_AHEAD + o, _MM_HINT_T0);
 }
 // The one-stream decode kernels of the AVX-512 level (interleaved Q4_K / Q6_K, F16 / BF16 / F32 rows)
-// prefetch further ahead, into L2 (one token of interleaved Q6_K further still: Q6_PF_AHEAD). Engine tg
-// alternated in one process on an AMD EPYC (Zen 4): llama-1b Q4_K_M interleaved 1.12x against the
-// current super-block into L1; llama-125m F16 1.06x (1 thread), 1.05x (2) against PF_AHEAD into L1.
+// prefetch further ahead, into L2 (one token of interleaved Q6_K further still: Q6_PF_AHEAD), which
+// beat nearer prefetches into L1 in the engine (docs/engine-measurements.md#stream_pf_ahead).
 #define STREAM_PF_AHEAD 9216
 #define STREAM_PF_HINT _MM_HINT_T1
 // the lines at p, p + 64, ... below p + bytes into L2 (every line of [p, p + bytes) where bytes is a
@@ -75,13 +71,8 @@ INLINE void prefetch_l2(const uint8_t *p, size_t bytes) {
 }
 // One token of interleaved Q4_K / Q6_K prefetches only the first line of each 4 KiB page ahead
 // (prefetch_stream): the hardware prefetchers stop at page boundaries, and this restarts them early,
-// while one prefetch per line (prefetch_l2) caps a stream near 21 GB/s on the Zen 4 host, whatever the
-// kernel (a pure read in C: 30 GB/s without prefetches, 19-24 with one per line at 1-64 KiB ahead).
-// Engine tg64 of llama-1b Q4_K_M (with the Q6_K recoding of vecdot.c, which a page-wise prefetch needs:
-// ql / qh's three interleaved streams fell to 0.55x), alternated in one process, against one prefetch per
-// line: 1 thread 1.31x, 1.05x, 0.99x, 1.12x (the host's phases differ); 2 threads 1.16x, 1.10x. A page of
-// 2 KiB measured 1.05x and 1.01x, 8 KiB 0.95x against 4 KiB. Batched decode (2 to 12 tokens) computes
-// more per line and keeps prefetch_l2: page-wise, 4 tokens ran 0.63-0.73x; F16 rows page-wise 0.89x.
+// where one prefetch per line capped a stream on AMD; batched decode computes more per line and keeps
+// prefetch_l2 (docs/engine-measurements.md#stream_pf_page).
 #define STREAM_PF_PAGE 4096
 INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of [p, p + bytes) at page starts
     const uintptr_t a = ((uintptr_t)p + STREAM_PF_PAGE - 1) & ~(uintptr_t)(STREAM_PF_PAGE - 1);
@@ -89,27 +80,12 @@ INLINE void prefetch_stream(const uint8_t *p, size_t bytes) {   // the lines of 
 }
 // With LLMB_PREFETCH_LINES or _FAR (llmb_prefetch_mode; _FAR is the default on Intel CPUs), one token of
 // interleaved Q4_K / Q6_K also prefetches every line it reads LINE_PF_AHEAD bytes ahead into L1, one prefetch
-// beside each load (a burst of a super-block's prefetches at once gained nothing). On the Intel Xeon host (2
-// cores, 17 GB/s read at 1 thread) the page-wise prefetch alone left the kernels at 72-78% of the read
-// bandwidth: the L2 streamer falls behind a kernel that computes between loads (a C loop of the Q4_K body's
-// and / andnot / vpdpbusd over 1 GiB: 10.4 GB/s page-wise, 14.4-15.0 every line 4-9 KiB ahead into L2, 16 with
-// no compute). Alternated in one process (benchmarks/ab_builds.py, 300 copies of the weights, 1 thread), B/A:
-// Q4_K 2048x2048 / 2048x8192 1.12x / 1.11x (page-wise kept at STREAM_PF_AHEAD; every line alone into L1
-// 1.04-1.08x, into L2 at 4-32 KiB 0.98-1.08x); Q6_K 1.10x / 1.07x; llama-1b Q4_K_M tg64 1.10x at 1 thread,
-// 1.13x at 2. On the AMD EPYC (Zen 4) host one prefetch per line capped a stream near 21 GB/s (above), so
-// elsewhere the page-wise prefetch stays alone; llmb_prefetch_set switches it for A/B runs.
+// beside each load: on Intel the L2 streamer falls behind a kernel that computes between loads, on AMD a
+// prefetch per line caps the stream (docs/engine-measurements.md#line_pf_ahead); llmb_prefetch_set switches it for A/B runs.
 #define LINE_PF_AHEAD 4096
 // Where the weights stream from DRAM (llmb_matmul_part.stream: the model's matrices outweigh the last-level
-// cache), each line is also prefetched FAR_PF_AHEAD ahead into L2 (lines = 2): the L1 prefetches alone
-// left the kernels at 73-88% of the read bandwidth (benchmarks/bench_vecdot.py, 1 and 2 threads), the
-// L2's own streamer not far enough ahead of them. Engine tg64 of llama-1b Q4_K_M alternated in one process
-// (benchmarks/ab_builds.py) on the Intel Xeon host, B/A: 1.11x, 1.11x and 1.13x at 2 threads, 1.10x at 1;
-// 8, 24 and 32 KiB ahead measured as 16 (1.005, 0.997, 0.995). The kernels alone (bench_vecdot.py, 8192 x
-// 2048) then read at 0.92 / 0.86 (Q4_K / Q6_K) of the read bandwidth on 2 threads, 0.92 / 0.94 on 1; the
-// engine's decode (bench_engine.py) at 81-87% on 2 threads, 88-90% on 1.
-// From the caches the second prefetch is only cost: llama-125m Q4_K_M (in the L3) tg128 0.95x at 1 and 2
-// threads. A plain read with the same prefetch (two streams a thread) gained 0-2%: the read bandwidth
-// stays the limit.
+// cache), each line is also prefetched FAR_PF_AHEAD ahead into L2 (lines = 2): the L1 prefetches alone left
+// the kernels short of the read bandwidth, and from the caches it only costs (docs/engine-measurements.md#far_pf_ahead).
 #define FAR_PF_AHEAD 16384
 INLINE void pf_line(const void *p, const int lines) {
     _mm_prefetch((const char *)p + LINE_PF_AHEAD, _MM_HINT_T0);

@@ -658,11 +658,7 @@ void llmb_vec_dot_unpack(int wtype, int64_t n, const void *src, int64_t nrows, i
 
 // Tokens per pass of a thread over its row panels: LLMB_PANEL_TOKENS, doubled (up to 4x) while their
 // activations stay within LLMB_PANEL_X_BYTES (L2): every pass decodes the rows again and reads the
-// weights again from L3 or DRAM. Kernel GOP/s, 1 thread, 512 tokens, two alternated A/B runs (64 vs
-// 128, then 128 vs 256 tokens): Q4_K 2048x2048 294 -> 316, 317 -> 332; 8192x2048 253 -> 314, 323 -> 339
-// (x of 256 tokens of 2048 values: 600 KB). Float activations of 768 values stay at 128 tokens: 256
-// (768 KB) measured the same (llama-125m F16 pp512, both builds in one process, 12 rounds: 0.995 at 2
-// threads, 0.986 at 1).
+// weights again from L3 or DRAM (docs/engine-measurements.md#panel-tokens).
 static int panel_tokens(size_t x_stride) {
     int tb = LLMB_PANEL_TOKENS;
     while (tb < 4 * LLMB_PANEL_TOKENS && x_stride * (size_t)(2 * tb) <= LLMB_PANEL_X_BYTES) tb *= 2;
@@ -712,10 +708,8 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
         return;
     }
     // Without a decode kernel, long float rows at one token run 4x1 tiles: the float activations
-    // (4 bytes a value against the weight's 2) are then loaded once for 4 rows; from DRAM, 1 thread,
-    // F16: n=8192 14.2 -> 22.4 GB/s, n=3072 13.3 -> 15.1, but n=768 14.8 -> 11.2 (short rows: 4
-    // streams cost more than x loads). Quantized rows stay one stream (their tiles measured slower at
-    // every n).
+    // (4 bytes a value against the weight's 2) are then loaded once for 4 rows, faster from n = 2048;
+    // quantized rows stay one stream (docs/engine-measurements.md#float-tiles).
     const int float_w = llmb_vec_dot_type(wtype) == LLMB_TYPE_F32 && n >= 2048;
     const int64_t n_tiles = (nrows + LLMB_TILE_MAX_R - 1) / LLMB_TILE_MAX_R;
     const int64_t t_lo = n_tiles * id / nt, t_hi = n_tiles * (id + 1) / nt;

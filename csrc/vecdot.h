@@ -52,9 +52,7 @@ extern "C" {
 #define LLMB_PANEL_R 4      // weight rows per panel call unless the kernel sets panel_r (float: 8; Q4_K/Q5_K/Q6_K: 16)
 #define LLMB_PANEL_TOKENS 64   // tokens per panel call: their activations stay in L2 while the rows are reused
 #define LLMB_PANEL_X_BYTES (768 * 1024)   // up to 4x as many while their activations take at most this
-// Fewest tokens for panels: decoding 4 rows per call costs more than it saves below (batched decode,
-// llama-125m Q4_K_M, 2 threads, ms/step tiles vs panels: 2 tokens 9.7 vs 10.7, 3: 11.9 vs 12.0,
-// 4: 13.9 vs 12.9, 6: 18.9 vs 16.1)
+// Fewest tokens for panels: decoding 4 rows per call costs more than it saves below (docs/engine-measurements.md#panel-min-tokens)
 #define LLMB_PANEL_MIN_TOKENS 3
 // Most tokens of the small-batch kernel (batched decode): every weight row streams once per call and
 // each of its decoded super-blocks serves all the tokens; used from 2 tokens where the level has one

@@ -157,9 +157,8 @@ INLINE VNNI512 void q6k_small_body(const int type, int64_t nsb, const uint8_t *w
 }
 
 // nr rows (any) x nc tokens (2..LLMB_SMALL_TOKENS): at 2 tokens groups of G2 rows then single rows,
-// from 3 tokens single rows (measured: Q4_K 2048x768, 1 thread, 4 tokens, rows one by one 0.82x the
-// time of pairs of rows; 2 tokens, groups of 4 0.96x pairs). The tokens' d per super-block gathered
-// once per call (dxt, lane g*nc + c).
+// from 3 tokens single rows (docs/engine-measurements.md#small-batches). The tokens' d per super-block gathered once per call
+// (dxt, lane g*nc + c).
 #define SMALL_MAX_SB 256   // super-blocks per row (n <= 65536); longer rows run tiles
 #define SMALL_G(body, G, NC)                                                                                         \
     for (; r + G <= nr; r += G) body(type, nb, w + r * ws, ws, x, xs, dxt, y + r, ldy, G, NC);
@@ -195,14 +194,11 @@ SMALL_KERNEL(q5_K, q45k_small_body, LLMB_TYPE_Q5_K, 4)
 SMALL_KERNEL(q6_K, q6k_small_body, LLMB_TYPE_Q6_K, 2)
 
 // ---- one-token decode over many rows (AVX-512 VNNI, 512-bit integer parts; Q4_K, Q5_K, Q6_K) ----
-// At one thread the 256-bit dots run row after row, not the memory, bounded decode (Q4_K ~22 GB/s
-// from L2 or DRAM alike). Here a super-block's exact integers S (and M) take about half the
-// instructions (scales unpacked in vector registers, nibbles by a broadcast load and a variable shift),
-// 8 or 16 super-blocks share one horizontal reduction, and up to 8 rows' float chains run side by
-// side. S and M are exact, the fmas the body's, so the same bits as the dot (test_vecdot: one-token
-// matmul against the dot, every level and thread count). Matrix-vector GB/s from DRAM, 1 thread
-// (256 MB pool, 2 alternated runs, medians of 60+ calls): Q4_K 2048x2048 21.3 -> 24.5, 2048x768
-// 20.0 -> 22.7; Q6_K 2048x8192 26.7 -> 33.1, 32000x2048 26.2 -> 32.1.
+// At one thread the 256-bit dots run row after row, not the memory, bounded decode. Here a super-block's
+// exact integers S (and M) take about half the instructions (scales unpacked in vector registers, nibbles
+// by a broadcast load and a variable shift), 8 or 16 super-blocks share one horizontal reduction, and up to
+// 8 rows' float chains run side by side. S and M are exact, the fmas the body's, so the same bits as the dot
+// (test_vecdot: one-token matmul against the dot, every level and thread count; docs/engine-measurements.md#k-decode).
 
 // k4_scales_mins without leaving the vector unit: the 12 packed bytes b of a Q4_K/Q5_K super-block
 // (16 loaded from p, 4 past them unused) to the 8 6-bit scales then the 8 6-bit mins, as int16 lanes:

@@ -141,10 +141,7 @@ FL_PANEL(bf16, LLMB_TYPE_BF16)
 
 // One token of F32 / F16 / BF16 weights, row after row: float_body's operations for a 1 x 1 tile,
 // with its two 8-float accumulators (elements 16k .. 16k+7 and 16k+8 .. 16k+15) as the low and high
-// halves of one 512-bit accumulator, so the same bits as the dot in half the instructions. Matrix-
-// vector GB/s from DRAM (1 thread, 256 MB pool, 3 alternated runs): F16 768 x 2048 (the 4x1 tiles
-// before) 17-19 -> 25-31, 2048 x 768 (the dot before) 25-30 -> 28-31. Four rows side by side (four
-// fma chains; 1.4-1.9x faster from L2) read slower from DRAM at n = 768 whatever their prefetch.
+// halves of one 512-bit accumulator, so the same bits as the dot in half the instructions (docs/engine-measurements.md#float-decode).
 INLINE VNNI512 __m512 load_w16(const int type, const uint8_t *p) {
     switch (type) {
     case LLMB_TYPE_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));

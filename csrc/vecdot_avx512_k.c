@@ -24,7 +24,7 @@
 // 32 * 31 * 128 in magnitude, so its scale is applied with a 32-bit multiply (vpmulld), exact. Q4_K
 // keeps its 4-bit values packed (split per use); Q5_K's are decoded to bytes with their fifth bit.
 #define K_PANEL_R 16   // rows per Q4_K / Q5_K / Q6_K panel call (one row per 32-bit lane)
-#define K_PANEL_NC 5   // tokens per Q4_K / Q5_K register tile (kernel GOP/s, 1 thread, 512 tokens: 3/4/5/6 tokens 0.89/0.96/1/0.70)
+#define K_PANEL_NC 5   // tokens per Q4_K / Q5_K register tile (the fastest of 3 to 6: docs/engine-measurements.md#register-tiles)
 
 typedef struct {
     __m512i sc[8];   // lane r: scale of sub-block s of row r (int32)
@@ -235,13 +235,8 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, K_PANEL_NC, Q5_K_BODY)
 // From one token to LLMB_SMALL_TOKENS a thread's whole range of groups is one call; each group is read
 // from memory once, by its first token tile, which prefetches STREAM_PF_AHEAD bytes ahead into L2 (all 36
 // lines of each super-block; one token, q4i_sb1, only each page's first: prefetch_stream, and with
-// LLMB_PREFETCH_LINES every line LINE_PF_AHEAD ahead into L1: pf_line). Against the
-// plain layout's kernels on an AMD EPYC (Zen 4), 1 thread (benchmarks/bench_vecdot.py, 2048 x 8192 from
-// DRAM, one run: 19.3 against 10.4 GB/s, 0.87 of the read bandwidth against 0.46; 2 threads 0.91 against
-// 0.64; one process alternating the two on 2048 x 2048 and 8192 x 2048 weights: 2 tokens 2.1-2.8x, 8
-// tokens 1.7-2.0x, 512 tokens 1.00-1.06x GOP/s). The prefetch into L1 of the current super-block measured
-// best in the kernel alone, and into L1 at 2.3-18 KiB ahead slower still, but in the engine
-// STREAM_PF_AHEAD into L2 won (above).
+// LLMB_PREFETCH_LINES every line LINE_PF_AHEAD ahead into L1: pf_line). Against the plain layout it
+// reads nearer the read bandwidth at few tokens, the same GOP/s at 512 (docs/engine-measurements.md#interleaved-q4_k).
 #define IL16_G 16   // rows per interleaved group of Q4_K and Q6_K (llmb_vec_dot_interleave at this level)
 #define IL_SB (IL16_G * sizeof(llmb_block_q4_K))   // bytes of one super-block of a group
 
@@ -257,8 +252,7 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, K_PANEL_NC, Q5_K_BODY)
 // chains. The high nibbles are multiplied in place (p & 0xF0 = 16 x the value; products and sums stay
 // exact in int32) and each sub-block's sum is shifted back once (arithmetic, exact: a multiple of 16),
 // one operation per 8 vectors instead of one per vector; each sub-block sums its 8 vectors in two
-// chains of 4. Engine tg64 of llama-1b Q4_K_M at 1 thread, alternated in one process against q45r_sb
-// (both with prefetch_stream): 1.08x, 1.18x (AMD EPYC, Zen 4).
+// chains of 4 (docs/engine-measurements.md#q4i_sb1).
 INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, const int lines, __m512 acc) {
     if (lines)
         for (int k = 0; k < 4; k++) pf_line(v + k, lines);
@@ -288,14 +282,8 @@ INLINE VNNI512 __m512 q4i_sb1(const __m512i *v, const llmb_block_q8_K *xb, const
 // One token over the group at ga and, where gb is not NULL, the group at gb, super-block by super-block
 // (q4i_sb1); pf: 0 no prefetch (the group in cache), 1 page-wise (prefetch_stream), 2 every line too,
 // 3 every line far ahead as well (pf_line).
-// Each group's sums are the same alone or paired; a pair reads two memory streams at once. With one stream
-// per thread the kernels stayed below the read bandwidth, whose probe reads two (membw.c); on the Intel
-// Xeon host a C loop of the Q4_K body's work with one prefetch per line over 1 GiB read 13.1-13.8 GB/s as
-// one stream, 15.2 as two (1 thread), 20.3-26.9 against 28.6-29.8 on 2 threads. Alternated in one process
-// (benchmarks/ab_builds.py, 300 copies), B/A: Q4_K 2048x2048 / 2048x8192 1.05x / 1.03x on 1 thread, 1.05x /
-// 1.04x on 2 (four streams against two: 0.97x / 0.98x on 1 thread, 0.98x / 1.01x on 2); llama-1b Q4_K_M
-// tg64 1.03x on 1 thread, 1.02x on 2. Q6_K 2048x2048 / 8192x2048 (q6i_one) 1.03x / 1.01x on 1 thread,
-// 1.09x / 1.02x on 2, and tg64 1.01x / 1.00x more.
+// Each group's sums are the same alone or paired; a pair reads two memory streams at once, which the
+// read bandwidth needs: its probe reads two (membw.c; docs/engine-measurements.md#q4i_one).
 INLINE VNNI512 void q4i_one(const uint8_t *ga, const uint8_t *gb, int64_t nsb, const uint8_t *x, float *ya,
                             float *yb, const int pf) {
     __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
@@ -374,7 +362,7 @@ VNNI512 static void q4_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
 // Q6_K panels: the same 16 rows in lanes. Per sub-block s of 16 values T_s = sum q x (q = 0..63, before
 // the minus 32; vpdpbusd, |T_s| <= 16 * 63 * 128), then S = sum_s sc_s T_s - 32 sum_s sc_s bsum_s, the
 // exact integer of q6_K_body, and fma(d dx, S, acc) per token.
-#define Q6R_NC 6   // tokens per Q6_K panel tile (kernel GOP/s, 1 thread, 512 tokens: 4/5/6 tokens 0.95/0.98/1)
+#define Q6R_NC 6   // tokens per Q6_K panel tile (the fastest of 4, 5, 6: docs/engine-measurements.md#register-tiles)
 
 typedef struct {
     __m512i q[64];   // vector g, lane r: values 4g .. 4g + 3 of row r (0..63)
@@ -487,17 +475,11 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // with more token tiles than one, all its super-blocks are decoded once into a panel's table first (as
 // K_PANEL does; rows too long for it decode again per tile), else each super-block is decoded and run at
 // once; one token (q6i_sb1) runs each 4 values as they are unpacked, nothing stored. Q6_K's unpacking
-// costs more than Q4_K's, so the gain is smaller: 1 token, 1 thread, one process alternating plain and
-// interleaved, GB/s, 2048 x 8192 from cache 20-22 -> 23-25, from DRAM 14-16 -> 17-18 (2048 x 2048 even);
-// engine tg64 of llama-1b Q4_K_M (42% of its bytes Q6_K, the tied output among them) 1.06x at 1 thread,
-// 0.99x at 2.
+// costs more than Q4_K's, so the layout gains less than Q4_K's does (docs/engine-measurements.md#interleaved-q6_k).
 #define IL6_SB (52 * 64)   // bytes of one super-block's words in a group
-// One token prefetches further ahead than STREAM_PF_AHEAD: since q6i_sb1 keeps its 16 sums in registers
-// (both halves unrolled; rolled, they lived on the stack) it runs 1.13x faster from memory in the kernel
-// alone, but in the engine at 9 KiB ahead it lost (llama-1b Q4_K_M tg64, 1 thread, alternated in one
-// process: 0.88x); 32 KiB ahead 1.04x, 64 KiB 1.06x against the rolled kernel at 9 KiB (AMD EPYC, Zen 4).
-// Now page-wise (prefetch_stream), 32 KiB measured the same as 64 (1.00x); with LLMB_PREFETCH_LINES every line
-// LINE_PF_AHEAD ahead into L1 too (pf_line).
+// One token prefetches further ahead than STREAM_PF_AHEAD, page-wise (prefetch_stream), and with
+// LLMB_PREFETCH_LINES every line LINE_PF_AHEAD ahead into L1 too (pf_line): nearer lost in the engine
+// (docs/engine-measurements.md#q6_pf_ahead).
 #define Q6_PF_AHEAD 65536
 
 // lane r: row r's d of super-block i of the group at g (the halves past the group's words)
@@ -600,9 +582,8 @@ INLINE VNNI512 void q6i_one(const uint8_t *ga, const uint8_t *gb, int64_t nsb, c
     if (gb) _mm512_storeu_ps(yb, b);
 }
 
-// The d of the group after the one at g (past that group's words), where no prefetch of the stream reaches.
-// Their loads missed the caches (9-12% of this kernel's samples in the engine: perf, llama-1b Q4_K_M tg);
-// prefetched a group ahead, tg64 1.08x (1 thread, alternated in one process; AMD EPYC, Zen 4)
+// The d of the group after the one at g (past that group's words), where no prefetch of the stream reaches:
+// their loads missed the caches (docs/engine-measurements.md#q6i_prefetch_next_d)
 INLINE void q6i_prefetch_next_d(const uint8_t *g, size_t ws, int64_t nsb) {
     prefetch_l2(g + IL16_G * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);
 }
@@ -677,18 +658,12 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
 #define Q8I_BLK (Q8I_G * LLMB_QK)       // bytes of a block of a group
 #define Q8I_NC 6                        // tokens per register tile
 // One token runs 4 groups side by side (4 streams) and prefetches the first line of each page 32 KiB
-// ahead (prefetch_stream). Engine tg of llama-1b Q8_0 / llama-125m Q8_0, alternated in one process
-// against the plain rows' dot of 348d14e (AMD EPYC, Zen 4, 1 thread): one group, every line 32 KiB ahead
-// 0.83x / 0.99-1.04x; one group page-wise 32 KiB 0.95x / -; 2 groups page-wise 0.96-0.99x; 4 groups
-// page-wise 32 KiB 1.07x, 1.16x / 1.06x (2 threads 1.05x / 1.08x), 16 KiB 1.13x / 1.04x, every line
-// 32 KiB 1.09x / 1.12x (2 threads 1.11x / 0.99x). One group with no prefetch 0.88x, into L1 0.80-0.83x.
+// ahead (prefetch_stream): the best of the layouts and distances tried (docs/engine-measurements.md#q8i_pf_ahead).
 #define Q8I_PF_AHEAD 32768
 #define Q8I_NG1 4   // groups side by side at one token
 // Weights streaming from DRAM under LLMB_PREFETCH_FAR (llmb_prefetch_mode; the default on Intel CPUs) run
 // one token 2 groups side by side and prefetch every line as the Q4_K / Q6_K kernels do (pf_line: 4 KiB
-// ahead into L1, 16 KiB into L2), besides the page-wise prefetch. Engine tg32 of llama-1b Q8_0 alternated
-// in one process (benchmarks/ab_builds.py) on the Intel Xeon host, B/A: 1.05x at 1 thread, 1.06x at 2
-// (4 groups with every line: 1.05x; every line into L2 alone: 0.96x).
+// ahead into L1, 16 KiB into L2), besides the page-wise prefetch (docs/engine-measurements.md#q8i_ng1_far).
 #define Q8I_NG1_FAR 2
 #ifndef LLMB_Q8I_TOKS   // (token, block) entries of the q8i_tok table on the stack (the C tests: 256, so that
 #define LLMB_Q8I_TOKS (128 * 1024 / 8)   // their rows and tokens run several chunks and ranges)

@@ -12,16 +12,13 @@
 // chunk by chunk with the sums kept in memory in between (the chain resumes where it stopped).
 #define BFD __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512bf16")))
 #define BD_R 8                          // rows per panel call and per decode pass
-// values per panel chunk (the C tests: 1024, so that rows run in several). Whole rows measured best: a
-// 2048 x 8192 matrix, 512 tokens, 1 thread, against the F16 panel in one process: chunks of 1024 1.37 /
-// 1.46x, 2048 1.60 / 1.67x, 4096 1.82 / 1.90x, 8192 2.01 / 2.10x (the rows stay in L2)
+// values per panel chunk (the C tests: 1024, so that rows run in several); whole rows measured best (docs/engine-measurements.md#bf16-panels)
 #ifndef LLMB_BD_K
 #define LLMB_BD_K 16384
 #endif
 #define BD_K LLMB_BD_K
 #define BD_TOK (4 * LLMB_PANEL_TOKENS)  // tokens per pass over the chunks (the sums of a pass: BD_R x BD_TOK)
-// tokens per register tile of 4 rows: 16 chains, 8 loads per 16 vdpbf16ps (an L1-resident loop of
-// them: 4 rows x 4 tokens 99.8 GMAC/s, 8 x 2 76.7, 6 x 4 90.7, 8 x 3 81.3)
+// tokens per register tile of 4 rows: 16 chains, 8 loads per 16 vdpbf16ps (docs/engine-measurements.md#bf16-panels)
 #define BD_TC 4
 
 // acc[c * NR + r] += the pairs of values k0 .. k0 + kc of row rows[r] and token c
@@ -90,9 +87,7 @@ BFD static void bf16dp_tile_bf(int64_t n, const void *vw, size_t ws, int nr, con
 #undef BD_CASE
 
 // one token, any number of rows: row after row, one sequential stream left to the hardware prefetchers,
-// 16 rows' sums summed by one hsum16_ps. llama-125m F16@bf16 tg (1 thread, one process alternating
-// builds): rows side by side (8 chains, 8 streams) 61 t/s where F16 ran 117; two rows side by side 0.92x
-// of one; one line prefetched STREAM_PF_AHEAD ahead per 32 values (as float_decode_row does) 0.75x.
+// 16 rows' sums summed by one hsum16_ps (docs/engine-measurements.md#bf16-decode).
 BFD INLINE __m512 bd_decode_row(int64_t n, const uint8_t *w, const uint8_t *x) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 32) {

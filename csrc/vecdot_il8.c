@@ -24,7 +24,7 @@
 // Prefill decodes up to IL8_DEC blocks of a group into unpacked bytes once and runs the call's tokens
 // over them IL8_NC at a time; up to IL8_NC tokens (decode, small batches) decode each block in registers
 // as they go, and so does Q8_0 at every token count (its 16 decoded vectors a block, loaded back for
-// every token, made the kernel load-bound: 54 against 112 GOP/s, 1 thread, 1536 x 576, 512 tokens).
+// every token, made the kernel load-bound: docs/engine-measurements.md#il8).
 // Tested by csrc/tests/test_vecdot.c (check_interleaved, and every level against the reference bit for bit).
 #ifndef LLMB_IL8_BODY
 #include <string.h>
@@ -36,7 +36,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define IL8_G 8     // rows per group
-#define IL8_NC 4    // tokens a register tile (Q4_1 1536 x 576 x 512, 1 thread: 2 151, 3 169, 4 172 GOP/s)
+#define IL8_NC 4    // tokens a register tile (the fastest of 2 to 4: docs/engine-measurements.md#il8)
 #define IL8_DEC 64  // blocks of a group decoded at a time for prefill (64 x 320 bytes: L1)
 #ifndef LLMB_IL8_TOKS   // (token, block) entries of the Q4_0 / Q5_0 activation sums on the stack (the C tests:
 #define LLMB_IL8_TOKS 4096   // 64, so that tokens and blocks run several chunks)
@@ -46,7 +46,7 @@
 _Static_assert(LLMB_IL8_TOKS >= IL8_DEC, "a chunk of the activation sums holds at least one token");
 
 // An empty asm on v: GCC's reassociation would otherwise turn each token's chain of 8 adds into a tree
-// whose maddubs results, all live at once, spill to the stack (Q4_1 prefill 133 against 173 GOP/s)
+// whose maddubs results, all live at once, spill to the stack (docs/engine-measurements.md#il8)
 #define IL8_KEEP(v) __asm__("" : "+x"(v))
 
 // RUN(NC) for a tile of the `left` tokens still to run (at most IL8_NC), NC a constant in every branch
