@@ -1,5 +1,7 @@
 // quants_simd.c — SIMD versions of the row kernels in quants.c: AVX2 (+F16C) and AVX-512 on
-// x86-64, NEON on AArch64; on AVX2 also the K-quant scale searches, which dominate K quantization. Each is compiled for its level with a function target attribute (no
+// x86-64, NEON on AArch64; on AVX2 also the K-quant scale searches, which dominate K quantization. The x86
+// dequantizers and F16 conversions are one body (quants_simd_body.h) compiled for AVX2 and for AVX-512.
+// Each is compiled for its level with a function target attribute (no
 // per-file -m flags, so one build runs on any CPU) and installed into the kernel table of that
 // level by llmb_quant_simd_install; quants.c picks the table of the active level at run time.
 // Every kernel gives bit-identical results to its scalar reference in quants.c: the same float
@@ -56,44 +58,6 @@ AVX2 static inline __m256 round_away_ps(__m256 v) {
 
 // ---- AVX2 kernels ----
 
-AVX2 static void dequant_f16_avx2(const void *vx, float *y, int64_t n) {
-    const llmb_half *x = vx;
-    const __m128i abs_mask = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm_loadu_si128((const __m128i *)(x + i));
-        if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, abs_mask), inf))) {   // a NaN: keep its payload
-            for (int k = 0; k < 8; k++) y[i + k] = llmb_fp16_to_fp32(x[i + k]);
-            continue;
-        }
-        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
-    }
-    for (; i < n; i++) y[i] = llmb_fp16_to_fp32(x[i]);
-}
-
-AVX2 static void quant_f16_avx2(const float *x, void *vy, int64_t n) {
-    llmb_half *y = vy;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {   // a NaN: keep its payload like NumPy
-            for (int k = 0; k < 8; k++) y[i + k] = llmb_fp32_to_fp16(x[i + k]);
-            continue;
-        }
-        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    for (; i < n; i++) y[i] = llmb_fp32_to_fp16(x[i]);
-}
-
-AVX2 static void dequant_q8_0_avx2(const void *vx, float *y, int64_t n) {
-    const llmb_block_q8_0 *x = vx;
-    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
-        const __m256 d = _mm256_set1_ps(llmb_fp16_to_fp32(x[i].d));
-        for (int j = 0; j < LLMB_QK; j += 8)
-            _mm256_storeu_ps(y + j, _mm256_mul_ps(i8x8_ps(_mm_loadl_epi64((const __m128i *)(x[i].qs + j))), d));
-    }
-}
-
 // 32 floats as ggml's 8-bit blocks quantize them: d = max|x| / 127, q = round(x / d) (halves away from
 // zero) into qs; returns d, and the sum of the q in *sum
 AVX2 static inline float quant_block_q8_avx2(const float *x, int8_t *qs, int *sum) {
@@ -133,48 +97,6 @@ AVX2 void llmb_quant_q8_1_avx2(const float *x, void *vy, int64_t n) {
     }
 }
 
-AVX2 static void dequant_q4_0_avx2(const void *vx, float *y, int64_t n) {
-    const llmb_block_q4_0 *x = vx;
-    const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
-        const __m256 d = _mm256_set1_ps(llmb_fp16_to_fp32(x[i].d));
-        const __m128i q = _mm_loadu_si128((const __m128i *)x[i].qs);
-        const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), eight);
-        const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight);
-        _mm256_storeu_ps(y + 0, _mm256_mul_ps(i8x8_ps(lo), d));
-        _mm256_storeu_ps(y + 8, _mm256_mul_ps(i8x8_ps(_mm_srli_si128(lo, 8)), d));
-        _mm256_storeu_ps(y + 16, _mm256_mul_ps(i8x8_ps(hi), d));
-        _mm256_storeu_ps(y + 24, _mm256_mul_ps(i8x8_ps(_mm_srli_si128(hi, 8)), d));
-    }
-}
-
-// y[0..15] = d*q - m for 16 unsigned bytes q
-AVX2 static inline void affine16_avx2(float *y, __m128i q, __m256 d, __m256 m) {
-    _mm256_storeu_ps(y + 0, _mm256_sub_ps(_mm256_mul_ps(d, u8x8_ps(q)), m));
-    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(d, u8x8_ps(_mm_srli_si128(q, 8))), m));
-}
-
-AVX2 static void dequant_q4_K_avx2(const void *vx, float *y, int64_t n) {
-    const llmb_block_q4_K *x = vx;
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
-        const float d = llmb_fp16_to_fp32(x[i].d), min = llmb_fp16_to_fp32(x[i].dmin);
-        const uint8_t *q = x[i].qs;
-        for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
-            uint8_t sc, m;
-            llmb_get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
-            const __m256 d1 = _mm256_set1_ps(d * sc), m1 = _mm256_set1_ps(min * m);
-            llmb_get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            const __m256 d2 = _mm256_set1_ps(d * sc), m2 = _mm256_set1_ps(min * m);
-            for (int h = 0; h < 32; h += 16) {
-                const __m128i v = _mm_loadu_si128((const __m128i *)(q + h));
-                affine16_avx2(y + h, _mm_and_si128(v, m4), d1, m1);
-                affine16_avx2(y + 32 + h, _mm_and_si128(_mm_srli_epi16(v, 4), m4), d2, m2);
-            }
-        }
-    }
-}
-
 // the 128 six-bit values (minus 32) of half a Q6_K super-block, in output order (plain AVX2, so
 // the AVX-512 kernel can inline it too)
 __attribute__((target("avx2"))) static inline void unpack_q6_K_avx2(const uint8_t *ql, const uint8_t *qh, int8_t q[128]) {
@@ -191,22 +113,6 @@ __attribute__((target("avx2"))) static inline void unpack_q6_K_avx2(const uint8_
     _mm256_storeu_si256((__m256i *)(q + 32), _mm256_sub_epi8(q2, off));
     _mm256_storeu_si256((__m256i *)(q + 64), _mm256_sub_epi8(q3, off));
     _mm256_storeu_si256((__m256i *)(q + 96), _mm256_sub_epi8(q4, off));
-}
-
-AVX2 static void dequant_q6_K_avx2(const void *vx, float *y, int64_t n) {
-    const llmb_block_q6_K *x = vx;
-    int8_t q[128];
-    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
-        const float d = llmb_fp16_to_fp32(x[i].d);
-        for (int half = 0; half < 2; half++, y += 128) {
-            unpack_q6_K_avx2(x[i].ql + 64 * half, x[i].qh + 32 * half, q);
-            const int8_t *sc = x[i].scales + 8 * half;
-            for (int o = 0; o < 128; o += 8) {
-                const __m256 ds = _mm256_set1_ps(d * sc[o / 16]);
-                _mm256_storeu_ps(y + o, _mm256_mul_ps(ds, i8x8_ps(_mm_loadl_epi64((const __m128i *)(q + o)))));
-            }
-        }
-    }
 }
 
 AVX2 static void quant_q8_K_avx2(const float *x, void *vy, int64_t n) {
@@ -379,96 +285,69 @@ AVX2 static void fit_q6_K_avx2(const float *x, int8_t *L, float *scales) {
 
 AVX2 static void quant_q6_K_avx2(const float *x, void *y, int64_t n) { llmb_quant_q6_K_with(x, y, n, fit_q6_K_avx2); }
 
-// ---- AVX-512 kernels (16 lanes: one Q6_K sub-block, half a Q8_0 block) ----
+// ---- the row conversions of quants_simd_body.h, 16 values at a time ----
 
-AVX512 static inline __m512 i8x16_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
-AVX512 static inline __m512 u8x16_ps(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
-
-AVX512 static void dequant_f16_avx512(const void *vx, float *y, int64_t n) {
-    const llmb_half *x = vx;
-    const __m256i abs_mask = _mm256_set1_epi16(0x7fff), inf = _mm256_set1_epi16(0x7c00);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256i h = _mm256_loadu_si256((const __m256i *)(x + i));
-        if (_mm256_cmpgt_epi16_mask(_mm256_and_si256(h, abs_mask), inf)) {   // a NaN: keep its payload
-            for (int k = 0; k < 16; k++) y[i + k] = llmb_fp16_to_fp32(x[i + k]);
-            continue;
-        }
-        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(h));
-    }
-    for (; i < n; i++) y[i] = llmb_fp16_to_fp32(x[i]);
+// AVX2: two halves of 8
+AVX2 static inline int f16_in16_avx2(const llmb_half *x, float *y) {
+    const __m128i abs_mask = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
+    const __m128i a = _mm_loadu_si128((const __m128i *)x), b = _mm_loadu_si128((const __m128i *)(x + 8));
+    if (_mm_movemask_epi8(_mm_or_si128(_mm_cmpgt_epi16(_mm_and_si128(a, abs_mask), inf),
+                                       _mm_cmpgt_epi16(_mm_and_si128(b, abs_mask), inf))))
+        return 0;
+    _mm256_storeu_ps(y, _mm256_cvtph_ps(a));
+    _mm256_storeu_ps(y + 8, _mm256_cvtph_ps(b));
+    return 1;
+}
+AVX2 static inline int f16_out16_avx2(const float *x, llmb_half *y) {
+    const __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + 8);
+    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q), _mm256_cmp_ps(b, b, _CMP_UNORD_Q))))
+        return 0;
+    _mm_storeu_si128((__m128i *)y, _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128((__m128i *)(y + 8), _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return 1;
+}
+AVX2 static inline void scale16_avx2(float *y, __m128i q, float d) {
+    const __m256 vd = _mm256_set1_ps(d);
+    _mm256_storeu_ps(y, _mm256_mul_ps(i8x8_ps(q), vd));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(i8x8_ps(_mm_srli_si128(q, 8)), vd));
+}
+AVX2 static inline void affine16_avx2(float *y, __m128i q, float d, float m) {
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    _mm256_storeu_ps(y, _mm256_sub_ps(_mm256_mul_ps(vd, u8x8_ps(q)), vm));
+    _mm256_storeu_ps(y + 8, _mm256_sub_ps(_mm256_mul_ps(vd, u8x8_ps(_mm_srli_si128(q, 8))), vm));
 }
 
-AVX512 static void quant_f16_avx512(const float *x, void *vy, int64_t n) {
-    llmb_half *y = vy;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) {   // a NaN: keep its payload like NumPy
-            for (int k = 0; k < 16; k++) y[i + k] = llmb_fp32_to_fp16(x[i + k]);
-            continue;
-        }
-        _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    for (; i < n; i++) y[i] = llmb_fp32_to_fp16(x[i]);
+// AVX-512: one vector of 16
+AVX512 static inline int f16_in16_avx512(const llmb_half *x, float *y) {
+    const __m256i h = _mm256_loadu_si256((const __m256i *)x);
+    if (_mm256_cmpgt_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7c00))) return 0;
+    _mm512_storeu_ps(y, _mm512_cvtph_ps(h));
+    return 1;
+}
+AVX512 static inline int f16_out16_avx512(const float *x, llmb_half *y) {
+    const __m512 v = _mm512_loadu_ps(x);
+    if (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q)) return 0;
+    _mm256_storeu_si256((__m256i *)y, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return 1;
+}
+AVX512 static inline void scale16_avx512(float *y, __m128i q, float d) {
+    _mm512_storeu_ps(y, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(d)));
+}
+AVX512 static inline void affine16_avx512(float *y, __m128i q, float d, float m) {
+    _mm512_storeu_ps(y, _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q))),
+                                      _mm512_set1_ps(m)));
 }
 
-AVX512 static void dequant_q8_0_avx512(const void *vx, float *y, int64_t n) {
-    const llmb_block_q8_0 *x = vx;
-    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
-        const __m512 d = _mm512_set1_ps(llmb_fp16_to_fp32(x[i].d));
-        _mm512_storeu_ps(y + 0, _mm512_mul_ps(i8x16_ps(_mm_loadu_si128((const __m128i *)x[i].qs)), d));
-        _mm512_storeu_ps(y + 16, _mm512_mul_ps(i8x16_ps(_mm_loadu_si128((const __m128i *)(x[i].qs + 16))), d));
-    }
-}
-
-AVX512 static void dequant_q4_0_avx512(const void *vx, float *y, int64_t n) {
-    const llmb_block_q4_0 *x = vx;
-    const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    for (int64_t i = 0; i < n / LLMB_QK; i++, y += LLMB_QK) {
-        const __m512 d = _mm512_set1_ps(llmb_fp16_to_fp32(x[i].d));
-        const __m128i q = _mm_loadu_si128((const __m128i *)x[i].qs);
-        _mm512_storeu_ps(y + 0, _mm512_mul_ps(i8x16_ps(_mm_sub_epi8(_mm_and_si128(q, m4), eight)), d));
-        _mm512_storeu_ps(y + 16, _mm512_mul_ps(i8x16_ps(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), eight)), d));
-    }
-}
-
-AVX512 static void dequant_q4_K_avx512(const void *vx, float *y, int64_t n) {
-    const llmb_block_q4_K *x = vx;
-    const __m128i m4 = _mm_set1_epi8(0x0F);
-    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
-        const float d = llmb_fp16_to_fp32(x[i].d), min = llmb_fp16_to_fp32(x[i].dmin);
-        const uint8_t *q = x[i].qs;
-        for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
-            uint8_t sc, m;
-            llmb_get_scale_min_k4(is + 0, x[i].scales, &sc, &m);
-            const __m512 d1 = _mm512_set1_ps(d * sc), m1 = _mm512_set1_ps(min * m);
-            llmb_get_scale_min_k4(is + 1, x[i].scales, &sc, &m);
-            const __m512 d2 = _mm512_set1_ps(d * sc), m2 = _mm512_set1_ps(min * m);
-            for (int h = 0; h < 32; h += 16) {
-                const __m128i v = _mm_loadu_si128((const __m128i *)(q + h));
-                _mm512_storeu_ps(y + h, _mm512_sub_ps(_mm512_mul_ps(d1, u8x16_ps(_mm_and_si128(v, m4))), m1));
-                _mm512_storeu_ps(y + 32 + h,
-                                 _mm512_sub_ps(_mm512_mul_ps(d2, u8x16_ps(_mm_and_si128(_mm_srli_epi16(v, 4), m4))), m2));
-            }
-        }
-    }
-}
-
-AVX512 static void dequant_q6_K_avx512(const void *vx, float *y, int64_t n) {
-    const llmb_block_q6_K *x = vx;
-    int8_t q[128];
-    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
-        const float d = llmb_fp16_to_fp32(x[i].d);
-        for (int half = 0; half < 2; half++, y += 128) {
-            unpack_q6_K_avx2(x[i].ql + 64 * half, x[i].qh + 32 * half, q);
-            const int8_t *sc = x[i].scales + 8 * half;
-            for (int o = 0; o < 128; o += 16)
-                _mm512_storeu_ps(y + o, _mm512_mul_ps(_mm512_set1_ps(d * sc[o / 16]),
-                                                      i8x16_ps(_mm_loadu_si128((const __m128i *)(q + o)))));
-        }
-    }
-}
+#define QT AVX2
+#define QV(f) f##_avx2
+#include "quants_simd_body.h"
+#undef QT
+#undef QV
+#define QT AVX512
+#define QV(f) f##_avx512
+#include "quants_simd_body.h"
+#undef QT
+#undef QV
 #endif // x86-64
 
 // ================================ AArch64 ================================
