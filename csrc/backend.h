@@ -97,7 +97,7 @@ typedef struct {
     double capture_ms;            // time spent capturing graphs
     int kernels_per_step;         // kernels one decode step launches (0: unknown)
     uint64_t solo_steps;          // CPU: steps run on one thread of several while the cores were contended
-    int step_threads;             // CPU: the threads of the last step (0: the engine's)
+    int host_threads;             // host threads the last step ran on, which its sampling may use (0: the engine's)
     uint64_t prof_ns[LLMB_PROF_N];              // with profile: the last step's ns per LLMB_PROF_* kind (engine.h)
     uint64_t prof_type_ns[LLMB_PROF_TYPES];     // and its products' ns by weight type
 } llmb_backend_times;
@@ -124,14 +124,5 @@ typedef struct {
 // loads (backend_cuda.c; NULL and LLMB_E_BACKEND with the reason otherwise).
 const llmb_backend_ops *llmb_backend_cpu(void);
 const llmb_backend_ops *llmb_backend_cuda(void);
-
-// The CPU backend's contention rule (csrc/backend_cpu.c), after a step on several threads where the
-// calling thread waited delay_ns of the last wall_ns for a CPU: how long the next steps run on one thread
-// (0: not at all). s starts zeroed: the steps in a row over the limit, and the last such time.
-typedef struct {
-    int stalled;
-    uint64_t solo_ns;
-} llmb_cpu_load;
-uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_ns);
 
 #endif

@@ -9,17 +9,20 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <fcntl.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 #include "backend.h"
+#include "cpu_contention.h"
 #include "internal.h"
 #include "ops.h"
 #include "quants.h"
 #include "vecdot.h"
+
+// A layer as the forward pass reads it: the model's norms and biases, and its matrices as the products take
+// them (the model's views, or the backend's repacked copies: llmb_cpu_weight)
+typedef struct {
+    const llmb_layer *m;
+    llmb_cpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+} cpu_layer;
 
 struct llmb_backend {
     const llmb_model *model;      // borrowed from the engine
@@ -37,18 +40,13 @@ struct llmb_backend {
     double *rope_f;               // (head_dim / 2) RoPE inverse frequencies (llmb_rope_freqs)
     llmb_matmul_ctx mm;
     // the matrices as the forward pass reads them: the model's views, or the backend's repacked copies
-    llmb_layer *layers;
-    llmb_weight output;
+    cpu_layer *layers;
+    llmb_cpu_weight output;
     uint8_t *packed;              // the repacked copies, one after another (llmb_alloc_stream), or NULL
     int64_t weights_delta;        // bytes a forward pass reads beyond the file's weights (BF16 copies of F32)
     size_t scratch_bytes;
     llmb_backend_times times;
-    // contention (cpu_forward): steps run on one thread until solo_until (llmb_now_ns); the calling
-    // thread's scheduler statistics (sched_fd, opened by thread sched_tid; -1 none yet, -2 none to read)
-    // gave run_delay ns waiting for a CPU at llmb_now_ns() = delay_at (0: no reading since a one-thread step)
-    uint64_t solo_until, run_delay, delay_at;
-    llmb_cpu_load load;
-    int sched_fd, sched_tid;
+    llmb_cpu_monitor cores;       // steps drop to one thread while the cores are contended
 };
 
 static void *xcalloc(size_t n, size_t sz, int *oom) {
@@ -67,9 +65,7 @@ static void cpu_destroy(llmb_backend *b) {
     free(b->kv);
     free(b->packed);
     free(b->layers);
-#if defined(__linux__)
-    if (b->sched_fd >= 0) close(b->sched_fd);
-#endif
+    llmb_cpu_monitor_close(&b->cores);
     free(b);
 }
 
@@ -96,7 +92,8 @@ static size_t repacked_bytes(const llmb_backend *b, const llmb_weight *w) {
     return ((size_t)w->ne1 * w->row_bytes + 63) / 64 * 64;
 }
 
-static void repack(llmb_backend *b, llmb_weight *w, size_t *at) {
+static void repack(llmb_backend *b, llmb_cpu_weight *cw, size_t *at) {
+    llmb_weight *w = &cw->w;
     const size_t bytes = repacked_bytes(b, w);
     if (!bytes) return;
     if (to_bf16(b, w)) {
@@ -111,7 +108,7 @@ static void repack(llmb_backend *b, llmb_weight *w, size_t *at) {
     const int G = llmb_vec_dot_interleave(w->type);
     llmb_vec_dot_repack(w->type, w->ne0, w->data, w->ne1, G, b->packed + *at);
     w->data = b->packed + *at;
-    w->il = G;
+    cw->il = G;
     *at += bytes;
 }
 
@@ -122,19 +119,23 @@ static int repack_model(llmb_backend *b, const llmb_model *m) {
     const int n_layer = m->cfg.n_layer;
     b->layers = malloc((size_t)(n_layer ? n_layer : 1) * sizeof *b->layers);
     if (!b->layers) return 0;
-    memcpy(b->layers, m->layers, (size_t)n_layer * sizeof *b->layers);
-    b->output = m->output;
+    for (int l = 0; l < n_layer; l++) {
+        const llmb_layer *L = &m->layers[l];
+        b->layers[l] = (cpu_layer){.m = L, .wq = {.w = L->wq}, .wk = {.w = L->wk}, .wv = {.w = L->wv}, .wo = {.w = L->wo},
+                                   .w_gate = {.w = L->w_gate}, .w_up = {.w = L->w_up}, .w_down = {.w = L->w_down}};
+    }
+    b->output = (llmb_cpu_weight){.w = m->output};
     // a step reads every matrix once (read bytes); where they outweigh the last-level cache they come from
-    // DRAM at every step, and the copies' decode kernels prefetch further ahead (llmb_weight.stream)
-    size_t total = repacked_bytes(b, &b->output), read = (size_t)b->output.ne1 * b->output.row_bytes, at = 0;
+    // DRAM at every step, and the copies' decode kernels prefetch further ahead (llmb_cpu_weight.stream)
+    size_t total = repacked_bytes(b, &b->output.w), read = (size_t)b->output.w.ne1 * b->output.w.row_bytes, at = 0;
     for (int l = 0; l < n_layer; l++)
-        for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++)
-            total += repacked_bytes(b, *w), read += (size_t)(*w)->ne1 * (*w)->row_bytes;
+        for (llmb_cpu_weight **w = (llmb_cpu_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++)
+            total += repacked_bytes(b, &(*w)->w), read += (size_t)(*w)->w.ne1 * (*w)->w.row_bytes;
     if (!total) return 1;
     if (!(b->packed = llmb_alloc_stream(total))) return 0;
     const int stream = !llmb_cache_holds(read);
     for (int l = 0; l < n_layer; l++)
-        for (llmb_weight **w = (llmb_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++)
+        for (llmb_cpu_weight **w = (llmb_cpu_weight *[])LAYER_WEIGHTS(&b->layers[l]); *w; w++)
             (*w)->stream = stream, repack(b, *w, &at);
     b->output.stream = stream;
     repack(b, &b->output, &at);
@@ -155,7 +156,7 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
     if (!b) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
     b->model = m;
     b->p = *p;
-    b->sched_fd = -1;
+    llmb_cpu_monitor_init(&b->cores, p->n_threads);
     const int n = p->max_batch_tokens, nt = p->n_threads;
     const int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_head_kv * c->head_dim;
     int oom = 0;
@@ -321,77 +322,6 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
         for (int64_t d = 0; d < dim; d++) y[i * dim + d] += bias[d];
 }
 
-// Threads that meet after every matrix product (OpenMP regions, whose waiters spin GOMP_SPINCOUNT rounds
-// before they sleep) lose nothing while the engine has the cores to itself. When other processes want
-// them, a thread waits for one that the OS took off its core (a scheduler slice, milliseconds), and a
-// spinning waiter holds the core its partner needs. Linux counts the time a thread was ready to run but
-// waited for a CPU (run_delay, /proc/thread-self/schedstat): over a tenth of the time since the last
-// reading, at the end of two steps in a row, sends the next steps to one thread (the same bits on any
-// thread count) for SOLO_MIN_NS; the first step after that tries all of them again, and if it waited as
-// long, the steps go back to one thread at once, for twice as long as before (at most SOLO_MAX_NS): a step
-// on contended cores with spinning waiters costs tens of milliseconds (docs/engine-measurements.md#contention).
-#define SOLO_MIN_NS 500000000ull
-#define SOLO_MAX_NS 8000000000ull
-uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_ns) {
-    if (delay_ns * 10 <= wall_ns) {
-        s->stalled = 0, s->solo_ns = 0;
-        return 0;
-    }
-    if (!s->stalled++) return 0;
-    s->solo_ns = s->solo_ns ? (s->solo_ns * 2 < SOLO_MAX_NS ? s->solo_ns * 2 : SOLO_MAX_NS) : SOLO_MIN_NS;
-    return s->solo_ns;
-}
-
-// This thread's run_delay in ns (0 where the OS does not tell it: then no step runs alone)
-static uint64_t run_delay(llmb_backend *b) {
-#if defined(__linux__)
-    if (b->sched_fd == -2) return 0;
-    const int tid = (int)syscall(SYS_gettid);
-    if (b->sched_fd < 0 || tid != b->sched_tid) {   // a reading of another thread's statistics is no use
-        if (b->sched_fd >= 0) close(b->sched_fd);
-        b->sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC), b->sched_tid = tid;
-        if (b->sched_fd < 0) {
-            b->sched_fd = -2;
-            return 0;
-        }
-    }
-    char buf[96];
-    const ssize_t n = pread(b->sched_fd, buf, sizeof buf - 1, 0);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    char *end;
-    strtoull(buf, &end, 10);   // time on a CPU, then time waiting for one
-    return strtoull(end, NULL, 10);
-#else
-    (void)b;
-    return 0;
-#endif
-}
-
-// Before a step: its threads
-static int step_threads(llmb_backend *b, uint64_t t0) {
-    if (b->p.n_threads == 1) return 1;
-    if (t0 < b->solo_until) {
-        b->delay_at = 0;
-        return 1;
-    }
-    if (!b->delay_at) b->run_delay = run_delay(b), b->delay_at = t0;
-    return b->p.n_threads;
-}
-
-// After a step that ended at t1: count a step on one thread of several, or judge the cores
-static void contention(llmb_backend *b, uint64_t t1) {
-    if (b->p.n_threads == 1) return;
-    if (b->mm.nthreads == 1) {
-        b->times.solo_steps++;
-        return;
-    }
-    const uint64_t d = run_delay(b), wait = d > b->run_delay ? d - b->run_delay : 0, wall = t1 - b->delay_at;
-    b->run_delay = d, b->delay_at = t1;
-    const uint64_t solo = llmb_cpu_contended(&b->load, wait, wall);
-    if (solo) b->solo_until = t1 + solo;
-}
-
 // Per-token steps (embedding, norms, RoPE and the KV stores, SwiGLU, residual adds) run on the
 // engine's threads once a batch holds PAR_VALUES activations (below, waking the threads costs more than
 // the step, and the loop runs here outside any OpenMP region: LLMB_PAR_FOR): each token's operations are
@@ -431,7 +361,7 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     const llmb_quant_traits *eq = llmb_quant_traits_get(m->tok_embd.type);
     llmb_matmul_ctx *mm = &b->mm;
     // this step's threads: one while the cores are contended (below)
-    b->mm.nthreads = b->times.step_threads = step_threads(b, t0);
+    b->mm.nthreads = b->times.host_threads = llmb_cpu_monitor_threads(&b->cores, t0);
     if (b->p.profile) {   // the kinds of this step alone
         memset(b->times.prof_ns, 0, sizeof b->times.prof_ns);
         memset(b->times.prof_type_ns, 0, sizeof b->times.prof_type_ns);
@@ -442,16 +372,16 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         llmb_rope_table(b->cs + i * hd, hd, bt->pos[i], c->rope_scale, b->rope_f, m->rope_freqs);
     }));
     for (int l = 0; l < c->n_layer; l++) {
-        const llmb_layer *L = &b->layers[l];
+        const cpu_layer *L = &b->layers[l];
         // ---- attention ----
-        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->attn_norm, dim,
+        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->attn_norm, dim,
                                                            c->norm_eps)));
-        PRODUCT(llmb_matmul_n(mm, 3, (const llmb_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
+        PRODUCT(llmb_matmul_n(mm, 3, (const llmb_cpu_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
                               (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim}));
         TIMED(LLMB_PROF_ELEMENTWISE, {
-            add_bias(b->q, L->bq, n, q_dim);
-            add_bias(b->k, L->bk, n, kv_dim);
-            add_bias(b->v, L->bv, n, kv_dim);
+            add_bias(b->q, L->m->bq, n, q_dim);
+            add_bias(b->k, L->m->bk, n, kv_dim);
+            add_bias(b->v, L->m->bv, n, kv_dim);
         });
         TIMED(LLMB_PROF_ROPE_KV, PER_TOKEN(i, n, {
             llmb_rope(b->q + i * q_dim, c->n_head, hd, b->cs + i * hd, c->rope_neox);
@@ -464,9 +394,9 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         PRODUCT(llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->xn, dim));
         TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]));
         // ---- feed-forward ----
-        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->ffn_norm, dim,
+        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->ffn_norm, dim,
                                                            c->norm_eps)));
-        PRODUCT(llmb_matmul_n(mm, 2, (const llmb_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n,
+        PRODUCT(llmb_matmul_n(mm, 2, (const llmb_cpu_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n,
                               (float *[]){b->gate, b->up}, (int64_t[]){ff, ff}));
         TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff)));
         PRODUCT(llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->xn, dim));
@@ -479,7 +409,8 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     const uint64_t t1 = llmb_now_ns();
     b->times.forward_ms = (double)(t1 - t0) / 1e6;
     b->times.steps++;
-    contention(b, t1);
+    llmb_cpu_monitor_step(&b->cores, b->mm.nthreads, t1);
+    b->times.solo_steps = b->cores.solo_steps;
     return LLMB_OK;
 }
 

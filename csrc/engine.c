@@ -851,7 +851,7 @@ llmb_status llmb_engine_step(llmb_engine *e, int *busy) {
     e->stats.prefill_tokens += (uint64_t)n_prefill;
     e->stats.decode_tokens += (uint64_t)(n - n_prefill);
     e->stats.steps++;
-    llmb_status s = process_logits(e, n, bt.step_threads ? bt.step_threads : e->p.n_threads);
+    llmb_status s = process_logits(e, n, bt.host_threads ? bt.host_threads : e->p.n_threads);
     e->stats.sample_ns += llmb_now_ns() - t2;
     *busy = e->n_running > 0 || e->n_waiting > 0;
     return s;

@@ -12,10 +12,6 @@ typedef struct {
     int64_t ne0;       // elements per row (the contiguous dimension)
     int64_t ne1;       // rows
     size_t row_bytes;
-    int il;            // 0: plain rows; else interleaved in groups of il rows (llmb_vec_dot_repack: the CPU
-                       // backend's repacked copies; the model's own views are always plain)
-    int stream;        // 1: read from DRAM at every decode step (the CPU backend's copies, where the model's
-                       // matrices outweigh the last-level cache: llmb_cache_holds); prefetching only
 } llmb_weight;
 
 typedef struct {

@@ -61,15 +61,15 @@ static void matmul_float(llmb_matmul_ctx *c, const llmb_weight *w, const float *
 
 // llmb_matmul_n with *have: the activation type c->xq holds for this input x (-1: none yet), so x is
 // quantized once per type however the products are split.
-static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
+static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_cpu_weight *const *ws, const float *x, int64_t ldx, int n_tok,
                      float *const *ys, const int64_t *ldys, int *have) {
     assert(count >= 1 && count <= LLMB_MATMUL_MAX_N);
-    const int vt = llmb_vec_dot_type(ws[0]->type);
+    const int vt = llmb_vec_dot_type(ws[0]->w.type);
     double work = 0;
     int same = 1;
     for (int i = 0; i < count; i++) {
-        work += (double)ws[i]->ne0 * (double)ws[i]->ne1 * n_tok;
-        same &= llmb_vec_dot_type(ws[i]->type) == vt && ws[i]->ne0 == ws[0]->ne0;
+        work += (double)ws[i]->w.ne0 * (double)ws[i]->w.ne1 * n_tok;
+        same &= llmb_vec_dot_type(ws[i]->w.type) == vt && ws[i]->w.ne0 == ws[0]->w.ne0;
     }
     // Too little work to pay for waking the other threads (and for waiting on them when the
     // machine is busy): run it here.
@@ -77,9 +77,9 @@ static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws
     if (c->float_act && vt != LLMB_TYPE_F32) {
         for (int i = 0; i < count; i++) {
             const uint64_t t0 = c->prof_type ? llmb_now_ns() : 0;
-            matmul_float(c, ws[i], x, ldx, n_tok, ys[i], ldys[i], nthreads);
-            if (c->prof_type && ws[i]->type >= 0 && ws[i]->type < c->prof_types)
-                c->prof_type[ws[i]->type] += llmb_now_ns() - t0;
+            matmul_float(c, &ws[i]->w, x, ldx, n_tok, ys[i], ldys[i], nthreads);
+            if (c->prof_type && ws[i]->w.type >= 0 && ws[i]->w.type < c->prof_types)
+                c->prof_type[ws[i]->w.type] += llmb_now_ns() - t0;
         }
         return;
     }
@@ -93,7 +93,7 @@ static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws
     if (vt != LLMB_TYPE_F32) {
         if (*have != vt) {   // row by row: the same bytes on any thread
             LLMB_PAR_FOR(nthreads > 1 && n_tok >= 16, nthreads, t, n_tok,
-                         llmb_vec_dot_quantize_x(ws[0]->type, x + t * ldx, c->xq + (size_t)t * c->row_cap, ws[0]->ne0));
+                         llmb_vec_dot_quantize_x(ws[0]->w.type, x + t * ldx, c->xq + (size_t)t * c->row_cap, ws[0]->w.ne0));
             *have = vt;
         }
         xq = c->xq;
@@ -106,26 +106,26 @@ static void matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws
     }
     llmb_matmul_part parts[LLMB_MATMUL_MAX_N];
     for (int i = 0; i < count; i++)
-        parts[i] = (llmb_matmul_part){ws[i]->type, ws[i]->data, ws[i]->row_bytes, ws[i]->ne1, ys[i], ldys[i], ws[i]->il,
+        parts[i] = (llmb_matmul_part){ws[i]->w.type, ws[i]->w.data, ws[i]->w.row_bytes, ws[i]->w.ne1, ys[i], ldys[i], ws[i]->il,
                                       ws[i]->stream};
-    llmb_vec_dot_matmul_parts(ws[0]->ne0, parts, count, xq, x_stride, n_tok, nthreads);
+    llmb_vec_dot_matmul_parts(ws[0]->w.ne0, parts, count, xq, x_stride, n_tok, nthreads);
     if (c->prof_type) {   // a fused product's time split over its matrices by their sizes (same ne0: rows)
         const double ns = (double)(llmb_now_ns() - t0);
         double rows = 0;
-        for (int i = 0; i < count; i++) rows += (double)ws[i]->ne1;
+        for (int i = 0; i < count; i++) rows += (double)ws[i]->w.ne1;
         for (int i = 0; i < count; i++)
-            if (ws[i]->type >= 0 && ws[i]->type < c->prof_types)
-                c->prof_type[ws[i]->type] += (uint64_t)(ns * (double)ws[i]->ne1 / rows + 0.5);
+            if (ws[i]->w.type >= 0 && ws[i]->w.type < c->prof_types)
+                c->prof_type[ws[i]->w.type] += (uint64_t)(ns * (double)ws[i]->w.ne1 / rows + 0.5);
     }
 }
 
-void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
+void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_cpu_weight *const *ws, const float *x, int64_t ldx, int n_tok,
                    float *const *ys, const int64_t *ldys) {
     int have = -1;
     matmul_n(c, count, ws, x, ldx, n_tok, ys, ldys, &have);
 }
 
-void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
+void llmb_matmul(llmb_matmul_ctx *c, const llmb_cpu_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
                  int64_t ldy) {
     llmb_matmul_n(c, 1, &w, x, ldx, n_tok, &y, &ldy);
 }

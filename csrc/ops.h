@@ -21,21 +21,30 @@ typedef struct {
 
 #define LLMB_MATMUL_TILE 16  // weight rows dequantized together in float_act mode
 
+// A matrix as the CPU backend's products read it: the model's view (model.h), or the backend's repacked
+// copy of it, with the layout and the prefetching the kernels take it in (llmb_matmul_part).
+typedef struct {
+    llmb_weight w;     // the rows: type, shape, data (the copy's, where repacked)
+    int il;            // 0: plain rows; else interleaved in groups of il rows (llmb_vec_dot_repack)
+    int stream;        // 1: read from DRAM at every decode step (the model's matrices outweigh the
+                       // last-level cache: llmb_cache_holds); prefetching only
+} llmb_cpu_weight;
+
 // Bytes of one quantized activation row for any matrix of the model (the row_cap to allocate).
 size_t llmb_matmul_row_cap(const llmb_model *m);
 
-// y[t * ldy + r] = dot(row r of w, x[t * ldx ...]) for t < n_tok, r < w->ne1, with the integer
+// y[t * ldy + r] = dot(row r of w, x[t * ldx ...]) for t < n_tok, r < w->w.ne1, with the integer
 // (or float) dot products of csrc/vecdot.h, or in float_act mode float dot products against
 // dequantized weight rows (no activation rounding: slower, closer to the float model). Each output comes from the same operation sequence
 // however many tokens share the call (batch invariance).
-void llmb_matmul(llmb_matmul_ctx *c, const llmb_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
+void llmb_matmul(llmb_matmul_ctx *c, const llmb_cpu_weight *w, const float *x, int64_t ldx, int n_tok, float *y,
                  int64_t ldy);
 // The products of `count` <= LLMB_MATMUL_MAX_N matrices with the same input (Q, K and V; gate and up):
 // ys[i] as llmb_matmul(c, ws[i], x, ldx, n_tok, ys[i], ldys[i]) gives it, bit for bit, with the input
 // quantized once per activation type, in one parallel region where the weights share a vec_dot_type
 // (one wake-up of the threads, not count).
 #define LLMB_MATMUL_MAX_N 4
-void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_weight *const *ws, const float *x, int64_t ldx, int n_tok,
+void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_cpu_weight *const *ws, const float *x, int64_t ldx, int n_tok,
                    float *const *ys, const int64_t *ldys);
 
 // Fixed-order float32 dot product (8 interleaved partial sums, combined in a fixed tree).

@@ -117,7 +117,7 @@ typedef struct {
     float *y;
     int64_t ldy;
     int il;   // 0: plain rows; else w is interleaved in groups of `il` rows (llmb_vec_dot_repack)
-    int stream;   // 1: w comes from DRAM at every step, not from the caches (llmb_weight.stream): the
+    int stream;   // 1: w comes from DRAM at every step, not from the caches (llmb_cpu_weight.stream): the
                   // one-token interleaved kernels then prefetch further ahead too (simd_x86.h, pf_line)
 } llmb_matmul_part;
 LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq,

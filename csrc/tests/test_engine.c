@@ -14,6 +14,7 @@ int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile
 #endif
 
 #include "../backend.h"
+#include "../cpu_contention.h"
 #include "../engine.h"
 #include "../model.h"
 #include "../quants.h"

@@ -331,7 +331,7 @@ static void check_parts(void) {
         w[i] = malloc(wsz[i] * rows3[i]);
         random_weights(types3[i], w[i], n * rows3[i]);
         y1[i] = malloc(sizeof(float) * rows3[i] * PT), y2[i] = malloc(sizeof(float) * rows3[i] * PT);
-        parts[i] = (llmb_matmul_part){types3[i], w[i], wsz[i], rows3[i], y2[i], rows3[i], 0};
+        parts[i] = (llmb_matmul_part){types3[i], w[i], wsz[i], rows3[i], y2[i], rows3[i], .il = 0, .stream = 0};
     }
     for (int nt = 1; nt <= 2; nt++)
         for (int ntok = 1; ntok <= PT; ntok += PT - 1) {
@@ -362,15 +362,15 @@ static void check_matmul_n(void) {
     random_x(x, n * PT);
     for (int set = 0; set < 2; set++) {
         const int count = set ? 3 : 4, *types_ = set ? one : mixed;
-        llmb_weight w[4];
-        const llmb_weight *wp[4];
+        llmb_cpu_weight w[4];
+        const llmb_cpu_weight *wp[4];
         int64_t ld[4];
         for (int i = 0; i < count; i++) {
             const llmb_type_traits *tt = llmb_type_traits_get(types_[i]);
             const size_t rb = (size_t)(n / tt->blck_size * tt->type_size);
             wd[i] = malloc(rb * rows[i]);
             random_weights(types_[i], wd[i], n * rows[i]);
-            w[i] = (llmb_weight){wd[i], types_[i], n, rows[i], rb, 0};
+            w[i] = (llmb_cpu_weight){.w = {wd[i], types_[i], n, rows[i], rb}};
             wp[i] = &w[i];
             ld[i] = rows[i] + 2;   // strided outputs
             y1[i] = malloc(sizeof(float) * ld[i] * PT), y2[i] = malloc(sizeof(float) * ld[i] * PT);
@@ -382,7 +382,7 @@ static void check_matmul_n(void) {
                     for (int t = 0; t < ntok; t++)
                         llmb_vec_dot_quantize_x(types_[i], x + t * n, xq + t * c.row_cap, n);
                     memset(y1[i], 0, sizeof(float) * ld[i] * PT), memset(y2[i], 0, sizeof(float) * ld[i] * PT);
-                    llmb_vec_dot_matmul(types_[i], n, wd[i], w[i].row_bytes, rows[i], xq, c.row_cap, ntok, y1[i], ld[i], nt);
+                    llmb_vec_dot_matmul(types_[i], n, wd[i], w[i].w.row_bytes, rows[i], xq, c.row_cap, ntok, y1[i], ld[i], nt);
                 }
                 llmb_matmul_n(&c, count, wp, x, n, ntok, y2, ld);
                 for (int i = 0; i < count; i++)

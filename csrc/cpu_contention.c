@@ -1,0 +1,94 @@
+// cpu_contention.c — the CPU backend's steps drop to one thread while other processes want the cores
+// (cpu_contention.h). Tested by csrc/tests/test_engine.c (the rule) and tests/test_engine.py (a step's
+// threads and the solo-step count through the engine).
+#include <stdlib.h>
+#if defined(__linux__)
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "cpu_contention.h"
+
+// Threads that meet after every matrix product (OpenMP regions, whose waiters spin GOMP_SPINCOUNT rounds
+// before they sleep) lose nothing while the engine has the cores to itself. When other processes want
+// them, a thread waits for one that the OS took off its core (a scheduler slice, milliseconds), and a
+// spinning waiter holds the core its partner needs. Linux counts the time a thread was ready to run but
+// waited for a CPU (run_delay, /proc/thread-self/schedstat): over a tenth of the time since the last
+// reading, at the end of two steps in a row, sends the next steps to one thread (the same bits on any
+// thread count) for SOLO_MIN_NS; the first step after that tries all of them again, and if it waited as
+// long, the steps go back to one thread at once, for twice as long as before (at most SOLO_MAX_NS): a step
+// on contended cores with spinning waiters costs tens of milliseconds (docs/engine-measurements.md#contention).
+#define SOLO_MIN_NS 500000000ull
+#define SOLO_MAX_NS 8000000000ull
+uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_ns) {
+    if (delay_ns * 10 <= wall_ns) {
+        s->stalled = 0, s->solo_ns = 0;
+        return 0;
+    }
+    if (!s->stalled++) return 0;
+    s->solo_ns = s->solo_ns ? (s->solo_ns * 2 < SOLO_MAX_NS ? s->solo_ns * 2 : SOLO_MAX_NS) : SOLO_MIN_NS;
+    return s->solo_ns;
+}
+
+// This thread's run_delay in ns (0 where the OS does not tell it: then no step runs alone)
+static uint64_t run_delay(llmb_cpu_monitor *b) {
+#if defined(__linux__)
+    if (b->sched_fd == -2) return 0;
+    const int tid = (int)syscall(SYS_gettid);
+    if (b->sched_fd < 0 || tid != b->sched_tid) {   // a reading of another thread's statistics is no use
+        if (b->sched_fd >= 0) close(b->sched_fd);
+        b->sched_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC), b->sched_tid = tid;
+        if (b->sched_fd < 0) {
+            b->sched_fd = -2;
+            return 0;
+        }
+    }
+    char buf[96];
+    const ssize_t n = pread(b->sched_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *end;
+    strtoull(buf, &end, 10);   // time on a CPU, then time waiting for one
+    return strtoull(end, NULL, 10);
+#else
+    (void)b;
+    return 0;
+#endif
+}
+
+int llmb_cpu_monitor_threads(llmb_cpu_monitor *b, uint64_t t0) {
+    if (b->n_threads == 1) return 1;
+    if (t0 < b->solo_until) {
+        b->delay_at = 0;
+        return 1;
+    }
+    if (!b->delay_at) b->run_delay = run_delay(b), b->delay_at = t0;
+    return b->n_threads;
+}
+
+void llmb_cpu_monitor_step(llmb_cpu_monitor *b, int threads, uint64_t t1) {
+    if (b->n_threads == 1) return;
+    if (threads == 1) {
+        b->solo_steps++;
+        return;
+    }
+    const uint64_t d = run_delay(b), wait = d > b->run_delay ? d - b->run_delay : 0, wall = t1 - b->delay_at;
+    b->run_delay = d, b->delay_at = t1;
+    const uint64_t solo = llmb_cpu_contended(&b->load, wait, wall);
+    if (solo) b->solo_until = t1 + solo;
+}
+
+// Per-token steps (embedding, norms, RoPE and the KV stores, SwiGLU, residual adds) run on the
+// engine's threads once a batch holds PAR_VALUES activations (below, waking the threads costs more than
+
+void llmb_cpu_monitor_init(llmb_cpu_monitor *m, int n_threads) {
+    *m = (llmb_cpu_monitor){.n_threads = n_threads, .sched_fd = -1};
+}
+
+void llmb_cpu_monitor_close(llmb_cpu_monitor *m) {
+#if defined(__linux__)
+    if (m->sched_fd >= 0) close(m->sched_fd);
+#endif
+    m->sched_fd = -1;
+}

@@ -1,0 +1,36 @@
+// cpu_contention.h — internal to the CPU backend: when other processes want the cores, its steps drop to
+// one thread for a while (cpu_contention.c says why and how long). Nothing outside the CPU backend
+// needs it; the engine only learns how many threads a step used (llmb_backend_times.host_threads).
+#ifndef LLMB_CPU_CONTENTION_H
+#define LLMB_CPU_CONTENTION_H
+
+#include <stdint.h>
+
+// The rule, after a step on several threads where the calling thread waited delay_ns of the last wall_ns
+// for a CPU: how long the next steps run on one thread (0: not at all). s starts zeroed: the steps in a
+// row over the limit, and the last such time.
+typedef struct {
+    int stalled;
+    uint64_t solo_ns;
+} llmb_cpu_load;
+uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_ns);
+
+// The monitor a backend keeps: steps run on one thread until solo_until (llmb_now_ns); the calling
+// thread's scheduler statistics (sched_fd, opened by thread sched_tid; -1 none yet, -2 none to read) gave
+// run_delay ns waiting for a CPU at llmb_now_ns() = delay_at (0: no reading since a one-thread step).
+typedef struct {
+    int n_threads;        // the threads a step may use
+    uint64_t solo_until, run_delay, delay_at;
+    llmb_cpu_load load;
+    int sched_fd, sched_tid;
+    uint64_t solo_steps;  // steps run on one thread of several
+} llmb_cpu_monitor;
+
+void llmb_cpu_monitor_init(llmb_cpu_monitor *m, int n_threads);
+void llmb_cpu_monitor_close(llmb_cpu_monitor *m);
+// before a step that starts at t0 (llmb_now_ns): the threads it runs on
+int llmb_cpu_monitor_threads(llmb_cpu_monitor *m, uint64_t t0);
+// after a step on `threads` threads that ended at t1: count it, or judge the cores
+void llmb_cpu_monitor_step(llmb_cpu_monitor *m, int threads, uint64_t t1);
+
+#endif
