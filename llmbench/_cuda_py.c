@@ -1,8 +1,10 @@
-// _cuda_py.c — Python bindings of the CUDA backend's kernels (kernels/llmb_cuda_abi.h, version 3):
-// contexts, memory facts, phase timers, one function per op taking device pointers as ints
-// (None for NULL), and CUDA Graphs (capture on a context, replay). llmbench/backends/cuda.py wraps them with NumPy uploads and downloads; the tests
-// are tests/test_cuda_kernels.py. Every call goes through the table csrc/cuda_loader.c loaded, so
-// without a GPU each raises BackendUnavailableError with the reason.
+// _cuda_py.c — Python bindings of the CUDA backend: loading its library, the devices and raw device
+// memory (cuda_load, cuda_devices, cuda_malloc, ...; tests/test_cuda.py), and its kernels
+// (kernels/llmb_cuda_abi.h, version 3): contexts, memory facts, phase timers, one function per op taking
+// device pointers as ints (None for NULL), and CUDA Graphs (capture on a context, replay).
+// llmbench/backends/cuda.py wraps them with NumPy uploads and downloads; the kernel tests are
+// tests/test_cuda_kernels.py. Every call goes through the library csrc/cuda_loader.c loaded, so without a
+// GPU each raises BackendUnavailableError with the reason.
 #include "_pycore.h"
 #include "../csrc/cuda_loader.h"
 #include "../csrc/internal.h"
@@ -409,4 +411,143 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int llmb_py_init_cuda(PyObject *m) { return PyModule_AddFunctions(m, methods); }
+// ---- the library, devices and memory (tests/test_cuda.py, benchmarks/bench_cuda.py) ----
+
+static PyObject *cuda_load(PyObject *m, PyObject *args) {
+    const char *path = NULL;
+    if (!PyArg_ParseTuple(args, "|z", &path)) return NULL;
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_cuda_load(path);
+    Py_END_ALLOW_THREADS
+    if (s) return llmb_py_raise(s, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *cuda_versions(PyObject *m, PyObject *noargs) {
+    int rt = 0, drv = 0;
+    llmb_status s = llmb_cuda_versions(&rt, &drv);
+    if (s) return llmb_py_raise(s, NULL);
+    return Py_BuildValue("(ii)", rt, drv);
+}
+
+static PyObject *cuda_devices(PyObject *m, PyObject *noargs) {
+    int n = 0;
+    llmb_status s = llmb_cuda_device_count(&n);
+    if (s) return llmb_py_raise(s, NULL);
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < n; i++) {
+        llmb_cuda_device d;
+        if ((s = llmb_cuda_device_info(i, &d))) {
+            Py_DECREF(list);
+            return llmb_py_raise(s, NULL);
+        }
+        PyObject *item = Py_BuildValue("{s:i,s:s,s:K,s:K,s:(ii),s:i}", "index", i, "name", d.name, "total_memory",
+                                       (unsigned long long)d.total_mem, "free_memory", (unsigned long long)d.free_mem,
+                                       "compute_capability", d.cc_major, d.cc_minor, "multiprocessors",
+                                       d.multiprocessors);
+        if (llmb_py_append_new(list, item) < 0) {
+            Py_DECREF(list);
+            return NULL;
+        }
+    }
+    return list;
+}
+
+static PyObject *cuda_malloc(PyObject *m, PyObject *args) {
+    int dev;
+    unsigned long long n;
+    if (!PyArg_ParseTuple(args, "iK", &dev, &n)) return NULL;
+    void *p = NULL;
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_cuda_malloc(dev, (size_t)n, &p);
+    Py_END_ALLOW_THREADS
+    if (s) return llmb_py_raise(s, NULL);
+    return PyLong_FromVoidPtr(p);
+}
+
+static PyObject *cuda_free(PyObject *m, PyObject *args) {
+    int dev;
+    PyObject *ptr;
+    if (!PyArg_ParseTuple(args, "iO", &dev, &ptr)) return NULL;
+    void *p = PyLong_AsVoidPtr(ptr);
+    if (PyErr_Occurred()) return NULL;
+    llmb_status s = llmb_cuda_free(dev, p);
+    if (s) return llmb_py_raise(s, NULL);
+    Py_RETURN_NONE;
+}
+
+// cuda_upload(dev, ptr, buffer): host buffer -> device
+static PyObject *cuda_upload(PyObject *m, PyObject *args) {
+    int dev;
+    PyObject *ptr;
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "iOy*", &dev, &ptr, &b)) return NULL;
+    void *p = PyLong_AsVoidPtr(ptr);
+    llmb_status s = LLMB_OK;
+    if (!PyErr_Occurred()) {
+        Py_BEGIN_ALLOW_THREADS
+        s = llmb_cuda_memcpy(dev, p, b.buf, (size_t)b.len, 0);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&b);
+    if (PyErr_Occurred()) return NULL;
+    if (s) return llmb_py_raise(s, NULL);
+    Py_RETURN_NONE;
+}
+
+// cuda_download(dev, ptr, n) -> numpy uint8 array
+static PyObject *cuda_download(PyObject *m, PyObject *args) {
+    int dev;
+    PyObject *ptr;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "iOn", &dev, &ptr, &n)) return NULL;
+    void *p = PyLong_AsVoidPtr(ptr);
+    if (PyErr_Occurred()) return NULL;
+    if (n < 0) return PyErr_Format(PyExc_ValueError, "byte count must be >= 0, got %zd", n);
+    npy_intp dims = n;
+    PyObject *a = PyArray_SimpleNew(1, &dims, NPY_UINT8);
+    if (!a) return NULL;
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_cuda_memcpy(dev, PyArray_DATA((PyArrayObject *)a), p, (size_t)n, 1);
+    Py_END_ALLOW_THREADS
+    if (s) {
+        Py_DECREF(a);
+        return llmb_py_raise(s, NULL);
+    }
+    return a;
+}
+
+static PyObject *cuda_time_copy(PyObject *m, PyObject *args) {
+    int dev, reps;
+    PyObject *dst, *src;
+    unsigned long long n;
+    if (!PyArg_ParseTuple(args, "iOOKi", &dev, &dst, &src, &n, &reps)) return NULL;
+    void *d = PyLong_AsVoidPtr(dst), *sp = PyLong_AsVoidPtr(src);
+    if (PyErr_Occurred()) return NULL;
+    float ms = 0;
+    llmb_status s;
+    Py_BEGIN_ALLOW_THREADS
+    s = llmb_cuda_time_copy(dev, d, sp, (size_t)n, reps, &ms);
+    Py_END_ALLOW_THREADS
+    if (s) return llmb_py_raise(s, NULL);
+    return PyFloat_FromDouble(ms);
+}
+
+static PyMethodDef device_methods[] = {
+    {"cuda_load", cuda_load, METH_VARARGS, "Load the CUDA backend library (path or $LLMBENCH_CUDA_LIB)."},
+    {"cuda_versions", cuda_versions, METH_NOARGS, "(runtime, driver) CUDA versions, 0 = none."},
+    {"cuda_devices", cuda_devices, METH_NOARGS, "List CUDA devices."},
+    {"cuda_malloc", cuda_malloc, METH_VARARGS, "cuda_malloc(dev, nbytes) -> pointer (int)"},
+    {"cuda_free", cuda_free, METH_VARARGS, "cuda_free(dev, ptr)"},
+    {"cuda_upload", cuda_upload, METH_VARARGS, "cuda_upload(dev, ptr, buffer)"},
+    {"cuda_download", cuda_download, METH_VARARGS, "cuda_download(dev, ptr, nbytes) -> uint8 array"},
+    {"cuda_time_copy", cuda_time_copy, METH_VARARGS,
+     "cuda_time_copy(dev, dst, src, nbytes, reps) -> ms (CUDA events)"},
+    {NULL}};
+
+int llmb_py_init_cuda(PyObject *m) {
+    return PyModule_AddFunctions(m, device_methods) < 0 ? -1 : PyModule_AddFunctions(m, methods);
+}

@@ -28,6 +28,7 @@ static inline int llmb_py_append_new(PyObject *list, PyObject *item) {
 llmb_gguf *llmb_py_reader_gguf(PyObject *reader);
 
 // Module sections (each returns 0, or -1 with an exception set).
+int llmb_py_init_gguf(PyObject *m);    // llmbench/_gguf_py.c
 int llmb_py_init_quant(PyObject *m);   // llmbench/_quant_py.c
 int llmb_py_init_engine(PyObject *m);  // llmbench/_engine_py.c
 int llmb_py_init_vecdot(PyObject *m);  // llmbench/_vecdot_py.c
