@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import os
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +33,8 @@ def rows(result: dict) -> tuple[list[str], list[list]]:
     axes = list(result["sweep"]["axes"])
     tail = _tail_key(result)
     head = [*axes, *_METRICS]
-    for m in _LATENCY:
-        head += [f"median_{m}_ms", f"{tail}_{m}_ms"]
+    for lat in _LATENCY:
+        head += [f"median_{lat}_ms", f"{tail}_{lat}_ms"]
     head += ["decode_gbps", "bandwidth_fraction", "failed"]
     out = []
     for r in result["sweep"]["points"]:
@@ -67,6 +68,7 @@ def failed_lines(result: dict) -> list[str]:
 
 
 def write_csv(result: dict, path: str) -> None:
+    """Write the sweep's per-point table (`rows`) to ``path`` as CSV."""
     head, body = rows(result)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -75,6 +77,7 @@ def write_csv(result: dict, path: str) -> None:
 
 
 def fmt(v) -> str:
+    """A table cell: a dash for None, a float to 3 significant digits (whole from 100 up), else str()."""
     if v is None:
         return "–"
     if isinstance(v, float):
@@ -105,6 +108,8 @@ def fit_lines(result: dict) -> list[str]:
 
 
 def write_markdown(result: dict, path: str, plots: list[str]) -> None:
+    """Write the sweep's report to ``path`` as Markdown: the setup, the per-point table, failed points, the
+    throughput fits and links to ``plots``."""
     head, body = rows(result)
     env = result["environment"]
     out = [f"# llmbench sweep ({result['created']})", "",
@@ -139,6 +144,8 @@ def _series(result: dict, axis: str) -> dict[str, list[dict]]:
 
 
 def plot_throughput(result: dict, path: str) -> None:
+    """Plot output throughput against batch to ``path``: each group's points, power-law fit with its 95% band,
+    and knee."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
@@ -176,6 +183,7 @@ def plot_throughput(result: dict, path: str) -> None:
 
 
 def plot_latency_vs(result: dict, axis: str, path: str, metrics: tuple[str, ...], xlabel: str) -> None:
+    """Plot the median and tail of each of ``metrics`` against the sweep axis ``axis`` to ``path``."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
@@ -200,6 +208,7 @@ def plot_latency_vs(result: dict, axis: str, path: str, metrics: tuple[str, ...]
 
 
 def plot_percentiles(result: dict, path: str) -> None:
+    """Plot the latency percentiles of each point, one panel per latency metric, to ``path``."""
     import matplotlib.pyplot as plt
 
     ps = [percentile_key(p) for p in result["config"]["percentiles"]]
@@ -226,7 +235,7 @@ def write_all(result: dict, directory: str) -> dict[str, str]:
     import matplotlib
 
     matplotlib.use("Agg")   # files only; no display
-    files = {"csv": "points.csv"}
+    files: dict[str, Any] = {"csv": "points.csv"}
     write_csv(result, os.path.join(directory, files["csv"]))
     axes = result["sweep"]["axes"]
     plots = []
