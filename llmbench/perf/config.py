@@ -5,6 +5,7 @@ ConfigError naming the field, which the CLI names by its option."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Literal
 
 from ..llm import ACTIVATIONS
 
@@ -44,7 +45,7 @@ class BenchConfig:
     # external OpenAI-compatible server (backend "openai")
     backend: str = "cpu"
     base_url: str | None = None
-    api: str = "completions"
+    api: Literal["completions", "chat"] = "completions"
     request_rate: float = float("inf")  # requests/s with gamma gaps; inf: all at once
     burstiness: float = 1.0
     max_concurrency: int | None = None

@@ -14,6 +14,7 @@ Tested end to end on dummy models in tests/test_bench.py.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,9 @@ def check_kv_fits(model: str, kv_dtype: str, ctx: int, options: str) -> None:
 
 def load(cfg: BenchConfig, ctx: int, max_seqs: int) -> LLM:
     """The engine for ``cfg`` with a context of ``ctx`` tokens and room for ``max_seqs`` sequences."""
-    gpu = {"backend": "cuda", "cuda_graphs": cfg.cuda_graphs is not False} if cfg.backend == "cuda" else {}
+    gpu: dict[str, Any] = {}
+    if cfg.backend == "cuda":
+        gpu = {"backend": "cuda", "cuda_graphs": cfg.cuda_graphs is not False}
     return LLM(cfg.model, threads=cfg.threads, ctx=ctx, kv_dtype=cfg.kv_dtype, activations=cfg.activations,
                max_batch_tokens=max(512, min(cfg.pp, 2048)), max_seqs=max(max_seqs, 4), **gpu)
 
@@ -304,6 +307,7 @@ def _run(cfg: BenchConfig, progress: Callable[[str], None], state: dict) -> dict
         result["bandwidth"] = decode_bandwidth(step_bytes, step_s, measured_gbps=reference_gbps(bw),
                                        cache_bytes=cache_limit(llm))
     if cfg.batch:
+        assert prompts is not None   # made above whenever cfg.batch
         lat = latency_run(llm, cfg, prompts, progress, bw, phases)
         result["metrics"], result["requests"] = lat["metrics"], lat["requests"]
         if "bandwidth" not in result and "bandwidth" in lat:

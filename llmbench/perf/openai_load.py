@@ -36,11 +36,13 @@ def openai_latency(cfg: BenchConfig, progress: Callable[[str], None] = lambda s:
     from .arrivals import gamma_arrivals, run_requests
 
     cfg.check()
+    base_url = cfg.base_url
+    assert base_url is not None   # check() requires it for backend openai
     rng = np.random.default_rng(cfg.seed)
     dataset = load_prompts(cfg.dataset) if cfg.dataset else None
 
     async def one_run(prompts: list[str]):
-        async with OpenAIClient(cfg.base_url, cfg.model, api=cfg.api, max_tokens=cfg.output_len, temperature=0.0,
+        async with OpenAIClient(base_url, cfg.model, api=cfg.api, max_tokens=cfg.output_len, temperature=0.0,
                                 ignore_eos=True, timeout=None, connect_timeout=cfg.connect_timeout,
                                 first_chunk_timeout=cfg.first_chunk_timeout, idle_timeout=cfg.idle_timeout) as client:
             sched = gamma_arrivals(len(prompts), cfg.request_rate, cfg.burstiness, seed=cfg.seed)

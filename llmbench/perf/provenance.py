@@ -64,6 +64,7 @@ def _gpu_name(llm: LLM) -> str | None:
         return None
     from ..backends import cuda
 
+    assert llm.device is not None   # set for the CUDA backend
     return cuda.devices()[llm.device].name
 
 

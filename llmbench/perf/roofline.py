@@ -47,6 +47,7 @@ def reference_bandwidth(llm: LLM, again: bool = False) -> dict:
         return membw_elsewhere(llm.threads, again)
     from ..backends import cuda
 
+    assert llm.device is not None   # set for the CUDA backend
     nbytes, reps = 1 << 28, 20
     return {"backend": "cuda", "copy_gbs": cuda.copy_bandwidth(nbytes, reps, device=llm.device), "bytes": nbytes,
             "reps": reps}
