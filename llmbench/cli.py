@@ -7,12 +7,13 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import LLMBenchError
 from .llm import ACTIVATIONS
 
 if TYPE_CHECKING:
+    from .perf.config import BenchConfig
     from .quantize import ModelResult
 
 
@@ -21,6 +22,7 @@ def _gib(n: int) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    """Run ``llmbench info``: the version, build, CPU and CUDA facts; the exit status."""
     from .info import collect
 
     info = collect()
@@ -103,6 +105,7 @@ def _report_model_result(result: ModelResult, as_json: bool, show_source: bool) 
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
+    """Run ``llmbench quantize``: convert a GGUF model to another weight type mix; the exit status."""
     from .gguf import GGUFFile
     from .quantize import quantize_file
 
@@ -115,6 +118,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def cmd_dummy(args: argparse.Namespace) -> int:
+    """Run ``llmbench dummy``: list the presets or build (and cache) a dummy model; the exit status."""
     from .dummy import PRESETS, build, cached_path, get_preset
 
     if args.list:
@@ -174,7 +178,7 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=cmd_dummy)
 
 
-def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
+def _bench_config(args: argparse.Namespace) -> tuple[BenchConfig, dict[str, list]]:
     """The base BenchConfig and the swept axes (the options given several values)."""
     from .perf.config import BenchConfig
     from .perf.metrics import parse_slos
@@ -187,6 +191,7 @@ def _bench_config(args: argparse.Namespace) -> tuple[object, dict]:
 
         longest = min(model_context(m) for m in models) - args.output_len - 8
         input_len = input_len.replace("max", str(longest))
+    lists: dict[str, list[Any]]   # option -> its values; more than one makes it a sweep axis
     lists = {"model": models, "kv_dtype": parse_list(args.kv_dtype, str, "--kv-dtype"),
              "threads": parse_list(args.threads, int, "--threads") if args.threads is not None else [None],
              "batch": parse_list(args.batch, int, "--batch"),
@@ -376,6 +381,7 @@ def _check_writable(path: str, option: str) -> None:
 def _save_result(result: dict, path: str | None) -> str:
     """Write the JSON result to ``path``; with no path, or if writing fails after all (a full disk, a folder
     removed meanwhile), to a file in the temporary folder, saying why where it failed. Returns where it went."""
+    error: OSError | None = None
     if path:
         try:
             with open(path, "w") as f:
@@ -403,6 +409,7 @@ def _failed(failures: str | None) -> int:
 
 
 def cmd_membw(args: argparse.Namespace) -> int:
+    """Run ``llmbench membw``: the memory bandwidth of this machine (or a CUDA device); the exit status."""
     from .perf import membw
 
     if args.backend == "cuda":
@@ -427,6 +434,7 @@ def _listed(values) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``llmbench`` command-line parser with every subcommand."""
     p = argparse.ArgumentParser(prog="llmbench", description="Benchmark large language models: speed and quality.",
                                 epilog="exit status: 0 done; 1 measured, but requests or sweep points failed; 2 an "
                                        "error (bad options or files, a broken server, out of memory: one line says "
