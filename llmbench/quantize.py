@@ -212,6 +212,9 @@ def convertible_types() -> set[str]:
 
 @dataclass(frozen=True)
 class TensorResult:
+    """One tensor as written: name, shape, source and written types and sizes, and whether an importance
+    matrix weighted it."""
+
     name: str
     shape: tuple[int, ...]
     src_type: str
@@ -346,10 +349,15 @@ def _chunks(src: GGUFFile, step: _Step, threads: int) -> Iterator[tuple[Callable
         for r0 in range(m0, m0 + per_mat, per):
             part = raw[r0:min(r0 + per, m0 + per_mat)]
             if d.type == t.type:
-                yield (lambda p=part: p), part.shape[0] * row
+                yield partial(np.asarray, part), part.shape[0] * row
             else:
-                yield (lambda p=part, wm=wm: encode_rows(decode_rows(p, t.type, row, threads), d.type, threads, wm)), \
-                    part.shape[0] * row
+                yield partial(_convert, part, t.type, d.type, row, threads, wm), part.shape[0] * row
+
+
+def _convert(raw: np.ndarray, src_type: str, dst_type: str, n: int, threads: int,
+             imatrix: np.ndarray | None) -> np.ndarray:
+    """Rows of ``src_type`` bytes re-encoded as ``dst_type`` (through float32)."""
+    return encode_rows(decode_rows(raw, src_type, n, threads), dst_type, threads, imatrix)
 
 
 def quantize_file(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[str], mix: str, *,
