@@ -35,8 +35,17 @@ struct llmb_backend {
     size_t kv_row_bytes;
     uint8_t *kv;
     size_t kv_bytes;
-    // activations (sized for max_batch_tokens tokens, max_rows logits rows)
-    float *x, *xn, *q, *k, *v, *att, *gate, *up, *cs, *xl, *logits, *att_scratch;
+    // activations, for n = max_batch_tokens tokens and r = max_rows logits rows, each [rows][columns]:
+    float *x;            // [n][dim] the residual stream
+    float *xn;           // [n][dim] x after RMSNorm: the input of the QKV and gate/up products
+    float *q, *k, *v;    // [n][n_head * head_dim], [n][n_head_kv * head_dim] x2 (RoPE applied in place)
+    float *att;          // [n][n_head * head_dim] attention output: the input of wo
+    float *proj;         // [n][dim] a product's output before it joins x: wo's, then w_down's
+    float *gate, *up;    // [n][ff] (SwiGLU leaves silu(gate) * up in gate: w_down's input)
+    float *cs;           // [n][head_dim] each token's RoPE cos/sin pairs
+    float *xl;           // [r][dim] final norm of the rows that need logits
+    float *logits;       // [r][vocab]
+    float *att_scratch;  // [threads][llmb_att_scratch_floats]: a unit's keys, values and scores as floats
     double *rope_f;               // (head_dim / 2) RoPE inverse frequencies (llmb_rope_freqs)
     llmb_matmul_ctx mm;
     // the matrices as the forward pass reads them: the model's views, or the backend's repacked copies
@@ -57,7 +66,8 @@ static void *xcalloc(size_t n, size_t sz, int *oom) {
 
 static void cpu_destroy(llmb_backend *b) {
     if (!b) return;
-    float *bufs[] = {b->x, b->xn, b->q, b->k, b->v, b->att, b->gate, b->up, b->cs, b->xl, b->logits, b->att_scratch};
+    float *bufs[] = {b->x, b->xn, b->q, b->k, b->v, b->att,
+                     b->proj, b->gate, b->up, b->cs, b->xl, b->logits, b->att_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(b->rope_f);
     free(b->mm.xq);
@@ -168,6 +178,7 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
     ACT(k, (size_t)n * kv_dim);
     ACT(v, (size_t)n * kv_dim);
     ACT(att, (size_t)n * q_dim);
+    ACT(proj, (size_t)n * c->dim);
     ACT(gate, (size_t)n * c->ff);
     ACT(up, (size_t)n * c->ff);
     ACT(cs, (size_t)n * c->head_dim);
@@ -391,16 +402,16 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
             store_kv(b, kv_row(b, l, 1, blk, slot), b->v + i * kv_dim, (int)kv_dim);
         }));
         TIMED(LLMB_PROF_ATTENTION, attention(b, bt, l));
-        PRODUCT(llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->xn, dim));
-        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]));
+        PRODUCT(llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->proj, dim));
+        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->proj[i]));
         // ---- feed-forward ----
         TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->ffn_norm, dim,
                                                            c->norm_eps)));
         PRODUCT(llmb_matmul_n(mm, 2, (const llmb_cpu_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n,
                               (float *[]){b->gate, b->up}, (int64_t[]){ff, ff}));
         TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff)));
-        PRODUCT(llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->xn, dim));
-        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->xn[i]));
+        PRODUCT(llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->proj, dim));
+        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->proj[i]));
     }
     TIMED(LLMB_PROF_NORM, for (int r = 0; r < n_rows; r++) llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim,
                                                                         m->output_norm, dim, c->norm_eps));
