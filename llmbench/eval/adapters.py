@@ -163,9 +163,10 @@ class EngineAdapter(Adapter):
                 parent, attach = prefix_tree([tuple(p) for p in prompts])
                 parent, attach = self._fit(parent, attach)
                 for b in sorted(parent, key=len):          # a parent is shorter than its children
-                    held[b] = self.llm.hold_prefix(list(b), parent=held[parent[b]] if parent[b] else None)
+                    up = parent[b]
+                    held[b] = self.llm.hold_prefix(list(b), parent=held[up] if up else None)
             finished = None if on_answer is None else \
-                (lambda i, c: on_answer(i, self._generation(reqs[i], c, tok)))  # type: ignore[misc]
+                (lambda i, c: on_answer(i, self._generation(reqs[i], c, tok)))
             done = self.llm.generate([p[len(a):] if a else p for p, a in zip(prompts, attach)], params,
                                      prefix=[held[a] if a else None for a in attach], on_finish=finished)
         finally:

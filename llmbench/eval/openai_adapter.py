@@ -122,6 +122,12 @@ class _Echo:
     prompt_tokens: int | None
 
 
+def _field(obj: dict[str, Any], key: str, kind: type[T]) -> T:
+    """``obj[key]`` when it is a ``kind`` (dict or list), else an empty one: a server's JSON, read leniently."""
+    v = obj.get(key)
+    return v if isinstance(v, kind) else kind()
+
+
 def move_spaces(context: str, continuation: str) -> tuple[str, str]:
     """lm-eval's ``_encode_pair``: the context's trailing whitespace goes to the continuation's front."""
     n = len(context) - len(context.rstrip())
@@ -301,7 +307,7 @@ class OpenAIAdapter(Adapter):
             except ServerError as e1:
                 raise self._refused(e1, echo=True, rolling=rolling) from None
             self.echo_max_tokens = 1
-        usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+        usage = _field(obj, "usage", dict)
         n_gen = usage.get("completion_tokens")
         if not isinstance(n_gen, int):
             n_gen = mt
@@ -413,7 +419,7 @@ class OpenAIAdapter(Adapter):
         """The request body of a generation, whether it goes to chat, and all its stop strings."""
         chat = not isinstance(r.context, str)
         body: dict[str, Any] = {"model": self.model}
-        if chat:
+        if not isinstance(r.context, str):
             body["messages"] = [dict(m) for m in r.context]
         else:
             body["prompt"] = r.context
@@ -476,7 +482,7 @@ class OpenAIAdapter(Adapter):
             raise self._fail(f"the server at {self.base_url} answered without choices: {str(obj)[:200]}")
         choice = choices[0]
         if chat:
-            message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+            message = _field(choice, "message", dict)
             text = message.get("content") or ""
         else:
             text = choice.get("text") or ""
@@ -669,7 +675,7 @@ class OpenAIAdapter(Adapter):
 
     async def _models_entry(self, client: OpenAIClient) -> dict[str, Any]:
         obj = await client.get_json("/models")
-        data = obj.get("data") if isinstance(obj.get("data"), list) else []
+        data = _field(obj, "data", list)
         for m in data:
             if isinstance(m, dict) and m.get("id") == self.model:
                 return {k: v for k, v in m.items() if k not in ("permission", "permissions")}

@@ -27,10 +27,22 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import LLMBenchError
-from .api import Adapter, Answer, Doc, ForJudge, Generation, Loglikelihood, OnAnswer, Request, Task, request_json
+from .api import (
+    Adapter,
+    Answer,
+    Doc,
+    ForJudge,
+    Generation,
+    LLAnswer,
+    Loglikelihood,
+    OnAnswer,
+    Request,
+    Task,
+    request_json,
+)
 from .metrics import aggregate, mean_stderr, paired_difference_ci
 from .results import TaskResult
 
@@ -172,7 +184,7 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
             if f is not None:
                 os.fsync(f.fileno())
     wall = time.perf_counter() - t0
-    records = [r for d in docs if (r := old.get((d.subject, d.id)) or new.get((d.subject, d.id))) is not None]
+    records = [kept for d in docs if (kept := old.get((d.subject, d.id)) or new.get((d.subject, d.id))) is not None]
     agg = aggregate(records, list(task.metrics), task.groups(), task.name, task.mean_metrics)
     timing = {"wall_s": wall, "docs_computed": len(new), "docs_resumed": len(old),
               "docs_per_s": len(new) / wall if wall > 0 and new else None,
@@ -203,12 +215,15 @@ def precision_check(task: Task, records: Sequence[dict[str, Any]], reference: Ad
         rec = by_key[(d.subject, d.id)]
         flips += ref.pred != rec["pred"]
         deltas.append(ref.metrics["acc"] - rec["metrics"]["acc"])
-        diffs += [abs(a.logprob - b["logprob"]) for a, b in zip(ans, rec["answers"])]
+        # a log-likelihood task (checked above): every answer is an LLAnswer
+        diffs += [abs(cast(LLAnswer, a).logprob - b["logprob"]) for a, b in zip(ans, rec["answers"])]
     m = len(pick)
     d_mean = sum(deltas) / m
     se = mean_stderr(deltas) or 0.0
     gained, lost = sum(1 for x in deltas if x > 0), sum(1 for x in deltas if x < 0)
+    ci = paired_difference_ci(gained, lost, m)
+    assert ci is not None   # m >= 1
     return {"docs": m, "reference": reference.precision, "flip_rate": flips / m, "flips": flips,
             "acc_change": d_mean, "acc_change_stderr": se,
-            "acc_change_ci95": list(paired_difference_ci(gained, lost, m)),
+            "acc_change_ci95": list(ci),
             "max_abs_logprob_diff": max(diffs), "mean_abs_logprob_diff": sum(diffs) / len(diffs)}
