@@ -9,9 +9,9 @@ import shutil
 import sys
 from pathlib import Path
 
-import llmbench._core
 import pytest
 
+import llmbench._core
 from llmbench.quant import type_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
