@@ -17,6 +17,7 @@
 #endif
 
 #include "vecdot.h"
+#include "vecdot_layout.h"
 
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
@@ -554,11 +555,17 @@ static void q6_K_recode(const uint8_t *from, uint8_t *to, int pack) {
 // Interleaved Q8_0 stores a block as its 32 values plus 128 (unsigned, vpdpbusd's first operand: the
 // kernel starts each block's sum from -128 sum x), then d: 8 whole words of values, d the 2-byte tail.
 static void q8_0_recode(const uint8_t *from, uint8_t *to, int pack) {
-    for (int j = 0; j < LLMB_QK; j++) {
-        if (pack) to[j] = from[2 + j] ^ 0x80;
-        else to[2 + j] = from[j] ^ 0x80;
+    if (pack) {
+        const llmb_block_q8_0 *b = (const llmb_block_q8_0 *)from;
+        llmb_rc_q8_0 *o = (llmb_rc_q8_0 *)to;
+        for (int j = 0; j < LLMB_QK; j++) o->u[j] = (uint8_t)b->qs[j] ^ 0x80;
+        o->d = b->d;
+    } else {
+        const llmb_rc_q8_0 *b = (const llmb_rc_q8_0 *)from;
+        llmb_block_q8_0 *o = (llmb_block_q8_0 *)to;
+        for (int j = 0; j < LLMB_QK; j++) o->qs[j] = (int8_t)(b->u[j] ^ 0x80);
+        o->d = b->d;
     }
-    memcpy(pack ? to + LLMB_QK : to, pack ? from : from + LLMB_QK, 2);
 }
 
 // The legacy types' interleaved blocks (vecdot_il8.c): whole words of values first and d, where alone, as
@@ -580,22 +587,30 @@ static uint32_t qh_recode(uint32_t qh, int pack) {
 static void legacy_recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
     uint32_t qh;
     switch (wtype) {
-    case LLMB_TYPE_Q4_0: case LLMB_TYPE_IQ4_NL:   // d qs <-> qs d
-        if (pack) memcpy(to, from + 2, 16), memcpy(to + 16, from, 2);
-        else memcpy(to + 2, from, 16), memcpy(to, from + 16, 2);
+    case LLMB_TYPE_Q4_0: case LLMB_TYPE_IQ4_NL: {   // d qs <-> qs d (the same bytes as llmb_block_iq4_nl)
+        llmb_block_q4_0 *p = (llmb_block_q4_0 *)(pack ? from : to);
+        llmb_rc_q4_0 *r = (llmb_rc_q4_0 *)(pack ? to : from);
+        if (pack) memcpy(r->qs, p->qs, sizeof r->qs), r->d = p->d;
+        else memcpy(p->qs, r->qs, sizeof p->qs), p->d = r->d;
         break;
-    case LLMB_TYPE_Q5_0:   // d qh qs <-> qh' qs d
-        memcpy(&qh, pack ? from + 2 : from, 4);
+    }
+    case LLMB_TYPE_Q5_0: {   // d qh qs <-> qh' qs d
+        llmb_block_q5_0 *p = (llmb_block_q5_0 *)(pack ? from : to);
+        llmb_rc_q5_0 *r = (llmb_rc_q5_0 *)(pack ? to : from);
+        memcpy(&qh, pack ? p->qh : r->qh, 4);
         qh = qh_recode(qh, pack);
-        if (pack) memcpy(to, &qh, 4), memcpy(to + 4, from + 6, 16), memcpy(to + 20, from, 2);
-        else memcpy(to + 2, &qh, 4), memcpy(to + 6, from + 4, 16), memcpy(to, from + 20, 2);
+        if (pack) memcpy(r->qh, &qh, 4), memcpy(r->qs, p->qs, sizeof r->qs), r->d = p->d;
+        else memcpy(p->qh, &qh, 4), memcpy(p->qs, r->qs, sizeof p->qs), p->d = r->d;
         break;
-    default:   // Q5_1: d m qh qs <-> d m qh' qs
+    }
+    default: {   // Q5_1: d m qh qs <-> d m qh' qs
         memcpy(to, from, sizeof(llmb_block_q5_1));
-        memcpy(&qh, from + 4, 4);
+        llmb_rc_q5_1 *r = (llmb_rc_q5_1 *)to;
+        memcpy(&qh, r->qh, 4);
         qh = qh_recode(qh, pack);
-        memcpy(to + 4, &qh, 4);
+        memcpy(r->qh, &qh, 4);
         break;
+    }
     }
 }
 

@@ -127,7 +127,7 @@ LLMB_API void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts
 // (BF16 values, rounded from F32 / F16 by llmb_fp32_to_bf16); 0 for another type or n not a multiple of 32
 LLMB_API int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t row_bytes, int64_t nrows, uint16_t *dst);
 
-// ---- row-interleaved weights, repacked once at load ----
+// ---- row-interleaved weights, repacked once at load (the layouts as types: vecdot_layout.h) ----
 // Where the active SIMD level has a kernel for it, a matrix of `wtype` rows can be repacked into groups
 // of llmb_vec_dot_interleave(wtype) rows whose super-blocks are interleaved 32-bit word by word: group g,
 // super-block i holds word k of row r (of that super-block's block) at word k * G + r, so each vector

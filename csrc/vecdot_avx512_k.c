@@ -4,6 +4,7 @@
 // every token count. Per output each runs the operations of the type's single dot (vecdot_x86_body.h),
 // so the same bits. Tested by csrc/tests/test_vecdot.c (every kernel and tile shape against the dot).
 #include "simd_x86.h"
+#include "vecdot_layout.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -238,7 +239,7 @@ K_PANEL(q5_K, llmb_block_q5_K, q5r_dec, q5r_decode, K_PANEL_NC, Q5_K_BODY)
 // LLMB_PREFETCH_LINES every line LINE_PF_AHEAD ahead into L1: pf_line). Against the plain layout it
 // reads nearer the read bandwidth at few tokens, the same GOP/s at 512 (docs/engine-measurements.md#interleaved-q4_k).
 #define IL16_G 16   // rows per interleaved group of Q4_K and Q6_K (llmb_vec_dot_interleave at this level)
-#define IL_SB (IL16_G * sizeof(llmb_block_q4_K))   // bytes of one super-block of a group
+#define IL_SB sizeof(llmb_il16_q4_K)   // bytes of one super-block of a group
 
 // the tile of min(left, NCMAX) tokens: RUN(k) with k a constant in each case (the bodies' loops unroll)
 #define IL_TILE(left, NCMAX, RUN)                                                                                   \
@@ -476,7 +477,7 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // K_PANEL does; rows too long for it decode again per tile), else each super-block is decoded and run at
 // once; one token (q6i_sb1) runs each 4 values as they are unpacked, nothing stored. Q6_K's unpacking
 // costs more than Q4_K's, so the layout gains less than Q4_K's does (docs/engine-measurements.md#interleaved-q6_k).
-#define IL6_SB (52 * 64)   // bytes of one super-block's words in a group
+#define IL6_SB sizeof(llmb_il16_q6_K)   // bytes of one super-block's words in a group
 // One token prefetches further ahead than STREAM_PF_AHEAD, page-wise (prefetch_stream), and with
 // LLMB_PREFETCH_LINES every line LINE_PF_AHEAD ahead into L1 too (pf_line): nearer lost in the engine
 // (docs/engine-measurements.md#q6_pf_ahead).
@@ -655,7 +656,7 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
 // lane r with the exact sum w x of the block; then sum += (float)isum * (d_w * d_x) as q8_0_body does, so
 // 1 conversion and 3 float operations per 8 vpdpbusd (the dot's bits). Tiles of NG groups x NC tokens.
 #define Q8I_G 16
-#define Q8I_BLK (Q8I_G * LLMB_QK)       // bytes of a block of a group
+#define Q8I_BLK sizeof(llmb_il16_q8_0)   // bytes of a block's words in a group
 #define Q8I_NC 6                        // tokens per register tile
 // One token runs 4 groups side by side (4 streams) and prefetches the first line of each page 32 KiB
 // ahead (prefetch_stream): the best of the layouts and distances tried (docs/engine-measurements.md#q8i_pf_ahead).

@@ -15,7 +15,7 @@
 // then the reference's float steps, in its order, on 8 rows per instruction (no fma: -std=c11 does not
 // contract). The plain rows' kernel (vecdot_x86_body.h, legacy_body) does the same per row.
 //
-// Layout of a group's block (vecdot.c, interleave: word k of row r at word 8 k + r) after the recoding
+// Layout of a group's block (vecdot_layout.h: llmb_il8_*; word k of row r at word 8 k + r) after the recoding
 // of vecdot.c (legacy_recode): Q4_0 qs, then d as the tail; Q4_1 d m, qs; Q5_0 qh', qs, then d; Q5_1 d m,
 // qh', qs. qh' holds the fifth bits so that a shift and an AND put them in place for each word k of qs:
 // bit 8 b + k is the fifth bit of value 4 k + b (low nibble of byte 4 k + b), bit 8 b + 4 + k that of
@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "vecdot.h"
+#include "vecdot_layout.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -65,12 +66,14 @@ typedef struct {
     __m256 d, m;    // lane r: row r's d (and m for Q4_1 / Q5_1)
 } il8_dec;
 
-// bytes of a group's block and of its tail (the d of Q4_0 / Q5_0, after the group's last block)
+// words of a group's block (vecdot_layout.h; its tail, the d of Q4_0 / Q5_0 / Q8_0 / IQ4_NL, after the
+// group's last block)
 INLINE int il8_words(const int type) {
-    return type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_IQ4_NL ? 4
-           : type == LLMB_TYPE_Q5_1                             ? 6
-           : type == LLMB_TYPE_Q8_0                             ? 8
-                                                                : 5;
+    return type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_IQ4_NL ? (int)LLMB_IL_WORDS(llmb_rc_q4_0)
+           : type == LLMB_TYPE_Q5_1                             ? (int)LLMB_IL_WORDS(llmb_rc_q5_1)
+           : type == LLMB_TYPE_Q8_0                             ? (int)LLMB_IL_WORDS(llmb_rc_q8_0)
+           : type == LLMB_TYPE_Q5_0                             ? (int)LLMB_IL_WORDS(llmb_rc_q5_0)
+                                                                : (int)LLMB_IL_WORDS(llmb_block_q4_1);
 }
 // 1 where the kernel takes |w| against x sign(w) (signed values: Q8_0, IQ4_NL), 0 for unsigned values u
 INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0 || type == LLMB_TYPE_IQ4_NL; }
@@ -344,7 +347,9 @@ typedef struct {
     __m256 d, dmin;
 } il8k_dec;
 
-INLINE size_t il8k_bytes(const int type) { return (type == LLMB_TYPE_Q4_K ? 36 : 52) * 32; }
+INLINE size_t il8k_bytes(const int type) {   // bytes of a group's super-block (its words)
+    return type == LLMB_TYPE_Q4_K ? sizeof(llmb_il8_q4_K) : sizeof(llmb_il8_q6_K);
+}
 
 // bytes (b, b + 1) or (b, b) of each lane as its two int16 (hi: into the high bytes, for a sign-extending shift)
 INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {

@@ -1,0 +1,68 @@
+// vecdot_layout.h — internal: the row-interleaved weight layouts (llmb_vec_dot_repack, vecdot.h) as
+// types, so their sizes are checked against the plain blocks of quants.h at compile time.
+//
+// A repacked matrix is a run of groups of G rows. For each block i of its rows, a group holds the G
+// blocks' whole 32-bit words as a words x G matrix: word k of row r at word[k][r], so one vector load
+// brings word k of every row of the group, one row per lane. After all its blocks come the blocks'
+// trailing bytes (type_size % 4: the d of Q4_0, Q5_0, IQ4_NL, Q8_0, Q6_K), block after block, row after
+// row. Some types' blocks are first recoded (vecdot.c) so that the kernels find whole values in reading
+// order and the d where it is a tail: llmb_rc_* below. Q4_1, Q4_K keep their plain block.
+#ifndef LLMB_VECDOT_LAYOUT_H
+#define LLMB_VECDOT_LAYOUT_H
+
+#include "quants.h"
+
+// ---- recoded blocks (vecdot.c: legacy_recode, q8_0_recode, q6_K_recode) ----
+typedef struct {                 // Q4_0, IQ4_NL: the values' nibbles first, d the tail
+    uint8_t qs[LLMB_QK / 2];
+    llmb_half d;
+} llmb_rc_q4_0;
+typedef struct {                 // Q5_0: qh' (the fifth bits, regrouped: vecdot.c, qh_recode), qs, d the tail
+    uint8_t qh[4];
+    uint8_t qs[LLMB_QK / 2];
+    llmb_half d;
+} llmb_rc_q5_0;
+typedef struct {                 // Q5_1: the plain order, with qh' for qh
+    llmb_half d, m;
+    uint8_t qh[4];
+    uint8_t qs[LLMB_QK / 2];
+} llmb_rc_q5_1;
+typedef struct {                 // Q8_0: the values plus 128 (unsigned, vpdpbusd's first operand), d the tail
+    uint8_t u[LLMB_QK];
+    llmb_half d;
+} llmb_rc_q8_0;
+typedef struct {                 // Q6_K: each value whole in 6 bits of a byte, in reading order (q6_K_recode)
+    uint8_t q[LLMB_QK_K * 3 / 4];
+    int8_t scales[LLMB_QK_K / 16];
+    llmb_half d;                 // the tail
+} llmb_rc_q6_K;
+LLMB_STATIC_ASSERT(sizeof(llmb_rc_q4_0) == sizeof(llmb_block_q4_0), "recoded q4_0 block size");
+LLMB_STATIC_ASSERT(sizeof(llmb_rc_q4_0) == sizeof(llmb_block_iq4_nl), "recoded iq4_nl block size");
+LLMB_STATIC_ASSERT(sizeof(llmb_rc_q5_0) == sizeof(llmb_block_q5_0), "recoded q5_0 block size");
+LLMB_STATIC_ASSERT(sizeof(llmb_rc_q5_1) == sizeof(llmb_block_q5_1), "recoded q5_1 block size");
+LLMB_STATIC_ASSERT(sizeof(llmb_rc_q8_0) == sizeof(llmb_block_q8_0), "recoded q8_0 block size");
+LLMB_STATIC_ASSERT(sizeof(llmb_rc_q6_K) == sizeof(llmb_block_q6_K), "recoded q6_K block size");
+
+// ---- one block of a group: its words, G rows to a word ----
+#define LLMB_IL_WORDS(block) (sizeof(block) / 4)   // whole words of a block
+#define LLMB_IL_TAIL(block) (sizeof(block) % 4)    // its trailing bytes, after the group's blocks
+#define LLMB_IL_GROUP(name, block, G)                                                                           \
+    typedef struct {                                                                                            \
+        uint32_t word[LLMB_IL_WORDS(block)][G];                                                                 \
+    } name;                                                                                                     \
+    LLMB_STATIC_ASSERT(sizeof(name) + (G) * LLMB_IL_TAIL(block) == (G) * sizeof(block), #name " size")
+
+// groups of 8 (vecdot_il8.c: AVX2, and the legacy types at AVX-512 VNNI)
+LLMB_IL_GROUP(llmb_il8_q4_0, llmb_rc_q4_0, 8);      // Q4_0, IQ4_NL: 4 words of qs
+LLMB_IL_GROUP(llmb_il8_q4_1, llmb_block_q4_1, 8);   // d|m, 4 words of qs
+LLMB_IL_GROUP(llmb_il8_q5_0, llmb_rc_q5_0, 8);      // qh', 4 words of qs
+LLMB_IL_GROUP(llmb_il8_q5_1, llmb_rc_q5_1, 8);      // d|m, qh', 4 words of qs
+LLMB_IL_GROUP(llmb_il8_q8_0, llmb_rc_q8_0, 8);      // 8 words of values + 128
+LLMB_IL_GROUP(llmb_il8_q4_K, llmb_block_q4_K, 8);   // d|dmin, 3 words of scales, 32 of qs
+LLMB_IL_GROUP(llmb_il8_q6_K, llmb_rc_q6_K, 8);      // 48 words of values, 4 of scales
+// groups of 16 (vecdot_avx512_k.c: AVX-512 VNNI)
+LLMB_IL_GROUP(llmb_il16_q4_K, llmb_block_q4_K, 16);
+LLMB_IL_GROUP(llmb_il16_q6_K, llmb_rc_q6_K, 16);
+LLMB_IL_GROUP(llmb_il16_q8_0, llmb_rc_q8_0, 16);
+
+#endif // LLMB_VECDOT_LAYOUT_H
