@@ -2,6 +2,9 @@
 // (cpu_contention.h). Tested by csrc/tests/test_engine.c (the rule) and tests/test_engine.py (a step's
 // threads and the solo-step count through the engine).
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #if defined(__linux__)
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -31,6 +34,23 @@ uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_n
     return s->solo_ns;
 }
 
+// The run_delay in the schedstat file open at fd (time on a CPU, then time waiting for one); 0 where
+// it cannot be read
+static uint64_t read_delay(int fd) {
+#if defined(__linux__)
+    char buf[96];
+    const ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *end;
+    strtoull(buf, &end, 10);
+    return strtoull(end, NULL, 10);
+#else
+    (void)fd;
+    return 0;
+#endif
+}
+
 // This thread's run_delay in ns (0 where the OS does not tell it: then no step runs alone)
 static uint64_t run_delay(llmb_cpu_monitor *b) {
 #if defined(__linux__)
@@ -44,16 +64,28 @@ static uint64_t run_delay(llmb_cpu_monitor *b) {
             return 0;
         }
     }
-    char buf[96];
-    const ssize_t n = pread(b->sched_fd, buf, sizeof buf - 1, 0);
-    if (n <= 0) return 0;
-    buf[n] = 0;
-    char *end;
-    strtoull(buf, &end, 10);   // time on a CPU, then time waiting for one
-    return strtoull(end, NULL, 10);
+    return read_delay(b->sched_fd);
 #else
     (void)b;
     return 0;
+#endif
+}
+
+static int n_workers(const llmb_cpu_monitor *b) {
+    return b->n_threads - 1 < LLMB_MONITOR_WORKERS ? b->n_threads - 1 : LLMB_MONITOR_WORKERS;
+}
+
+// Each worker of the calling thread's team opens its own schedstat file, once (the pool keeps its threads
+// from one parallel region to the next)
+static void open_workers(llmb_cpu_monitor *b) {
+    b->workers_open = 1;
+#if defined(__linux__) && defined(_OPENMP)
+    const int nw = n_workers(b);
+#pragma omp parallel num_threads(b->n_threads)
+    {
+        const int t = omp_get_thread_num();
+        if (t >= 1 && t <= nw) b->worker_fd[t - 1] = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    }
 #endif
 }
 
@@ -63,7 +95,12 @@ int llmb_cpu_monitor_threads(llmb_cpu_monitor *b, uint64_t t0) {
         b->delay_at = 0;
         return 1;
     }
-    if (!b->delay_at) b->run_delay = run_delay(b), b->delay_at = t0;
+    if (!b->workers_open) open_workers(b);
+    if (!b->delay_at) {
+        b->run_delay = run_delay(b), b->delay_at = t0;
+        for (int w = 0; w < n_workers(b); w++)
+            if (b->worker_fd[w] >= 0) b->worker_delay[w] = read_delay(b->worker_fd[w]);
+    }
     return b->n_threads;
 }
 
@@ -73,22 +110,31 @@ void llmb_cpu_monitor_step(llmb_cpu_monitor *b, int threads, uint64_t t1) {
         b->solo_steps++;
         return;
     }
-    const uint64_t d = run_delay(b), wait = d > b->run_delay ? d - b->run_delay : 0, wall = t1 - b->delay_at;
+    // the longest any thread of the step waited for a CPU since the last reading
+    const uint64_t d = run_delay(b), wall = t1 - b->delay_at;
+    uint64_t wait = d > b->run_delay ? d - b->run_delay : 0;
     b->run_delay = d, b->delay_at = t1;
+    for (int w = 0; w < n_workers(b); w++) {
+        if (b->worker_fd[w] < 0) continue;
+        const uint64_t dw = read_delay(b->worker_fd[w]);
+        if (dw > b->worker_delay[w] && dw - b->worker_delay[w] > wait) wait = dw - b->worker_delay[w];
+        b->worker_delay[w] = dw;
+    }
     const uint64_t solo = llmb_cpu_contended(&b->load, wait, wall);
     if (solo) b->solo_until = t1 + solo;
 }
 
-// Per-token steps (embedding, norms, RoPE and the KV stores, SwiGLU, residual adds) run on the
-// engine's threads once a batch holds PAR_VALUES activations (below, waking the threads costs more than
-
 void llmb_cpu_monitor_init(llmb_cpu_monitor *m, int n_threads) {
     *m = (llmb_cpu_monitor){.n_threads = n_threads, .sched_fd = -1};
+    for (int w = 0; w < LLMB_MONITOR_WORKERS; w++) m->worker_fd[w] = -1;
 }
 
 void llmb_cpu_monitor_close(llmb_cpu_monitor *m) {
 #if defined(__linux__)
     if (m->sched_fd >= 0) close(m->sched_fd);
+    for (int w = 0; w < LLMB_MONITOR_WORKERS; w++)
+        if (m->worker_fd[w] >= 0) close(m->worker_fd[w]);
 #endif
     m->sched_fd = -1;
+    for (int w = 0; w < LLMB_MONITOR_WORKERS; w++) m->worker_fd[w] = -1;
 }

@@ -18,11 +18,18 @@ uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_n
 // The monitor a backend keeps: steps run on one thread until solo_until (llmb_now_ns); the calling
 // thread's scheduler statistics (sched_fd, opened by thread sched_tid; -1 none yet, -2 none to read) gave
 // run_delay ns waiting for a CPU at llmb_now_ns() = delay_at (0: no reading since a one-thread step).
+// The other threads of a step's team (OpenMP threads 1.. of the calling thread's pool) are read too
+// (worker_fd, opened by each of them once: -1 none), their delays as of delay_at in worker_delay: a worker
+// the OS took off its core stalls the step at the next barrier while the calling thread spins, running.
+#define LLMB_MONITOR_WORKERS 15
 typedef struct {
     int n_threads;        // the threads a step may use
     uint64_t solo_until, run_delay, delay_at;
     llmb_cpu_load load;
     int sched_fd, sched_tid;
+    int workers_open;
+    int worker_fd[LLMB_MONITOR_WORKERS];
+    uint64_t worker_delay[LLMB_MONITOR_WORKERS];
     uint64_t solo_steps;  // steps run on one thread of several
 } llmb_cpu_monitor;
 
