@@ -10,7 +10,7 @@ the same machine.
 
 Each build's extension module is loaded from its file; this checkout's Python code drives both, so the
 two must share the extension's Python API (any two builds of nearby commits do). An engine is created
-while its build is the module llmbench.llm and llmbench.gguf call. Kernel mode also checks that the two
+while its build is the module llmbench.llm and llmbench.models.gguf call. Kernel mode also checks that the two
 builds give the same bits.
 """
 
@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-import llmbench.gguf
 import llmbench.llm
+import llmbench.models.gguf
 from llmbench import LLM
 
 
@@ -44,13 +44,13 @@ def make_llm(build, model: str, threads: int) -> LLM:
     """model may end in @q8, @f32 or @bf16: the LLM activations (bench_engine.split_spec)."""
     from bench_engine import split_spec
 
-    saved = llmbench.llm._core, llmbench.gguf._core
-    llmbench.llm._core = llmbench.gguf._core = build
+    saved = llmbench.llm._core, llmbench.models.gguf._core
+    llmbench.llm._core = llmbench.models.gguf._core = build
     try:
         path, act = split_spec(model)
         return LLM(path, threads=threads, activations=act)
     finally:
-        llmbench.llm._core, llmbench.gguf._core = saved
+        llmbench.llm._core, llmbench.models.gguf._core = saved
 
 
 def alternate(fns, rounds: int) -> list[list[float]]:
@@ -101,7 +101,7 @@ def weight_copies(build, tid: int, w, a: argparse.Namespace) -> tuple[list, int]
 
 
 def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
-    from llmbench.quant import quantize, type_id
+    from llmbench.models.weight_types import quantize, type_id
 
     rng = np.random.default_rng(0)
     lines = []

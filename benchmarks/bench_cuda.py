@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from llmbench.backends import cuda
-from llmbench.quant import quantize, row_bytes, type_id
+from llmbench.models.weight_types import quantize, row_bytes, type_id
 
 # (name, rows, cols) of each matrix of one layer, plus the output matrix
 SHAPES = {

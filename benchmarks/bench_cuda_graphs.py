@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     model = args.model
     if model is None:
-        from llmbench.dummy import dummy_model
+        from llmbench.models.dummy import dummy_model
 
         model = str(dummy_model("llama-1b", args.type))
     max_seqs = max(args.batch)

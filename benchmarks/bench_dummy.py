@@ -22,7 +22,7 @@ import numpy as np
 
 CHILD = """
 import json, resource, sys
-from llmbench.dummy import build
+from llmbench.models.dummy import build
 r = build(sys.argv[1], sys.argv[2], sys.argv[3])
 print(json.dumps({"seconds": r.seconds, "file_size": r.file_size, "n_elements": r.n_elements,
                   "bits_per_weight": r.bits_per_weight,
@@ -42,7 +42,8 @@ def build_once(preset: str, mix: str, directory: str) -> dict:
 def stage_throughput(reps: int = 3) -> dict[str, float]:
     """Million elements per second of fill_normal and of quantizing to each type (median of reps,
     after one warmup), on a 4M-element chunk like the builder's."""
-    from llmbench import _core, quant
+    from llmbench import _core
+    from llmbench.models import weight_types as quant
 
     x = np.empty((4096, 1024), np.float32)
 

@@ -2,7 +2,7 @@
 (float32 bytes for dequantize, quantized bytes for quantize), on one thread and on all threads,
 beside np.copyto of the same number of output bytes in the same run (the memory-bandwidth
 yardstick). Like np.copyto, the kernels write into arrays allocated beforehand (_core.dequantize and
-_core.quantize, which llmbench.quant wraps), so first-touch page faults are not part of the figures.
+_core.quantize, which llmbench.models.weight_types wraps), so first-touch page faults are not part of the figures.
 
     python benchmarks/bench_quant.py                                  # every type, markdown table
     python benchmarks/bench_quant.py --types Q4_K Q8_0 --elements 4194304 --reps 9 --json out.json
@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from llmbench import _core
-from llmbench.quant import QUANTIZE_TYPES, SUPPORTED_TYPES, quantize, type_id
+from llmbench.models.weight_types import QUANTIZE_TYPES, SUPPORTED_TYPES, quantize, type_id
 
 
 def samples(f: Callable[[], object], reps: int) -> list[float]:

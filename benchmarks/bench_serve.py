@@ -89,7 +89,7 @@ def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
 
 
 def _tokenizer(path: str):
-    from llmbench.gguf import GGUFFile
+    from llmbench.models.gguf import GGUFFile
     from llmbench.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf(GGUFFile(path).metadata)

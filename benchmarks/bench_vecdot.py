@@ -34,7 +34,7 @@ import numpy as np
 
 from llmbench import _core
 from llmbench.info import llc_bytes
-from llmbench.quant import quantize, type_id
+from llmbench.models.weight_types import quantize, type_id
 
 TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q4_0", "F16", "Q5_K", "Q5_0", "Q4_1", "Q5_1", "BF16", "F32"]
 

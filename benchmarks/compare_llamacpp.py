@@ -120,8 +120,8 @@ def with_types(models: list[str], types: list[str], tmpdir: str, split_spec) -> 
     "@activations" suffix is kept."""
     if not types:
         return list(models)
-    from llmbench.dummy import PRESETS
-    from llmbench.quantize import MIXES, quantize_file
+    from llmbench.models.dummy import PRESETS
+    from llmbench.models.quantize import MIXES, quantize_file
 
     for t in types:
         if t.upper() not in MIXES:

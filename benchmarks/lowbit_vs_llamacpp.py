@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     import io
 
     from llmbench import LLM
-    from llmbench.gguf import GGUFFile
+    from llmbench.models.gguf import GGUFFile
 
     out_dir = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="lowbit-"))
     out_dir.mkdir(parents=True, exist_ok=True)

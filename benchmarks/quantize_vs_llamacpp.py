@@ -9,12 +9,12 @@ largest |value|, and the mean squared error each adds to the source).
         [--imatrix imatrix.gguf]
 
 With --imatrix both quantizers get the same importance matrix (llama.cpp's through llama_model_quantize_params
-.imatrix, read by llmbench.imatrix as llama-quantize reads it). --write-imatrix OUT first writes a synthetic
+.imatrix, read by llmbench.models.imatrix as llama-quantize reads it). --write-imatrix OUT first writes a synthetic
 one for the model (GGUF, per matrix in_sum2 = counts x Gamma(0.5) draws, seeded) for when no llama-imatrix
 output is at hand: the quantizers take the weights as given, so any positive weights test the same code.
 
 --rows compares the quantizers alone: llama.cpp's ggml_quantize_chunk (loaded from llama-cpp-python's
-libggml-base) against llmbench.quant.quantize on seeded random rows of several distributions, with and
+libggml-base) against llmbench.models.weight_types.quantize on seeded random rows of several distributions, with and
 without importance weights, every type.
 
 Prints one markdown table row per (mix, tensor type): tensors, blocks, identical blocks, and the error figures
@@ -58,15 +58,15 @@ print(glob.glob(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggm
 
 def blocks(raw: np.ndarray, type_name: str) -> np.ndarray:
     """The tensor's bytes as one row per block."""
-    from llmbench.writer import TYPE_TRAITS
+    from llmbench.models.gguf_writer import TYPE_TRAITS
 
     _, _, size = TYPE_TRAITS[type_name]
     return raw.reshape(-1, size)
 
 
 def compare(src_path: str, ours_path: str, theirs_path: str) -> dict[str, dict]:
-    from llmbench.gguf import GGUFFile
-    from llmbench.quantize import decode_rows
+    from llmbench.models.gguf import GGUFFile
+    from llmbench.models.quantize import decode_rows
 
     rows: dict[str, dict] = defaultdict(lambda: {"tensors": 0, "blocks": 0, "same": 0, "max_rel": 0.0,
                                                   "mse_ours": 0.0, "mse_theirs": 0.0, "n": 0, "type_mismatch": []})
@@ -96,9 +96,9 @@ def compare(src_path: str, ours_path: str, theirs_path: str) -> dict[str, dict]:
 
 def write_synthetic_imatrix(model: str, out: str, seed: int = 0) -> None:
     """A GGUF importance matrix in llama-imatrix's layout for every quantizable matrix of ``model``."""
-    from llmbench.gguf import GGUFFile
-    from llmbench.quantize import should_quantize
-    from llmbench.writer import write_gguf
+    from llmbench.models.gguf import GGUFFile
+    from llmbench.models.gguf_writer import write_gguf
+    from llmbench.models.quantize import should_quantize
 
     rng = np.random.default_rng(seed)
     tensors = {}
@@ -115,10 +115,10 @@ def write_synthetic_imatrix(model: str, out: str, seed: int = 0) -> None:
 
 
 def compare_rows(llama_py: str, seed: int = 0) -> int:
-    """ggml_quantize_chunk against llmbench.quant.quantize on random rows; prints a table, returns 1 on a difference."""
+    """ggml_quantize_chunk against llmbench.models.weight_types.quantize on random rows; prints a table, returns 1 on a difference."""
     import ctypes
 
-    from llmbench import quant
+    from llmbench.models import weight_types as quant
 
     lib_path = subprocess.run([llama_py, "-c", LLAMA_PY_FIND_LIB], capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     "model to OUT, and use it")
     ap.add_argument("--rows", action="store_true", help="compare the quantizers on random rows instead of a file")
     a = ap.parse_args(argv)
-    from llmbench.quantize import MIXES, quantize_file
+    from llmbench.models.quantize import MIXES, quantize_file
 
     llama_py = os.environ.get("LLAMA_PY", sys.executable)
     if a.rows:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         extra = []
         if a.imatrix:
-            from llmbench.imatrix import load_imatrix
+            from llmbench.models.imatrix import load_imatrix
 
             extra = [os.path.join(tmp, "imatrix.npz")]
             np.savez(extra[0], **load_imatrix(a.imatrix))

@@ -55,8 +55,8 @@ __all__ = [
     "__version__",
 ]
 
-from .dummy import dummy_model  # noqa: E402  (needs the names above)
 from .llm import LLM, Completion, SamplingParams  # noqa: E402
+from .models.dummy import dummy_model  # noqa: E402  (needs the names above)
 
 if _os.environ.get("LLMBENCH_SIMD"):
     # Force a lower SIMD level (e.g. "scalar") for comparisons; a level the CPU lacks is an error.

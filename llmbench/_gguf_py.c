@@ -1,6 +1,6 @@
 // _gguf_py.c — llmbench._core.Reader: a validated, memory-mapped GGUF file (csrc/gguf.c) as Python sees
 // it, metadata as Python values and tensors as zero-copy read-only NumPy views that keep the file alive.
-// llmbench/gguf.py wraps it (GGUFFile). Tested by tests/test_gguf.py and tests/test_gguf_malformed.py.
+// llmbench/models/gguf.py wraps it (GGUFFile). Tested by tests/test_gguf.py and tests/test_gguf_malformed.py.
 #include "_pycore.h"
 
 typedef struct {
@@ -241,7 +241,7 @@ static PyTypeObject ReaderType = {
     .tp_basicsize = sizeof(ReaderObject),
     .tp_dealloc = (destructor)Reader_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Validated, memory-mapped GGUF file (use llmbench.gguf.GGUFFile).",
+    .tp_doc = "Validated, memory-mapped GGUF file (use llmbench.models.gguf.GGUFFile).",
     .tp_methods = Reader_methods,
     .tp_getset = Reader_getset,
     .tp_init = (initproc)Reader_init,

@@ -1,6 +1,6 @@
 // _quant_py.c — Python bindings of the quantization kernels (csrc/quants.c): dequantize and
 // quantize whole tensors into caller-provided NumPy arrays, with the GIL released. The friendly
-// argument checking lives in llmbench/quant.py; here arrays must already have the right dtype,
+// argument checking lives in llmbench/models/weight_types.py; here arrays must already have the right dtype,
 // C order and size. Tested by tests/test_quant.py.
 #include "_pycore.h"
 #include "../csrc/quants.h"

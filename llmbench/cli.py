@@ -13,8 +13,8 @@ from . import LLMBenchError
 from .llm import ACTIVATIONS
 
 if TYPE_CHECKING:
+    from .models.quantize import ModelResult
     from .perf.config import BenchConfig
-    from .quantize import ModelResult
 
 
 def _gib(n: int) -> str:
@@ -106,8 +106,8 @@ def _report_model_result(result: ModelResult, as_json: bool, show_source: bool) 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
     """Run ``llmbench quantize``: convert a GGUF model to another weight type mix; the exit status."""
-    from .gguf import GGUFFile
-    from .quantize import quantize_file
+    from .models.gguf import GGUFFile
+    from .models.quantize import quantize_file
 
     with GGUFFile(args.input) as f:   # errors (a bad file, an existing destination, a full disk): see main
         total = sum(t.n_elements for t in f.tensors.values())
@@ -119,7 +119,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
 def cmd_dummy(args: argparse.Namespace) -> int:
     """Run ``llmbench dummy``: list the presets or build (and cache) a dummy model; the exit status."""
-    from .dummy import PRESETS, build, cached_path, get_preset
+    from .models.dummy import PRESETS, build, cached_path, get_preset
 
     if args.list:
         for p in PRESETS.values():
@@ -140,7 +140,7 @@ def cmd_dummy(args: argparse.Namespace) -> int:
 
 
 def _add_model_commands(sub: argparse._SubParsersAction) -> None:
-    from .quantize import MIXES
+    from .models.quantize import MIXES
 
     types = ", ".join(MIXES)
     raw = argparse.RawDescriptionHelpFormatter

@@ -23,8 +23,8 @@ from typing import cast
 import numpy as np
 
 from . import BackendUnavailableError, GGUFError, LLMBenchError, UnsupportedError, _core
-from .gguf import GGUFFile
 from .info import memory_bytes
+from .models.gguf import GGUFFile
 from .prefix_plan import SHARED_PREFIX_MIN as SHARED_PREFIX_MIN
 from .prefix_plan import plan_scoring
 from .prefix_plan import prefix_tree as prefix_tree
@@ -140,7 +140,7 @@ def resolve_model(model: str | os.PathLike[str]) -> Path:
     p = Path(model)
     if p.exists():
         return p
-    from . import dummy
+    from .models import dummy as dummy
 
     name, _, typ = str(model).partition(":")
     if name in dummy.PRESETS:
@@ -201,7 +201,7 @@ def hyperparameters(meta: dict, tensors: Collection[str] = (), where: str = "mod
 def kv_bytes_per_token(hp: dict[str, int], kv_dtype: str) -> float:
     """Bytes of KV cache one token takes: keys and values of every layer's KV heads, each row in the KV
     dtype's own format (the C type traits: Q8_0 is 34 bytes a block of 32)."""
-    from .quant import row_bytes
+    from .models.weight_types import row_bytes
 
     kv_dim = hp["n_head_kv"] * hp["head_dim"]
     if kv_dtype == "q8_0" and kv_dim % 32:   # the engine refuses it with its own message; a size still

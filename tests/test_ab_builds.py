@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import llmbench._core
-from llmbench.quant import type_id
+from llmbench.models.weight_types import type_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import ab_builds

@@ -14,7 +14,7 @@ sys.path.insert(0, str(BENCH))
 import compare_llamacpp as cmp  # noqa: E402 - the benchmarks folder is put on the path just above
 
 from llmbench import LLM  # noqa: E402
-from llmbench.gguf import GGUFFile  # noqa: E402
+from llmbench.models.gguf import GGUFFile  # noqa: E402
 
 
 def test_llmbench_side_runs(stories_path):

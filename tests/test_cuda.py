@@ -39,7 +39,7 @@ def test_unavailable_raises_with_reason():
 def test_cpu_unaffected_after_failed_cuda_request(stories_path):
     with pytest.raises(llmbench.BackendUnavailableError):
         cuda.load()
-    from llmbench.gguf import GGUFFile
+    from llmbench.models.gguf import GGUFFile
 
     with GGUFFile(stories_path) as f:
         assert f.raw("output.weight").nbytes == 512 * 64 * 4

@@ -298,7 +298,7 @@ def test_weight_type_without_a_cuda_kernel_is_named(tmp_path):
     """A type the CPU engine runs but the device has no kernel for (here Q5_0, the fallback of
     llmbench quantize for rows that are not whole K-quant blocks) raises, naming tensor and type."""
     gguf = pytest.importorskip("gguf")
-    from llmbench.quant import quantize
+    from llmbench.models.weight_types import quantize
 
     src = llmbench.dummy_model("tiny", "F32")
     up = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.1.ffn_up.weight")

@@ -1,7 +1,7 @@
 """The CUDA backend's kernels (kernels/*.cu) against NumPy references on random data and odd sizes.
 
 Each kernel runs through llmbench.backends.cuda.Context (NumPy in, NumPy out). References:
-weights decoded by the CPU's scalar-defined dequantizers (llmbench.quant) and products in float64;
+weights decoded by the CPU's scalar-defined dequantizers (llmbench.models.weight_types) and products in float64;
 RMSNorm, RoPE, SwiGLU, attention and the sampler restated from csrc/ops.c and csrc/engine.c.
 Tolerances are stated per test and scale with the values (atol + rtol * |ref|, or with |W| |x|
 for products). CUDA Graphs: a captured decode step replayed after its inputs change gives the
@@ -26,7 +26,7 @@ import pytest
 import llmbench
 from llmbench import _core
 from llmbench.backends import cuda
-from llmbench.quant import dequantize, quantize, type_id
+from llmbench.models.weight_types import dequantize, quantize, type_id
 
 HAVE_GPU, WHY = cuda.available()
 gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no usable CUDA device: {WHY}")

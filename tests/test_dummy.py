@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import llmbench
-from llmbench import _core, dummy
-from llmbench.dummy import PRESETS, build, dummy_model, metadata, rope_freq_factors, tensor_seed
-from llmbench.gguf import GGUFFile
-from llmbench.vocab import build_vocab, bytes_to_unicode, synthetic_merges, tokenizer_style
+from llmbench import _core
+from llmbench.models import dummy
+from llmbench.models.dummy import PRESETS, build, dummy_model, metadata, rope_freq_factors, tensor_seed
+from llmbench.models.dummy_vocab import build_vocab, bytes_to_unicode, synthetic_merges, tokenizer_style
+from llmbench.models.gguf import GGUFFile
 
 # The bytes of `llmbench dummy --preset tiny --type F32`. Cached dummy models are keyed by
 # dummy.FORMAT_VERSION, so whatever changes these bytes (presets, metadata, vocabulary, the random
@@ -114,7 +115,7 @@ def test_tiny_build_is_deterministic_and_readable(tmp_path):
     build("tiny", "F32", b)
     assert _sha(a) == _sha(b)
     assert _sha(a) == TINY_F32_SHA256.get(dummy.FORMAT_VERSION), \
-        "dummy model bytes changed: bump llmbench.dummy.FORMAT_VERSION and record the new hash here"
+        "dummy model bytes changed: bump llmbench.models.dummy.FORMAT_VERSION and record the new hash here"
     build("tiny", "F32", b, seed=1)
     assert _sha(a) != _sha(b)
     gguf = pytest.importorskip("gguf")
@@ -177,7 +178,7 @@ def test_dummy_model_caches(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("mix", ["Q4_K_M", "Q8_0", "BF16"])
 def test_tiny_quantized_build(tmp_path, mix):
-    from llmbench.quantize import decode_rows
+    from llmbench.models.quantize import decode_rows
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
     ra = build("tiny", mix, a)
     build("tiny", mix, b)

@@ -425,7 +425,7 @@ def test_backend_selection_and_memory(stories, stories_path):
 def test_cuda_backend_unavailable_names_the_reason(stories_path):
     """backend="cuda" goes through the engine; where it cannot run, BackendUnavailableError says why."""
     from llmbench.backends import cuda
-    from llmbench.gguf import GGUFFile
+    from llmbench.models.gguf import GGUFFile
 
     ok, why = cuda.available()
     try:

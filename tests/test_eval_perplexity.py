@@ -17,7 +17,7 @@ from scipy.special import logsumexp
 
 from llmbench.eval import perplexity as ppl
 from llmbench.llm import LLM
-from llmbench.quantize import quantize_file
+from llmbench.models.quantize import quantize_file
 
 STORY = (
     "Once upon a time, there was a little girl named Lily. She loved to play in the park with her red ball. "

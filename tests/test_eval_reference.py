@@ -19,7 +19,7 @@ from scipy.special import log_softmax
 
 from llmbench import LLM
 from llmbench.llm import SHARED_PREFIX_MIN
-from llmbench.quantize import quantize_file
+from llmbench.models.quantize import quantize_file
 
 HEADER = ("The following are questions about short stories.\n\n"
           "Lily had a red ball. She played with it in the park.\nWhat did Lily have?\n"

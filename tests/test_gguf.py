@@ -1,4 +1,4 @@
-"""The GGUF reader (csrc/gguf.c via llmbench.gguf) against the gguf package's reader and writer,
+"""The GGUF reader (csrc/gguf.c via llmbench.models.gguf) against the gguf package's reader and writer,
 on the real stories260K model and on written files with every metadata type."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 import llmbench
 from llmbench import _core
-from llmbench.gguf import GGUFFile
+from llmbench.models.gguf import GGUFFile
 
 
 def gguf_contents(reader: gguf.GGUFReader) -> dict:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from llmbench import GGUFError
-from llmbench.gguf import GGUFFile
+from llmbench.models.gguf import GGUFFile
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""Importance matrices: reading llama.cpp's GGUF and legacy .dat files (llmbench.imatrix), quantizing with
-them (llmbench.quant.quantize(..., imatrix=), `llmbench quantize --imatrix`), and the errors.
+"""Importance matrices: reading llama.cpp's GGUF and legacy .dat files (llmbench.models.imatrix), quantizing with
+them (llmbench.models.weight_types.quantize(..., imatrix=), `llmbench quantize --imatrix`), and the errors.
 
 Byte equality with llama.cpp's quantizer given the same weights is checked by
 benchmarks/quantize_vs_llamacpp.py (--rows and --imatrix); here: the weights are llama.cpp's (sums over
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from llmbench import cli
-from llmbench.gguf import GGUFFile
-from llmbench.imatrix import ImatrixError, load_imatrix
-from llmbench.quant import IMATRIX_TYPES, dequantize, quantize
-from llmbench.writer import write_gguf
+from llmbench.models.gguf import GGUFFile
+from llmbench.models.gguf_writer import write_gguf
+from llmbench.models.imatrix import ImatrixError, load_imatrix
+from llmbench.models.weight_types import IMATRIX_TYPES, dequantize, quantize
 
 IMATRIX_META = {"general.type": "imatrix", "imatrix.datasets": ["test"], "imatrix.chunk_count": 3,
                 "imatrix.chunk_size": 512}

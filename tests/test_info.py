@@ -136,8 +136,8 @@ def test_monotonic_clock():
 
 def test_import_never_loads_cuda(stories_path):
     code = (
-        "import llmbench, llmbench.gguf, llmbench.info\n"
-        f"f = llmbench.gguf.GGUFFile({str(stories_path)!r}); f.metadata; f.raw('output.weight')\n"
+        "import llmbench, llmbench.models.gguf, llmbench.info\n"
+        f"f = llmbench.models.gguf.GGUFFile({str(stories_path)!r}); f.metadata; f.raw('output.weight')\n"
         "maps = open('/proc/self/maps').read()\n"
         "bad = [l for l in maps.splitlines() if 'libcuda' in l or 'libllmbench_cuda' in l or 'libcudart' in l]\n"
         "print('LOADED' if bad else 'CLEAN')\n"

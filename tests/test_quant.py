@@ -1,4 +1,4 @@
-"""llmbench.quant against the gguf package's NumPy code (version 0.19) and real GGUF files.
+"""llmbench.models.weight_types against the gguf package's NumPy code (version 0.19) and real GGUF files.
 
 - Dequantization of every type is bit-identical to ``gguf.quants.dequantize`` on random blocks
   (random bytes, finite scales; F16/BF16 fully random, NaN payloads included), the dequantize-only
@@ -25,8 +25,16 @@ from models import gemma3_gguf, smollm2_gguf
 
 import llmbench
 from llmbench import _core
-from llmbench.gguf import GGUFFile
-from llmbench.quant import QUANTIZE_TYPES, SUPPORTED_TYPES, block_size, dequantize, quantize, row_bytes, type_size
+from llmbench.models.gguf import GGUFFile
+from llmbench.models.weight_types import (
+    QUANTIZE_TYPES,
+    SUPPORTED_TYPES,
+    block_size,
+    dequantize,
+    quantize,
+    row_bytes,
+    type_size,
+)
 
 GGUF_QUANTIZES = ("F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 

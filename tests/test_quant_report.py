@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from llmbench import quant
-from llmbench.gguf import GGUFFile
+from llmbench.models import weight_types as quant
+from llmbench.models.gguf import GGUFFile
 from llmbench.study.quantreport import quant_report, tensor_errors
 
 
@@ -36,7 +36,7 @@ def test_quant_report_on_stories(tmp_path, stories_path):
 
 
 def test_tensor_errors_match_numpy(tmp_path, stories_path):
-    from llmbench.quantize import quantize_file
+    from llmbench.models.quantize import quantize_file
 
     dst = tmp_path / "q4.gguf"
     quantize_file(stories_path, dst, "Q4_0")

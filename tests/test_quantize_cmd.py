@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from llmbench import cli
-from llmbench.gguf import GGUFFile
-from llmbench.quantize import MIXES, Shape, quantize_file, should_quantize, tensor_type, use_more_bits
-from llmbench.writer import write_gguf
+from llmbench.models.gguf import GGUFFile
+from llmbench.models.gguf_writer import write_gguf
+from llmbench.models.quantize import MIXES, Shape, quantize_file, should_quantize, tensor_type, use_more_bits
 
 gguf = pytest.importorskip("gguf")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmbench.gguf import GGUFFile
-from llmbench.quant import dequantize, quantize
-from llmbench.quantize import MIXES, quantize_file
-from llmbench.writer import write_gguf
+from llmbench.models.gguf import GGUFFile
+from llmbench.models.gguf_writer import write_gguf
+from llmbench.models.quantize import MIXES, quantize_file
+from llmbench.models.weight_types import dequantize, quantize
 
 gguf = pytest.importorskip("gguf")
 
@@ -85,7 +85,7 @@ def test_lowbit_mix_file(model, tmp_path, mix):
             y = gguf.quants.dequantize(np.asarray(rt.data), rt.tensor_type).reshape(x.shape)
             nmse = float(np.mean((x - y) ** 2) / np.mean(x ** 2))
             assert nmse <= NMSE[rt.tensor_type.name], (rt.name, rt.tensor_type.name, nmse)
-            # the file holds exactly what llmbench.quant writes for those rows
+            # the file holds exactly what llmbench.models.weight_types writes for those rows
             np.testing.assert_array_equal(f.raw(rt.name).reshape(x.shape[0], -1), quantize(x, rt.tensor_type.name))
 
 

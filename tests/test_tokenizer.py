@@ -11,7 +11,7 @@ from tokenizers import decoders, models, pre_tokenizers
 
 import llmbench
 from llmbench import LLM, SamplingParams
-from llmbench.gguf import GGUFFile
+from llmbench.models.gguf import GGUFFile
 from llmbench.tokenizer import Tokenizer
 
 TEXTS = [

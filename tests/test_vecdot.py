@@ -22,7 +22,7 @@ import pytest
 from lowbit import QUANTIZERS
 
 from llmbench import _core
-from llmbench.quant import dequantize, quantize, type_id
+from llmbench.models.weight_types import dequantize, quantize, type_id
 
 RTOL_SUM = 1e-5
 TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q4_0", "F16", "Q5_K", "Q5_0", "Q4_1", "Q5_1", "BF16", "Q8_K", "F32", "Q2_K",

@@ -1,4 +1,4 @@
-"""GGUF writer: files read back identically by llmbench.gguf.GGUFFile and gguf.GGUFReader; interrupted
+"""GGUF writer: files read back identically by llmbench.models.gguf.GGUFFile and gguf.GGUFReader; interrupted
 or out-of-space writes leave nothing behind."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from llmbench import writer
-from llmbench.gguf import GGUFFile
-from llmbench.writer import GGUFWriter, TensorSpec, write_gguf
+from llmbench.models import gguf_writer as writer
+from llmbench.models.gguf import GGUFFile
+from llmbench.models.gguf_writer import GGUFWriter, TensorSpec, write_gguf
 
 gguf = pytest.importorskip("gguf")
 
@@ -181,7 +181,7 @@ def test_file_size_limit_in_the_kernel_leaves_nothing(tmp_path):
     # A real write failure from the kernel (EFBIG past RLIMIT_FSIZE), in a child process.
     code = textwrap.dedent(f"""
         import resource, signal, numpy as np
-        from llmbench.writer import GGUFWriter, TensorSpec
+        from llmbench.models.gguf_writer import GGUFWriter, TensorSpec
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
         try:

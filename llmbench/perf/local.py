@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from .. import LLM, BackendUnavailableError, SamplingParams, UnsupportedError
-from ..gguf import GGUFError, GGUFFile
 from ..llm import Prefix, resolve_model
+from ..models.gguf import GGUFError, GGUFFile
 from ..tokenizer import Tokenizer
 from . import peak
 from .config import BenchConfig, config_json

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from .. import _core
-from ..quant import block_size
+from ..models.weight_types import block_size
 
 KINDS = {"f32": _core.PEAK_F32, "int8": _core.PEAK_INT8, "bf16": _core.PEAK_BF16}   # compute_peak's kinds
 

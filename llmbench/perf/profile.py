@@ -27,7 +27,7 @@ KINDS = ("embed", "norm", "quant_x", "matmul", "rope_kv", "attention", "elementw
 
 
 def _type_name(tid: int) -> str:
-    from ..quant import _TRAITS
+    from ..models.weight_types import _TRAITS
 
     return _TRAITS[tid][0] if tid in _TRAITS else f"type{tid}"
 

@@ -43,7 +43,7 @@ _LAYER = re.compile(r"^blk\.(\d+)\.(.+?)\.weight$")
 def tensor_errors(source: str | os.PathLike[str], quantized: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Relative RMSE ||W_q - W|| / ||W|| of each tensor whose type differs between the two files, with
     its layer (None for token_embd, output) and kind (the name without blk.N. and .weight)."""
-    from ..gguf import GGUFFile
+    from ..models.gguf import GGUFFile
 
     out = []
     with GGUFFile(source) as src, GGUFFile(quantized) as q:
@@ -94,10 +94,10 @@ def quant_report(model: str | os.PathLike[str], types: Sequence[str], out: str |
     into ``out`` (see the module's docstring). Returns the report as a dict."""
     from ..eval import evaluate
     from ..eval.perplexity import kl_divergences, load_text
-    from ..gguf import GGUFFile
     from ..llm import LLM
+    from ..models.gguf import GGUFFile
+    from ..models.quantize import MIXES, quantize_file
     from ..perf.bench import header
-    from ..quantize import MIXES, quantize_file
 
     src = Path(model).resolve()
     if not src.exists():

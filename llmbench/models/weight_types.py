@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import UnsupportedError, _core
+from .. import UnsupportedError, _core
 
 _TRAITS = {tid: (name, bs, ts) for tid, name, bs, ts in _core.type_traits()}
 _IDS = {name: tid for tid, (name, _, _) in _TRAITS.items()}

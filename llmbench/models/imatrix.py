@@ -3,7 +3,7 @@
 For each weight matrix, `llama-imatrix` sums the squares of the activations each input column saw.
 `llmbench quantize --imatrix FILE` divides them by the count of tokens, exactly as llama.cpp's
 `llama-quantize` does (tools/quantize/quantize.cpp, load_imatrix), and hands the result to the quantizers
-of the types that use it (llmbench.quant.IMATRIX_TYPES). Two formats:
+of the types that use it (llmbench.models.weight_types.IMATRIX_TYPES). Two formats:
 
 - GGUF (current llama.cpp): per matrix ``<name>.in_sum2`` (float32, n_mat x n_cols: the sums of squares)
   and ``<name>.counts`` (float32, n_mat x 1: tokens seen), n_mat > 1 for the experts of a mixture-of-experts
@@ -22,7 +22,7 @@ import struct
 
 import numpy as np
 
-from . import GGUFError
+from .. import GGUFError
 from .gguf import GGUFFile
 
 

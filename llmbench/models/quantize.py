@@ -13,9 +13,9 @@ llama_model_quantize on the same file): every mix gives the same tensor types, b
 for block, on stories260K, the tiny dummy preset and a 17-layer, 4-way grouped-query shape (results in
 docs/quant-types.md). Q4_1, Q5_0 and Q5_1 are uniform mixes (llama.cpp changes Q4_0 / Q5_0's ffn_down only
 with an importance matrix). Not modelled: Falcon's and mixture-of-experts models' special cases.
-With ``imatrix`` (llama.cpp's importance matrix, llmbench.imatrix) each tensor's weights go to the
-quantizers that use them (llmbench.quant.IMATRIX_TYPES), matched by name as llama-quantize matches them.
-Tensors are converted in row chunks and streamed to disk (llmbench.writer), so memory stays at a
+With ``imatrix`` (llama.cpp's importance matrix, llmbench.models.imatrix) each tensor's weights go to the
+quantizers that use them (llmbench.models.weight_types.IMATRIX_TYPES), matched by name as llama-quantize matches them.
+Tensors are converted in row chunks and streamed to disk (llmbench.models.gguf_writer), so memory stays at a
 few chunks whatever the model size. Tested by tests/test_quantize_cmd.py.
 """
 
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from . import UnsupportedError
+from .. import UnsupportedError
 from .gguf import GGUFFile, TensorInfo
-from .writer import TYPE_TRAITS, TensorSpec, write_pipelined
+from .gguf_writer import TYPE_TRAITS, TensorSpec, write_pipelined
 
 GGML_QNT_VERSION = 2          # general.quantization_version, as llama.cpp writes it
 CHUNK_ELEMENTS = 1 << 22      # elements converted per step (16 MiB of float32)
@@ -181,9 +181,9 @@ def tensor_type(mix: str, name: str, row: int, n_layer: int | Shape, has_output:
 
 def _quant() -> Any:
     try:
-        from . import quant
+        from . import weight_types as quant
     except ImportError as e:
-        raise UnsupportedError(f"converting tensors needs llmbench.quant ({e}); rebuild the extension: "
+        raise UnsupportedError(f"converting tensors needs llmbench.models.weight_types ({e}); rebuild the extension: "
                                "python setup.py build_ext --inplace") from None
     return quant
 
@@ -204,7 +204,7 @@ def encode_rows(x: np.ndarray, type_name: str, threads: int = 0, imatrix: np.nda
 
 
 def convertible_types() -> set[str]:
-    """Types llmbench reads and writes: those of llmbench.quant."""
+    """Types llmbench reads and writes: those of llmbench.models.weight_types."""
     return set(_quant().SUPPORTED_TYPES)
 
 
@@ -365,7 +365,7 @@ def quantize_file(src_path: str | os.PathLike[str], dst_path: str | os.PathLike[
                   on_progress: Callable[[str, int], None] | None = None) -> ModelResult:
     """Write ``dst_path``: the model at ``src_path`` converted to ``mix``. Metadata is kept (same keys
     and types) except general.file_type and general.quantization_version, set as llama.cpp does.
-    ``imatrix``: a llama.cpp importance-matrix file (GGUF or legacy .dat, see :mod:`llmbench.imatrix`)
+    ``imatrix``: a llama.cpp importance-matrix file (GGUF or legacy .dat, see :mod:`llmbench.models.imatrix`)
     whose weights guide the quantizers that use them, and llama.cpp's rules that depend on having one.
     ``on_progress(tensor_name, elements_done)`` is called after each written chunk."""
     m = _mix(mix)

@@ -10,7 +10,7 @@ leaves neither a partial destination file nor the temporary file behind.
 >>> with GGUFWriter("out.gguf", {"general.architecture": "llama"}, specs) as w:
 ...     w.write(np.zeros((2, 32), np.float32))
 
-Tested by tests/test_writer.py (round trips through llmbench.gguf.GGUFFile and gguf.GGUFReader,
+Tested by tests/test_writer.py (round trips through llmbench.models.gguf.GGUFFile and gguf.GGUFReader,
 interrupted and out-of-space writes).
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from .. import _core
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -36,7 +36,7 @@ DEFAULT_ALIGNMENT = 32
 MAX_NAME_BYTES = 63   # llama.cpp's GGML_MAX_NAME (64) less the terminating NUL
 MAX_DIMS = 4
 
-# GGUF metadata value types, by the names llmbench.gguf.GGUFFile.metadata_types reports.
+# GGUF metadata value types, by the names llmbench.models.gguf.GGUFFile.metadata_types reports.
 VALUE_TYPES = {"uint8": 0, "int8": 1, "uint16": 2, "int16": 3, "uint32": 4, "int32": 5, "float32": 6,
                "bool": 7, "string": 8, "array": 9, "uint64": 10, "int64": 11, "float64": 12}
 _SCALAR_DTYPES = {"uint8": "<u1", "int8": "<i1", "uint16": "<u2", "int16": "<i2", "uint32": "<u4",
@@ -187,7 +187,7 @@ def _numeric_bytes(arr: np.ndarray, kind: str) -> bytes:
 
 def encode_metadata(metadata: Mapping[str, Any], types: Mapping[str, str] | None = None) -> list[bytes]:
     """Each key/value pair in GGUF form (key, type id, value). ``types`` gives a key's GGUF type
-    ("uint32", "array[string]", ...), as :attr:`llmbench.gguf.GGUFFile.metadata_types` reports them;
+    ("uint32", "array[string]", ...), as :attr:`llmbench.models.gguf.GGUFFile.metadata_types` reports them;
     keys without one are typed by :func:`infer_type`."""
     types = types or {}
     out = []

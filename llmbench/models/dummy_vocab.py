@@ -141,7 +141,7 @@ class TokenizerStyle:
 def tokenizer_style(name: str, n_special: int = 256) -> TokenizerStyle:
     """"llama3" (Llama 3's pre-tokenizer and its first ``n_special`` special tokens), "qwen2", or
     "gpt2" (<unk>, <s>, </s>: for shapes whose real tokenizer is SentencePiece, such as Mistral's;
-    see llmbench/dummy.py)."""
+    see llmbench/models/dummy.py)."""
     if name == "llama3":
         sp = llama3_specials(n_special)
         return TokenizerStyle("llama-bpe", tuple(sp), sp[0], sp[1], True)

@@ -5,8 +5,8 @@ measures what the real one would (vLLM's `--load-format dummy` serves the same p
 are N(0, 0.02) from the core's counter-based generator (element i of tensor T is a function of
 (seed, T, i) only: identical on every machine and thread count), norm weights are 1, and Llama 3
 shapes carry the rope_freqs.weight tensor that llama.cpp's converter computes from rope_scaling.
-The vocabulary is llmbench's synthetic byte-level BPE (llmbench/vocab.py) of the preset's exact size.
-Tensors are generated, quantized (llmbench.quant) and written in row chunks on a pipeline, so a
+The vocabulary is llmbench's synthetic byte-level BPE (llmbench/models/dummy_vocab.py) of the preset's exact size.
+Tensors are generated, quantized (llmbench.models.weight_types) and written in row chunks on a pipeline, so a
 model never sits in memory whole.
 
 >>> path = dummy_model("tiny")                          # doctest: +SKIP
@@ -29,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _core
+from .. import _core
+from .dummy_vocab import build_vocab, tokenizer_style
+from .gguf_writer import TensorSpec, write_pipelined
 from .quantize import (
     CHUNK_ELEMENTS,
     GGML_QNT_VERSION,
@@ -40,8 +42,6 @@ from .quantize import (
     should_quantize,
     tensor_type,
 )
-from .vocab import build_vocab, tokenizer_style
-from .writer import TensorSpec, write_pipelined
 
 # Bump when the bytes of a dummy model change (presets, metadata, vocabulary, generator): it is
 # part of the cache key, so stale cached models are never reused.
@@ -75,7 +75,7 @@ class Preset:
     rope_theta: float
     rms_eps: float
     tied: bool                # output projection shares token_embd (no output.weight)
-    tokenizer: str            # vocabulary style, see llmbench.vocab.tokenizer_style
+    tokenizer: str            # vocabulary style, see llmbench.models.dummy_vocab.tokenizer_style
     n_special: int = 256
     qkv_bias: bool = False
     rope: Llama3Rope | None = None

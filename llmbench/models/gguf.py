@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import GGUFError, _core
+from .. import GGUFError, _core
 
 _TYPE_NAMES = {tid: name for tid, name, _, _ in _core.type_traits()}
 
@@ -135,8 +135,8 @@ class GGUFFile:
 
     def dequantize(self, name: str) -> np.ndarray:
         """Tensor ``name`` decoded to a new float32 array of its NumPy-order shape (see
-        :mod:`llmbench.quant` for the types handled)."""
-        from .quant import dequantize
+        :mod:`llmbench.models.weight_types` for the types handled)."""
+        from .weight_types import dequantize
 
         raw = self.raw(name)   # a helpful KeyError for an unknown name
         info = self.tensors[name]
