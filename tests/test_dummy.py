@@ -229,3 +229,14 @@ def test_failed_build_leaves_no_cache_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         dummy_model("tiny", "F32")
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_types_see_grouped_query_attention():
+    """The dummy builder gives each tensor llama-quantize's type, which for attn_v depends on the query heads
+    per key/value head (llama_tensor_get_type: Q2_K -> Q4_K and IQ4_XS -> Q5_K from 4 of them)."""
+    def attn_v(preset, mix):
+        return {s.name: s.type for s in dummy.tensor_specs(dummy.get_preset(preset), mix)}["blk.0.attn_v.weight"]
+    assert attn_v("llama-1b", "Q2_K") == "Q4_K" and attn_v("llama-1b", "IQ4_XS") == "Q5_K"   # 32 / 8 heads
+    assert attn_v("llama-125m", "Q2_K") == "Q3_K" and attn_v("llama-125m", "IQ4_XS") == "IQ4_XS"   # 12 / 4
+    assert attn_v("llama-1b", "Q4_K_M") == "Q6_K"   # not a rule of the head ratio
+

@@ -37,6 +37,7 @@ from .quantize import (
     GGML_QNT_VERSION,
     MIXES,
     ModelResult,
+    Shape,
     TensorResult,
     encode_rows,
     should_quantize,
@@ -238,6 +239,14 @@ def _chunks(p: Preset, name: str, shape: tuple[int, ...], type_name: str, seed: 
         yield produce, n * row
 
 
+def tensor_specs(p: Preset, mix: str) -> list[TensorSpec]:
+    """Every tensor of preset ``p`` with the type llama-quantize gives it in ``mix`` (llama.cpp's rules
+    see the preset's layers, tied output and query heads per key/value head), F32 where it stays float."""
+    shape = Shape(p.n_layer, not p.tied, n_gqa=p.n_head // p.n_head_kv)
+    return [TensorSpec(name, dims, tensor_type(mix, name, dims[-1], shape) if should_quantize(name, len(dims))
+                       else "F32") for name, dims in p.tensors()]
+
+
 def build(preset: str, mix: str, out: str | os.PathLike[str], *, seed: int = 0, threads: int = 0,
           on_progress: Callable[[str, int], None] | None = None) -> ModelResult:
     """Write dummy model ``preset`` in quantization mix ``mix`` to ``out`` (replacing a file there).
@@ -246,12 +255,7 @@ def build(preset: str, mix: str, out: str | os.PathLike[str], *, seed: int = 0, 
     _check_seed(seed)
     mix = _mix_name(mix)
     t0 = time.perf_counter()
-    specs = []
-    for name, shape in p.tensors():
-        t = "F32"
-        if should_quantize(name, len(shape)):
-            t = tensor_type(mix, name, shape[-1], p.n_layer, not p.tied)
-        specs.append(TensorSpec(name, shape, t))
+    specs = tensor_specs(p, mix)
 
     notify = on_progress or (lambda name, n: None)
 
