@@ -310,14 +310,7 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
 // Symmetric fit x[i] ~ scale*(L[i] - nmax), L in 0..2*nmax-1, weights x^2 (ggml's rmse_type 1):
 // try 19 grids around nmax/max and keep the least-squares scale with the best weighted error.
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    const float max = signed_absmax(x, n), amax = fabsf(max);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
@@ -361,14 +354,7 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
 // with do_rmse): round at -nmax/max, then up to 5 passes moving single elements to the level that most
 // improves the weighted least-squares fit.
 static float make_q3_quants(int n, int nmax, const float *x, int8_t *L) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    const float max = signed_absmax(x, n), amax = fabsf(max);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
@@ -672,14 +658,7 @@ static void quant_iq4_superblock(int sbs, const float *x, const float *qw, llmb_
         } else {
             for (int j = 0; j < bs; j++) weight[j] = xb[j] * xb[j];
         }
-        float amax = 0, max = 0;
-        for (int j = 0; j < bs; j++) {
-            float ax = fabsf(xb[j]);
-            if (ax > amax) {
-                amax = ax;
-                max = xb[j];
-            }
-        }
+        const float max = signed_absmax(xb, bs), amax = fabsf(max);
         if (amax < GROUP_MAX_EPS) {
             scales[ib] = 0;
             memset(Lb, 0, (size_t)bs);
@@ -955,14 +934,7 @@ static void quant_q8_K_ref(const float *x, void *vy, int64_t n) {
 
 // make_qx_quants with explicit weights: the symmetric fit of make_qx_quants above, weighted by w.
 static float make_qx_quants_w(int n, int nmax, const float *x, int8_t *L, const float *w) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++) {
-        float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
+    const float max = signed_absmax(x, n), amax = fabsf(max);
     if (amax < GROUP_MAX_EPS) {
         for (int i = 0; i < n; i++) L[i] = 0;
         return 0.f;
