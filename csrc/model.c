@@ -83,7 +83,7 @@ static llmb_status bind_matrix(const llmb_gguf *g, const char *name, int64_t ne0
     if (llmb_vec_dot_type(t->type) < 0)
         return llmb_fail(LLMB_E_UNSUPPORTED, "model: tensor '%s' has type %s, which the engine cannot run "
                          "(supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
-                         "IQ4_NL, IQ4_XS); "
+                         "IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4); "
                          "re-quantize with `llmbench quantize`",
                          name, llmb_type_traits_get(t->type)->name);
     const llmb_type_traits *tr = llmb_type_traits_get(t->type);

@@ -1362,6 +1362,10 @@ static const llmb_quant_traits ref_table[LLMB_TYPE_COUNT] = {
     [LLMB_TYPE_Q6_K] = REF(dequant_q6_K_ref, quant_q6_K_ref),
     [LLMB_TYPE_Q8_K] = REF(dequant_q8_K_ref, quant_q8_K_ref),
     [LLMB_TYPE_BF16] = REF(dequant_bf16_ref, quant_bf16_ref),
+    [LLMB_TYPE_TQ1_0] = REF(llmb_dequant_tq1_0_ref, NULL),   // quants_tq.c: dequantization only
+    [LLMB_TYPE_TQ2_0] = REF(llmb_dequant_tq2_0_ref, NULL),
+    [LLMB_TYPE_MXFP4] = REF(llmb_dequant_mxfp4_ref, NULL),
+    [LLMB_TYPE_NVFP4] = REF(llmb_dequant_nvfp4_ref, NULL),
 };
 #undef REF
 

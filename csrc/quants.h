@@ -132,6 +132,82 @@ typedef struct {
 } llmb_block_iq4_xs;
 LLMB_STATIC_ASSERT(sizeof(llmb_block_iq4_xs) == 136, "wrong iq4_xs block size");
 
+// ---- ternary and FP4 formats (csrc/quants_tq.c: dequantization and reference dots) ----
+
+enum { LLMB_TYPE_TQ1_0 = 34, LLMB_TYPE_TQ2_0 = 35, LLMB_TYPE_MXFP4 = 39, LLMB_TYPE_NVFP4 = 40 };
+
+// x = d*(t - 1), t in 0..2 a base-3 digit: byte b holds its digits at the top, digit k = (uint8_t)(b*3^k)*3 >> 8
+// (the byte is 256 b' / 243 rounded up, b' the digits' number). qs[0..31]: digits 0..4 of byte m are elements
+// 32k + m; qs[32..47]: digits 0..4 of byte 32 + m are elements 160 + 16k + m; qh[0..3]: digits 0..3 of byte j
+// are elements 240 + 4k + j
+typedef struct {
+    uint8_t qs[(LLMB_QK_K - 4 * LLMB_QK_K / 64) / 5];   // 48 bytes, 5 digits each
+    uint8_t qh[LLMB_QK_K / 64];                         // 4 bytes, 4 digits each
+    llmb_half d;
+} llmb_block_tq1_0;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_tq1_0) == 54, "wrong tq1_0 block size");
+
+// x = d*(t - 1), t 2-bit: per 128 elements 32 bytes, element 128 h + 32 l + m in bits 2 l of qs[32 h + m]
+typedef struct {
+    uint8_t qs[LLMB_QK_K / 4];
+    llmb_half d;
+} llmb_block_tq2_0;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_tq2_0) == 66, "wrong tq2_0 block size");
+
+// twice the 16 values of E2M1 (FP4: sign, 2 exponent bits, 1 mantissa bit), ggml's kvalues_mxfp4; the scales
+// below are decoded at half their value to make up for it
+static const int8_t llmb_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// OCP microscaling MXFP4: x = 2^(e - 127) * e2m1[q] = llmb_e8m0_half(e) * kvalues[q], q 4-bit laid out as Q4_0's
+#define LLMB_QK_MXFP4 32
+typedef struct {
+    uint8_t e;                       // E8M0 scale: a biased power of two
+    uint8_t qs[LLMB_QK_MXFP4 / 2];
+} llmb_block_mxfp4;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_mxfp4) == 17, "wrong mxfp4 block size");
+
+// NVIDIA NVFP4: 4 sub-blocks of 16, x = llmb_ue4m3_half(d[s]) * kvalues[q]; sub-block s: element j (< 8) in the
+// low nibble of qs[8 s + j], j + 8 in its high nibble
+#define LLMB_QK_NVFP4 64
+#define LLMB_QK_NVFP4_SUB 16
+typedef struct {
+    uint8_t d[LLMB_QK_NVFP4 / LLMB_QK_NVFP4_SUB];   // UE4M3 scales (unsigned, 4 exponent bits of bias 7, 3 mantissa bits)
+    uint8_t qs[LLMB_QK_NVFP4 / 2];
+} llmb_block_nvfp4;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_nvfp4) == 36, "wrong nvfp4 block size");
+
+// half of 2^(e - 127) (ggml_e8m0_to_fp32_half): the float with exponent e - 1, a subnormal for e < 2; finite for every e
+static inline float llmb_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+// half of the UE4M3 value of x (ggml_ue4m3_to_fp32): exponent bits 3..6 (bias 7), mantissa bits 0..2, bit 7
+// ignored; 0 and 0x7F (its NaN) read as 0. Built from bits: every value is exact in float.
+static inline float llmb_ue4m3_half(uint8_t x) {
+    const uint32_t e = (x >> 3) & 0xFu, m = x & 7u;
+    if (x == 0x7F) return 0.0f;
+    if (e == 0) return (float)m * 0x1p-10f;
+    const uint32_t bits = (e + 127u - 8u) << 23 | m << 20;   // (1 + m/8) 2^(e - 7) / 2
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+// Rows of n elements (a multiple of the block size): dequantization (llmb_quant_traits.to_float_ref) and the
+// reference dot products against the activations llama.cpp pairs them with (Q8_K for TQ1_0 / TQ2_0, Q8_0 for
+// MXFP4 / NVFP4), ggml's ggml_vec_dot_<type>_q8_<K|0>_generic loops operation for operation
+void llmb_dequant_tq1_0_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_tq2_0_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_mxfp4_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_nvfp4_ref(const void *vx, float *y, int64_t n);
+void llmb_dot_tq1_0_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_tq2_0_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_mxfp4_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_nvfp4_ref(int64_t n, float *s, const void *w, const void *x);
+
 // the 6-bit scale of sub-block j (0..15) from Q3_K's 12 packed bytes, minus 32
 static inline int llmb_q3_K_scale(int j, const uint8_t *s) {
     const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
