@@ -46,6 +46,8 @@ static void random_blocks(int type, uint8_t *buf, int64_t nblocks, int64_t type_
         case LLMB_TYPE_Q2_K: memcpy(blk + offsetof(llmb_block_q2_K, d), h, 4); break;
         case LLMB_TYPE_Q3_K: memcpy(blk + offsetof(llmb_block_q3_K, d), h, 2); break;
         case LLMB_TYPE_IQ4_NL: case LLMB_TYPE_IQ4_XS: memcpy(blk, h, 2); break;
+        case LLMB_TYPE_TQ1_0: memcpy(blk + offsetof(llmb_block_tq1_0, d), h, 2); break;
+        case LLMB_TYPE_TQ2_0: memcpy(blk + offsetof(llmb_block_tq2_0, d), h, 2); break;
         case LLMB_TYPE_Q8_K: {
             float d = ldexpf(rng_normal(), (int)(rng_u64() % 40) - 20);
             memcpy(blk, &d, 4);

@@ -20,7 +20,7 @@
 //     quantized again when the type changes) and of one type, on 1 and 2 threads, bit-identical to
 //     llmb_vec_dot_matmul of each weight on its own quantized input, and llmb_matmul likewise;
 //   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other, and for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-//     Q2_K, IQ4_NL and IQ4_XS to the reference;
+//     Q2_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4 and NVFP4 to the reference;
 //   - the SIMD activation quantizer byte-identical to its reference.
 // Prints the largest |simd - ref| / sum|w x| seen per type.
 #include <math.h>
@@ -77,6 +77,9 @@ static void random_weights(int type, uint8_t *buf, int64_t n) {
         case LLMB_TYPE_Q2_K: memcpy(blk + offsetof(llmb_block_q2_K, d), h, 4); break;
         case LLMB_TYPE_Q3_K: memcpy(blk + offsetof(llmb_block_q3_K, d), h, 2); break;
         case LLMB_TYPE_IQ4_NL: case LLMB_TYPE_IQ4_XS: memcpy(blk, h, 2); break;
+        case LLMB_TYPE_TQ1_0: memcpy(blk + offsetof(llmb_block_tq1_0, d), h, 2); break;
+        case LLMB_TYPE_TQ2_0: memcpy(blk + offsetof(llmb_block_tq2_0, d), h, 2); break;
+        case LLMB_TYPE_MXFP4: blk[0] = (uint8_t)(127 - 14 + rng_u64() % 17); break;   // 2^-15 .. 2^1 (halved)
         case LLMB_TYPE_Q8_K: {
             const float d = llmb_fp16_to_fp32(h[0]);
             memcpy(blk, &d, 4);
@@ -115,7 +118,8 @@ static void dequant_x(int wtype, const void *xq, float *out, int64_t n) {
 static const int types[] = {LLMB_TYPE_Q8_0, LLMB_TYPE_Q4_K, LLMB_TYPE_Q6_K, LLMB_TYPE_Q4_0, LLMB_TYPE_F16,
                             LLMB_TYPE_Q5_K, LLMB_TYPE_Q5_0, LLMB_TYPE_Q4_1, LLMB_TYPE_Q5_1, LLMB_TYPE_BF16,
                             LLMB_TYPE_Q8_K, LLMB_TYPE_F32, LLMB_TYPE_Q3_K, LLMB_TYPE_Q2_K, LLMB_TYPE_IQ4_NL,
-                            LLMB_TYPE_IQ4_XS};
+                            LLMB_TYPE_IQ4_XS,
+                            LLMB_TYPE_TQ1_0, LLMB_TYPE_TQ2_0, LLMB_TYPE_MXFP4, LLMB_TYPE_NVFP4};
 #define NTYPES (sizeof types / sizeof types[0])
 #define R 6   // weight rows
 #define T 5   // tokens
@@ -206,7 +210,8 @@ static void check_type(size_t ti, int64_t n) {
         if (levels[k] == LLMB_SIMD_AVX2 || levels[k] == LLMB_SIMD_AVX512) {
             // the reference's arithmetic (q8_0_body, q8_0_il_vnni512; legacy_body, vecdot_il8.c)
             if (t == LLMB_TYPE_Q8_0 || t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q4_1 || t == LLMB_TYPE_Q5_0 ||
-                t == LLMB_TYPE_Q5_1 || t == LLMB_TYPE_Q2_K || t == LLMB_TYPE_IQ4_NL || t == LLMB_TYPE_IQ4_XS)
+                t == LLMB_TYPE_Q5_1 || t == LLMB_TYPE_Q2_K || t == LLMB_TYPE_IQ4_NL || t == LLMB_TYPE_IQ4_XS ||
+                t == LLMB_TYPE_TQ1_0 || t == LLMB_TYPE_TQ2_0 || t == LLMB_TYPE_MXFP4 || t == LLMB_TYPE_NVFP4)
                 CHECK(memcmp(out, ref, sizeof out) == 0, "%s %s n=%lld: not the reference's bits",
                       llmb_simd_name(levels[k]), tname(t), (long long)n);
             if (n_x86++) CHECK(memcmp(out, x86, sizeof out) == 0, "%s n=%lld: AVX2 and AVX-512 results differ", tname(t), (long long)n);
@@ -521,11 +526,11 @@ int main(void) {
             check_interleaved(t, 256 * 3);
             check_interleaved(t, 256 * 65);
         } else {
-            const int64_t ks[] = {1, 3, 8, 37, 64};
-            for (size_t k = 0; k < 5; k++) check_type(ti, 32 * ks[k]);
-            check_panels(t, 32 * 13);
-            check_interleaved(t, 32 * 13);
-            check_interleaved(t, 32 * 257);
+            const int64_t ks[] = {1, 3, 8, 37, 64}, b = bs == 1 ? 32 : bs;   // blocks of 32 (NVFP4: 64)
+            for (size_t k = 0; k < 5; k++) check_type(ti, b * ks[k]);
+            check_panels(t, b * 13);
+            check_interleaved(t, b * 13);
+            check_interleaved(t, b * 257);
             if (bs == 1) check_panels(t, 8192 + 29), check_panels(t, 8 * 9 + 5);   // many float-panel chunks; tails
             if (bs == 1) {   // tails of the float kernels
                 const int64_t odd[] = {1, 7, 13, 45, 133};
