@@ -80,12 +80,18 @@ static llmb_status bind_matrix(const llmb_gguf *g, const char *name, int64_t ne0
     if (t->n_dims != 2 || t->ne[0] != ne0 || t->ne[1] != ne1)
         return llmb_fail(LLMB_E_FORMAT, "model: tensor '%s' has shape [%lld, %lld] (ggml order), expected [%lld, %lld]",
                          name, (long long)t->ne[0], (long long)t->ne[1], (long long)ne0, (long long)ne1);
-    if (llmb_vec_dot_type(t->type) < 0)
+    if (llmb_vec_dot_type(t->type) < 0) {
+        char names[320];
+        size_t len = 0;
+        names[0] = '\0';
+        for (int k = 0; k < LLMB_TYPE_COUNT && len < sizeof names; k++)   // every weight type a kernel exists for
+            if (k != LLMB_TYPE_Q8_K && llmb_vec_dot_type(k) >= 0)
+                len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "",
+                                        llmb_type_traits_get(k)->name);
         return llmb_fail(LLMB_E_UNSUPPORTED, "model: tensor '%s' has type %s, which the engine cannot run "
-                         "(supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
-                         "IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4); "
-                         "re-quantize with `llmbench quantize`",
-                         name, llmb_type_traits_get(t->type)->name);
+                         "(supported: %s); re-quantize with `llmbench quantize`",
+                         name, llmb_type_traits_get(t->type)->name, names);
+    }
     const llmb_type_traits *tr = llmb_type_traits_get(t->type);
     w->data = t->data;
     w->type = t->type;

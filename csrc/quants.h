@@ -219,6 +219,112 @@ static inline int llmb_iq4_xs_scale(int j, const llmb_block_iq4_xs *b) {
     return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
 }
 
+// ---- the I-quants: groups of 8 (IQ3: 4) values are entries of a fixed lattice (csrc/iq_grids.c) ----
+enum { LLMB_TYPE_IQ2_XXS = 16, LLMB_TYPE_IQ2_XS = 17, LLMB_TYPE_IQ3_XXS = 18, LLMB_TYPE_IQ1_S = 19,
+       LLMB_TYPE_IQ3_S = 21, LLMB_TYPE_IQ2_S = 22, LLMB_TYPE_IQ1_M = 29 };
+// Each superblock of 256 has 8 sub-blocks of 32; a sub-block scale ls is odd (2 s + 1, s 3 or 4 bits).
+// Signs: 8 bits per group of 8 (IQ2_S, IQ3_S), or 7 stored bits whose parity gives the eighth (llmb_iq_signs7).
+// The lattices, one byte per element: IQ2 values 8, 25, 43; IQ3_XXS 4..62; IQ3_S 1..15; IQ1 -1, 0, 1
+extern const uint8_t llmb_iq2xxs_grid[256][8], llmb_iq2xs_grid[512][8], llmb_iq2s_grid[1024][8];
+extern const uint8_t llmb_iq3xxs_grid[256][4], llmb_iq3s_grid[512][4];
+extern const int8_t llmb_iq1s_grid[2048][8];
+
+// IQ2_XXS: x = d (2 s + 1) / 8 * grid * sign. Per sub-block two little-endian uint32: the first holds 4 grid
+// indices (one byte per group of 8), the second 4 x 7 sign bits (group l in bits 7 l..7 l+6) and s in bits 28..31
+typedef struct {
+    llmb_half d;
+    uint16_t qs[LLMB_QK_K / 8];
+} llmb_block_iq2_xxs;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq2_xxs) == 66, "wrong iq2_xxs block size");
+
+// IQ2_XS: per group of 8 one uint16: 9-bit grid index, 7 sign bits above it; s per 16 values: sub-block j's
+// first half in the low nibble of scales[j], its second half in the high nibble. x = d (2 s + 1) / 8 * grid * sign
+typedef struct {
+    llmb_half d;
+    uint16_t qs[LLMB_QK_K / 8];
+    uint8_t scales[LLMB_QK_K / 32];
+} llmb_block_iq2_xs;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq2_xs) == 74, "wrong iq2_xs block size");
+
+// IQ2_S: 10-bit grid indices, low 8 bits in qs[0..31], bits 8-9 of group l of sub-block j in bits 2 l.. of qh[j];
+// 8 sign bits per group in qs[32..63]; scales as IQ2_XS
+typedef struct {
+    llmb_half d;
+    uint8_t qs[LLMB_QK_K / 4];
+    uint8_t qh[LLMB_QK_K / 32];
+    uint8_t scales[LLMB_QK_K / 32];
+} llmb_block_iq2_s;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq2_s) == 82, "wrong iq2_s block size");
+
+// IQ3_XXS: groups of 4 values, one grid index byte each in qs[0..63]; then per sub-block a little-endian uint32
+// as IQ2_XXS's second word (4 x 7 sign bits, each for 8 values, and s). x = d (2 s + 1) / 4 * grid * sign
+typedef struct {
+    llmb_half d;
+    uint8_t qs[3 * LLMB_QK_K / 8];
+} llmb_block_iq3_xxs;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq3_xxs) == 98, "wrong iq3_xxs block size");
+
+// IQ3_S: 9-bit grid indices per 4 values, low 8 bits in qs, bit 8 of index k of sub-block j in bit k of qh[j];
+// 8 sign bits per 8 values; s of sub-block j in nibble j % 2 of scales[j / 2]. x = d (2 s + 1) * grid * sign
+typedef struct {
+    llmb_half d;
+    uint8_t qs[LLMB_QK_K / 4];
+    uint8_t qh[LLMB_QK_K / 32];
+    uint8_t signs[LLMB_QK_K / 8];
+    uint8_t scales[LLMB_QK_K / 64];
+} llmb_block_iq3_s;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq3_s) == 110, "wrong iq3_s block size");
+
+// IQ1_S: 11-bit indices into llmb_iq1s_grid per 8 values: low 8 bits in qs, bits 8-10 of group l of sub-block j
+// in bits 3 l.. of qh[j]; qh[j] bits 12-14 hold s and bit 15 the sign of the shift.
+// x = d (2 s + 1) (grid +- LLMB_IQ1_DELTA)
+#define LLMB_IQ1_DELTA 0.125f
+typedef struct {
+    llmb_half d;
+    uint8_t qs[LLMB_QK_K / 8];
+    uint16_t qh[LLMB_QK_K / 32];
+} llmb_block_iq1_s;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq1_s) == 50, "wrong iq1_s block size");
+
+// IQ1_M: indices as IQ1_S, bits 8-10 of group l of sub-block j in nibble l % 2 of qh[2 j + l / 2], whose bit 3 is
+// the group's shift sign; 3-bit s per 16 values, 4 to each little-endian uint16 of scales (bits 0..11), whose top
+// nibbles together are the fp16 d. x = d (2 s + 1) (grid +- LLMB_IQ1_DELTA)
+typedef struct {
+    uint8_t qs[LLMB_QK_K / 8];
+    uint8_t qh[LLMB_QK_K / 16];
+    uint8_t scales[LLMB_QK_K / 32];
+} llmb_block_iq1_m;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_iq1_m) == 56, "wrong iq1_m block size");
+
+// the 8 sign bits of a group from its 7 stored ones: the eighth makes the count of set bits even (ksigns_iq2xs)
+static inline uint8_t llmb_iq_signs7(uint32_t s7) {
+    return (uint8_t)((s7 & 127) | (uint32_t)__builtin_parity(s7 & 127) << 7);
+}
+
+// IQ1_M's d, from the top nibbles of its 4 scale words
+static inline llmb_half llmb_iq1_m_d(const llmb_block_iq1_m *b) {
+    uint16_t sc[4];
+    memcpy(sc, b->scales, sizeof sc);
+    return (llmb_half)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+}
+
+// Rows of n elements (a multiple of 256): dequantization, and the reference dot products against Q8_K
+// activations, ggml's ggml_vec_dot_<type>_q8_K_generic loops operation for operation (csrc/quants_iq.c)
+void llmb_dequant_iq2_xxs_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_iq2_xs_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_iq2_s_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_iq3_xxs_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_iq3_s_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_iq1_s_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_iq1_m_ref(const void *vx, float *y, int64_t n);
+void llmb_dot_iq2_xxs_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_iq2_xs_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_iq2_s_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_iq3_xxs_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_iq3_s_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_iq1_s_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_iq1_m_ref(int64_t n, float *s, const void *w, const void *x);
+
 // activations for integer dot products: x = d*q, bsums[j] = sum of q over elements 16j..16j+15
 typedef struct {
     float d;

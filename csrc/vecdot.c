@@ -424,6 +424,10 @@ REF_TILE(q2_K) REF_TILE(q3_K) REF_TILE(iq4_nl) REF_TILE(iq4_xs)
         tile_ref(llmb_dot_##name##_ref, n, w, ws, nr, x, xs, nc, y, ldy);                                           \
     }
 REF_TILE_EXT(tq1_0) REF_TILE_EXT(tq2_0) REF_TILE_EXT(mxfp4) REF_TILE_EXT(nvfp4)
+// and of quants_iq.c (the I-quants)
+REF_TILE_EXT(iq2_xxs) REF_TILE_EXT(iq2_xs) REF_TILE_EXT(iq2_s) REF_TILE_EXT(iq3_xxs) REF_TILE_EXT(iq3_s)
+REF_TILE_EXT(iq1_s) REF_TILE_EXT(iq1_m)
+#define REF_EXT(name) {llmb_dot_##name##_ref, tile_##name##_ref, NULL, 0, NULL}
 
 #define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL, 0, NULL}
 static const llmb_vec_dot_kernels ref_table[LLMB_VEC_DOT_TYPES] = {
@@ -437,6 +441,9 @@ static const llmb_vec_dot_kernels ref_table[LLMB_VEC_DOT_TYPES] = {
     [LLMB_TYPE_TQ2_0] = {llmb_dot_tq2_0_ref, tile_tq2_0_ref, NULL, 0, NULL},
     [LLMB_TYPE_MXFP4] = {llmb_dot_mxfp4_ref, tile_mxfp4_ref, NULL, 0, NULL},
     [LLMB_TYPE_NVFP4] = {llmb_dot_nvfp4_ref, tile_nvfp4_ref, NULL, 0, NULL},
+    [LLMB_TYPE_IQ2_XXS] = REF_EXT(iq2_xxs), [LLMB_TYPE_IQ2_XS] = REF_EXT(iq2_xs), [LLMB_TYPE_IQ2_S] = REF_EXT(iq2_s),
+    [LLMB_TYPE_IQ3_XXS] = REF_EXT(iq3_xxs), [LLMB_TYPE_IQ3_S] = REF_EXT(iq3_s), [LLMB_TYPE_IQ1_S] = REF_EXT(iq1_s),
+    [LLMB_TYPE_IQ1_M] = REF_EXT(iq1_m),
     [LLMB_TYPE_BF16_DP] = REF(bf16dp),
 };
 
@@ -463,6 +470,8 @@ int llmb_vec_dot_type(int wtype) {
     case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q8_0: case LLMB_TYPE_IQ4_NL: return LLMB_TYPE_Q8_0;
     case LLMB_TYPE_MXFP4: case LLMB_TYPE_NVFP4: return LLMB_TYPE_Q8_0;
     case LLMB_TYPE_TQ1_0: case LLMB_TYPE_TQ2_0: return LLMB_TYPE_Q8_K;
+    case LLMB_TYPE_IQ2_XXS: case LLMB_TYPE_IQ2_XS: case LLMB_TYPE_IQ2_S: case LLMB_TYPE_IQ3_XXS: case LLMB_TYPE_IQ3_S:
+    case LLMB_TYPE_IQ1_S: case LLMB_TYPE_IQ1_M: return LLMB_TYPE_Q8_K;
     case LLMB_TYPE_Q4_1: case LLMB_TYPE_Q5_1: return LLMB_TYPE_Q8_1;
     case LLMB_TYPE_Q2_K: case LLMB_TYPE_Q3_K: case LLMB_TYPE_Q4_K: case LLMB_TYPE_Q5_K: case LLMB_TYPE_Q6_K:
     case LLMB_TYPE_Q8_K: case LLMB_TYPE_IQ4_XS: return LLMB_TYPE_Q8_K;

@@ -7,7 +7,9 @@ here, the reference through ``gguf.quants.dequantize``.
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
+from lowbit_iq import IQ_QUANTIZERS
 
 KVALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 
@@ -94,4 +96,30 @@ def iq4_xs(x: np.ndarray) -> np.ndarray:
     return blocks.reshape(x.shape[0], -1)
 
 
-QUANTIZERS = {"Q2_K": q2_k, "Q3_K": q3_k, "IQ4_NL": iq4_nl, "IQ4_XS": iq4_xs}
+QUANTIZERS = {"Q2_K": q2_k, "Q3_K": q3_k, "IQ4_NL": iq4_nl, "IQ4_XS": iq4_xs, **IQ_QUANTIZERS}   # I-quants: lowbit_iq.py
+
+
+# ---- the ternary and FP4 types (csrc/quants_tq.c) ----
+
+MXFP4_KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.float32)   # 2 x E2M1
+
+
+def nvfp4(x: np.ndarray) -> np.ndarray:
+    """rows of x (a multiple of 64 wide) as NVFP4 blocks (36 bytes per 64): per 16 elements a UE4M3 scale with
+    the largest value at the largest E2M1 value (gguf's fp32_to_ue4m3 rounds it), each value the nearest"""
+    sb = x.reshape(-1, 4, 16).astype(np.float32)
+    codes = gguf.quants.NVFP4.fp32_to_ue4m3(np.abs(sb).max(-1) / 6)        # (nb, 4): scale of values in [-6, 6]
+    d = gguf.quants.NVFP4.ue4m3_to_fp32(codes).astype(np.float32)          # half the scale, as kvalues are doubled
+    idx = np.abs((sb / np.where(d > 0, d, 1)[..., None])[..., None] - MXFP4_KVALUES).argmin(-1).astype(np.uint8)
+    qs = (idx[..., :8] | idx[..., 8:] << 4).reshape(-1, 32)
+    return np.concatenate([codes.astype(np.uint8), qs], 1).reshape(x.shape[0], -1)
+
+
+def _gguf_writer(name: str):
+    """gguf's own round-to-nearest quantizer (TQ1_0, TQ2_0, MXFP4), rows of bytes"""
+    t = gguf.GGMLQuantizationType[name]
+    return lambda x: np.ascontiguousarray(gguf.quants.quantize(np.asarray(x, np.float32), t)).reshape(x.shape[0], -1)
+
+
+QUANTIZERS.update({"TQ1_0": _gguf_writer("TQ1_0"), "TQ2_0": _gguf_writer("TQ2_0"), "MXFP4": _gguf_writer("MXFP4"),
+                   "NVFP4": nvfp4})

@@ -397,14 +397,15 @@ def test_errors(stories, tmp_path):
 
 
 def test_unsupported_tensor_type_is_named(tmp_path):
-    """A weight in a type the engine cannot run (here MXFP4) raises, naming tensor and type."""
+    """A weight in a type the engine cannot run (here Q1_0) raises, naming tensor, type and the types it runs."""
     src = llmbench.dummy_model("tiny", "F32")
     q = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.0.attn_q.weight")
     rows, cols = np.asarray(q.data).shape
-    with_tensor_replaced(src, tmp_path / "mx.gguf", q.name, np.zeros((rows, cols // 32 * 17), np.uint8),
-                         gguf.GGMLQuantizationType.MXFP4)
-    with pytest.raises(llmbench.UnsupportedError, match="blk.0.attn_q.weight.*MXFP4"):
-        LLM(tmp_path / "mx.gguf")
+    with_tensor_replaced(src, tmp_path / "q1.gguf", q.name, np.zeros((rows, cols // 128 * 18), np.uint8),
+                         gguf.GGMLQuantizationType.Q1_0)
+    with pytest.raises(llmbench.UnsupportedError,
+                       match=r"blk.0.attn_q.weight' has type Q1_0.*supported: F32, F16, Q4_0, .*IQ1_M, BF16"):
+        LLM(tmp_path / "q1.gguf")
 
 
 def test_backend_selection_and_memory(stories, stories_path):

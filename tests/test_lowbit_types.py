@@ -1,10 +1,11 @@
-"""The engine on models whose matrices are Q2_K, Q3_K, IQ4_NL or IQ4_XS (files written by tests/lowbit.py,
-since neither llmbench nor the gguf package quantizes to them), against the float64 NumPy forward pass
-of tests/reference (which dequantizes the same bytes with the gguf package):
+"""The engine on models whose matrices are Q2_K, Q3_K, IQ4_NL, IQ4_XS or an I-quant (IQ1_S .. IQ3_S; files
+written by tests/lowbit.py and tests/lowbit_iq.py, since neither llmbench nor the gguf package quantizes to
+them), against the float64 NumPy forward pass of tests/reference (which dequantizes the same bytes with
+the gguf package):
 
 - float activations (activations="f32": the rows dequantized by llmbench, bit-identical to gguf) match
   the reference as closely as float weights do;
-- the integer products (Q8_K activations for Q2_K, Q3_K, IQ4_XS; Q8_0 for IQ4_NL, as llama.cpp pairs
+- the integer products (Q8_K activations for Q2_K, Q3_K, IQ4_XS and the I-quants; Q8_0 for IQ4_NL, as llama.cpp pairs
   them) stay within a normalized RMS error of the reference measured for each type;
 - a sequence's tokens and log-probabilities are the same alone and in batches (tiles vs single dots);
 - stories260K with every matrix whose rows allow it in IQ4_NL (32-wide blocks) runs and matches.
@@ -23,12 +24,23 @@ from reference.forward import Reference
 import llmbench
 from llmbench import LLM, SamplingParams
 
-TYPES = ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
+IQ_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
+TYPES = ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", *IQ_TYPES]
 FLOAT_ACT_MAX_REL = 1e-6   # as FLOAT_WEIGHTS_MAX_REL["f32"] in test_engine.py
 # the integer products against the reference, normalized RMS error of the logits (tiny preset, 37 tokens,
 # F32 KV): measured 1.5e-2 (Q2_K), 1.4e-2 (Q3_K), 1.0e-2 (IQ4_NL), 1.5e-2 (IQ4_XS); test_engine.py allows
-# Q4_K_M the same 3e-2
-INT_NRMSE = {"Q2_K": 3e-2, "Q3_K": 3e-2, "IQ4_NL": 3e-2, "IQ4_XS": 3e-2}
+# Q4_K_M the same 3e-2; the I-quants (tests/lowbit_iq.py's writers) measured 1.5e-2 (IQ2_XXS, IQ2_XS, IQ3_XXS),
+# 1.6e-2 (IQ2_S, IQ3_S), 1.7e-2 (IQ1_M), 1.8e-2 (IQ1_S)
+INT_NRMSE = {"Q2_K": 3e-2, "Q3_K": 3e-2, "IQ4_NL": 3e-2, "IQ4_XS": 3e-2, **dict.fromkeys(IQ_TYPES, 3e-2)}
+
+
+# the ternary and FP4 types (csrc/quants_tq.c; TQ1_0, TQ2_0, MXFP4 written by gguf's quantizer, NVFP4 by
+# tests/lowbit.py; Q8_K activations for TQ1_0 / TQ2_0, Q8_0 for MXFP4 / NVFP4): measured 1.4e-2 (TQ1_0),
+# 1.4e-2 (TQ2_0), 1.2e-2 (MXFP4), 1.2e-2 (NVFP4); allowed the same 3e-2 as the others
+TQ_TYPES = ["TQ1_0", "TQ2_0", "MXFP4", "NVFP4"]
+TYPES += TQ_TYPES
+INT_NRMSE.update(dict.fromkeys(TQ_TYPES, 3e-2))
+BLOCK = {"IQ4_NL": 32, "MXFP4": 32, "NVFP4": 64}   # elements per block where not 256
 
 
 def lowbit_model(src, dst, type_name: str, block: int):
@@ -44,7 +56,7 @@ def lowbit_model(src, dst, type_name: str, block: int):
 def tiny(request, tmp_path_factory):
     t = request.param
     path, names = lowbit_model(llmbench.dummy_model("tiny", "F32"), tmp_path_factory.mktemp(t) / f"tiny-{t}.gguf", t,
-                               32 if t == "IQ4_NL" else 256)
+                               BLOCK.get(t, 256))
     assert len(names) == 2 + 7 * 2   # every matrix of the 2 layers, embeddings and output
     return t, path
 

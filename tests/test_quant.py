@@ -2,7 +2,7 @@
 
 - Dequantization of every type is bit-identical to ``gguf.quants.dequantize`` on random blocks
   (random bytes, finite scales; F16/BF16 fully random, NaN payloads included), the dequantize-only
-  types Q2_K, Q3_K, IQ4_NL and IQ4_XS included. Q8_K, which gguf
+  types Q2_K, Q3_K, IQ4_NL, IQ4_XS and the I-quants IQ1_S .. IQ3_S included. Q8_K, which gguf
   lacks, is checked against its one-line definition.
 - Quantization is byte-identical to ``gguf.quants.quantize`` for every type gguf can quantize
   (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), and to llama.cpp's own quantize_row_*_ref for every
@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+from pathlib import Path
 
 import gguf
 import numpy as np
@@ -89,9 +91,21 @@ def random_blocks(type_name: str, nblocks: int, rng: np.random.Generator) -> np.
         return (rng.integers(0, 0x7C00, nblocks) | (rng.integers(0, 2, nblocks) << 15)).astype(np.uint16)
 
     scale_fields = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2],
-                    "Q5_K": [0, 2], "Q6_K": [208], "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0]}
+                    "Q5_K": [0, 2], "Q6_K": [208], "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0],
+                    **dict.fromkeys(["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S"], [0])}
     for off in scale_fields.get(type_name, []):
         blocks[:, off:off + 2] = finite_half().view(np.uint8).reshape(nblocks, 2)
+    if type_name == "IQ1_M":   # d's 4 nibbles are the top nibbles of the 4 scale words (bytes 48..55)
+        words = blocks[:, 48:56].copy().view(np.uint16)
+        d = finite_half()
+        for k in range(4):
+            words[:, k] = (words[:, k] & 0x0FFF) | ((d >> (4 * k)) & 0xF) << 12
+        blocks[:, 48:56] = words.view(np.uint8)
+    if type_name in ("TQ1_0", "TQ2_0"):   # d is the block's last 2 bytes
+        blocks[:, -2:] = finite_half().view(np.uint8).reshape(nblocks, 2)
+    if type_name == "MXFP4":   # E8M0 exponents keeping 12 * 2^(e - 128) finite (e <= 252), subnormal ones (0, 1) too
+        blocks[:, 0] = rng.integers(0, 253, nblocks)
+        blocks[:3, 0] = [0, 1, 252][:nblocks]
     if type_name == "Q8_K":
         blocks[:, 0:4] = rng.standard_normal(nblocks, dtype=np.float32).view(np.uint8).reshape(nblocks, 4)
     return blocks
@@ -151,6 +165,15 @@ def test_dequantize_matches_gguf(type_name):
     else:
         ref = gguf.quants.dequantize(raw, GT[type_name])
     np.testing.assert_array_equal(bits(ours), bits(ref.reshape(ours.shape)))
+
+
+def test_iq_grids_are_generated_from_gguf():
+    """csrc/iq_grids.c is what csrc/gen_iq_grids.py writes from the installed gguf package's lattices"""
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("gen_iq_grids", root / "csrc" / "gen_iq_grids.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (root / "csrc" / "iq_grids.c").read_text() == gen.source()
 
 
 def test_dequantize_shapes_and_inputs():
@@ -257,8 +280,8 @@ def test_bad_arguments_explain_themselves():
         quantize(x, "Q4K")
     with pytest.raises(ValueError, match="unknown ggml type id 5"):
         dequantize(b"", 5, (0, 32))
-    with pytest.raises(llmbench.UnsupportedError, match="cannot dequantize IQ2_XXS; supported: .*Q4_K"):
-        dequantize(b"", "IQ2_XXS", (0, 256))
+    with pytest.raises(llmbench.UnsupportedError, match="cannot dequantize I32; supported: .*Q4_K"):
+        dequantize(b"", "I32", (0, 256))
     with pytest.raises(llmbench.UnsupportedError, match="cannot quantize to IQ2_XXS; supported: .*Q4_K"):
         quantize(x, "IQ2_XXS")
     with pytest.raises(ValueError, match="whole blocks of 256 elements, but the last dimension is 100; pad it to 256"):

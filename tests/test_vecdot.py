@@ -22,14 +22,19 @@ import pytest
 from lowbit import QUANTIZERS
 
 from llmbench import _core
-from llmbench.models.weight_types import dequantize, quantize, type_id
+from llmbench.models.weight_types import block_size, dequantize, quantize, type_id
 
 RTOL_SUM = 1e-5
+IQ_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]
 TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q4_0", "F16", "Q5_K", "Q5_0", "Q4_1", "Q5_1", "BF16", "Q8_K", "F32", "Q2_K",
-         "Q3_K", "IQ4_NL", "IQ4_XS"]
+         "Q3_K", "IQ4_NL", "IQ4_XS", *IQ_TYPES]
 ACT = {"Q8_0": "Q8_0", "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "Q8_1", "Q4_K": "Q8_K",
        "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q8_K": "Q8_K", "F16": "F32", "BF16": "F32", "F32": "F32", "Q2_K": "Q8_K",
-       "Q3_K": "Q8_K", "IQ4_NL": "Q8_0", "IQ4_XS": "Q8_K"}
+       "Q3_K": "Q8_K", "IQ4_NL": "Q8_0", "IQ4_XS": "Q8_K", **dict.fromkeys(IQ_TYPES, "Q8_K")}
+# the ternary and FP4 types (csrc/quants_tq.c), with the activations ggml-cpu pairs them with
+TQ_ACT = {"TQ1_0": "Q8_K", "TQ2_0": "Q8_K", "MXFP4": "Q8_0", "NVFP4": "Q8_0"}
+TYPES += list(TQ_ACT)
+ACT.update(TQ_ACT)
 STEP = {"Q8_0": 0.57, "Q8_1": 0.5, "Q8_K": 0.5, "F32": 0.0}
 ACT_DTYPE = {
     "Q8_0": np.dtype([("d", "<f2"), ("qs", "i1", 32)]),
@@ -54,7 +59,7 @@ def dequant_w(t: str, w: np.ndarray, rows: int, n: int) -> np.ndarray:
 
 def case(t: str, rows: int, nblocks: int, ntok: int, seed: int):
     rng = np.random.default_rng(seed)
-    n = nblocks * (256 if t in ("Q4_K", "Q5_K", "Q6_K", "Q8_K", "Q2_K", "Q3_K", "IQ4_XS") else 32)
+    n = nblocks * block_size(t)
     scale = np.exp2(rng.integers(-6, 3, size=(rows, n // 32, 1))).astype(np.float32)
     # the types llmbench does not quantize to: tests/lowbit.py's plain round-to-nearest writers
     w = (QUANTIZERS[t] if t in QUANTIZERS else lambda a: quantize(a, t))(
