@@ -35,8 +35,8 @@ INT_NRMSE = {"Q2_K": 3e-2, "Q3_K": 3e-2, "IQ4_NL": 3e-2, "IQ4_XS": 3e-2, **dict.
 
 
 # the ternary and FP4 types (csrc/quants_tq.c; TQ1_0, TQ2_0, MXFP4 written by gguf's quantizer, NVFP4 by
-# tests/lowbit.py; Q8_K activations for TQ1_0 / TQ2_0, Q8_0 for MXFP4 / NVFP4): measured 1.4e-2 (TQ1_0),
-# 1.4e-2 (TQ2_0), 1.2e-2 (MXFP4), 1.2e-2 (NVFP4); allowed the same 3e-2 as the others
+# tests/lowbit.py; Q8_K activations for TQ1_0 / TQ2_0, Q8_0 for MXFP4 / NVFP4): measured 1.6e-2 (TQ1_0 and
+# TQ2_0: gguf writes both with the same ternary values), 1.1e-2 (MXFP4), 1.2e-2 (NVFP4); allowed the same 3e-2
 TQ_TYPES = ["TQ1_0", "TQ2_0", "MXFP4", "NVFP4"]
 TYPES += TQ_TYPES
 INT_NRMSE.update(dict.fromkeys(TQ_TYPES, 3e-2))

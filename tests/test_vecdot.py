@@ -90,7 +90,8 @@ def test_against_numpy(t: str, rows: int, nblocks: int, ntok: int):
 
     # against the float activations: at most STEP quantization steps per element
     x64 = x.astype(np.float64)
-    step = np.repeat(np.abs(x64).reshape(ntok, -1, 32).max(axis=2) / 127, 32, axis=1)   # per element
+    ab = 256 if act == "Q8_K" else 32   # elements per activation scale
+    step = np.repeat(np.abs(x64).reshape(ntok, -1, ab).max(axis=2) / 127, ab, axis=1)   # per element
     bound = STEP[act] * (step @ np.abs(wf).T) + RTOL_SUM * mag + 1e-30
     err = np.abs(y - x64 @ wf.T)
     assert np.all(err <= bound), f"{t}: float-x error / bound {np.max(err / bound):.3g}"
