@@ -1,7 +1,7 @@
 // vecdot.h — the decode kernels of the CPU engine: dot products between one weight row of a ggml
 // type and one activation row quantized once per token to that type's `vec_dot_type` (as ggml):
 //   Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4, NVFP4 -> Q8_0      Q4_1, Q5_1 -> Q8_1 (below)
-//   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0 -> Q8_K
+//   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_XS, TQ1_0, TQ2_0, IQ1_S .. IQ3_S (the I-quants) -> Q8_K
 //   F32, F16, BF16   -> F32 (the weight is converted on the fly)
 // plus a tile kernel for prefill (nr <= 4 weight rows x nc <= 4 tokens, loads reused) and, where a
 // level has one, a panel kernel (nr <= its panel_r rows decoded once, then any number of tokens;
@@ -178,11 +178,13 @@ typedef struct {
 // the AVX-512 level starts from the AVX2 table):
 //
 //   level (file)                       kind        types
-//   scalar (vecdot.c)                  dot, tile   all 16 weight types
+//   scalar (vecdot.c)                  dot, tile   all 27 weight types (quants_tq.c, quants_iq.c: the newer ones)
 //   AVX2 (vecdot_x86.c)                dot, tile   F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K
 //                                                  Q8_K IQ4_NL IQ4_XS
 //                                      quant_x     Q4_1 Q5_1 (Q8_1 activations)
 //        (vecdot_tq.c)                 dot, tile   TQ1_0 TQ2_0 MXFP4 NVFP4 (also the AVX-512 level's)
+//        (vecdot_iq.c)                 dot, tile, panel (4)   IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M
+//                                                  (also the AVX-512 level's)
 //        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL Q4_K Q6_K
 //   AVX-512 with VNNI (vecdot_x86.c)   dot, tile   the 16 above, vpdpbusd on 256 bits (the AVX2 bits)
 //        (vecdot_avx512_k.c)           panel (16)  Q4_K Q5_K Q6_K

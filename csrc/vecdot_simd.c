@@ -13,4 +13,5 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     llmb_vd_bf16_install(lvl, t);            // BF16 pair products
     llmb_vd_neon_install(lvl, t);
     llmb_vd_tq_install(lvl, t);              // TQ1_0, TQ2_0, MXFP4, NVFP4 (AVX2)
+    llmb_vd_iq_install(lvl, t);              // the I-quants IQ1_S .. IQ3_S (AVX2)
 }
