@@ -543,7 +543,7 @@ int main(void) {
     check_bf16dp(32 * 5, 11, 7, 1);
     check_parts();
     check_matmul_n();
-    CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(16) && !llmb_vec_dot_get(-1) &&
+    CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(41) && !llmb_vec_dot_get(-1) &&
               llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_K, 100) == 0 && llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_1, 64) == 80,
           "unsupported types and sizes");
     CHECK(!llmb_cache_holds(SIZE_MAX) && llmb_cache_holds(1) >= llmb_cache_holds((size_t)1 << 40),
