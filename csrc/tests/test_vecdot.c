@@ -20,7 +20,7 @@
 //     quantized again when the type changes) and of one type, on 1 and 2 threads, bit-identical to
 //     llmb_vec_dot_matmul of each weight on its own quantized input, and llmb_matmul likewise;
 //   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other, and for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-//     Q2_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4 and NVFP4 to the reference;
+//     Q2_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4 and the I-quants to the reference;
 //   - the SIMD activation quantizer byte-identical to its reference.
 // Prints the largest |simd - ref| / sum|w x| seen per type.
 #include <math.h>
@@ -77,6 +77,16 @@ static void random_weights(int type, uint8_t *buf, int64_t n) {
         case LLMB_TYPE_Q2_K: memcpy(blk + offsetof(llmb_block_q2_K, d), h, 4); break;
         case LLMB_TYPE_Q3_K: memcpy(blk + offsetof(llmb_block_q3_K, d), h, 2); break;
         case LLMB_TYPE_IQ4_NL: case LLMB_TYPE_IQ4_XS: memcpy(blk, h, 2); break;
+        case LLMB_TYPE_IQ2_XXS: case LLMB_TYPE_IQ2_XS: case LLMB_TYPE_IQ2_S: case LLMB_TYPE_IQ3_XXS:
+        case LLMB_TYPE_IQ3_S: case LLMB_TYPE_IQ1_S: memcpy(blk, h, 2); break;
+        case LLMB_TYPE_IQ1_M:   // d's nibbles are the top nibbles of the 4 scale words
+            for (int k = 0; k < 4; k++) {
+                uint16_t sc;
+                memcpy(&sc, blk + offsetof(llmb_block_iq1_m, scales) + 2 * k, 2);
+                sc = (uint16_t)((sc & 0x0FFF) | ((h[0] >> 4 * k) & 0xF) << 12);
+                memcpy(blk + offsetof(llmb_block_iq1_m, scales) + 2 * k, &sc, 2);
+            }
+            break;
         case LLMB_TYPE_TQ1_0: memcpy(blk + offsetof(llmb_block_tq1_0, d), h, 2); break;
         case LLMB_TYPE_TQ2_0: memcpy(blk + offsetof(llmb_block_tq2_0, d), h, 2); break;
         case LLMB_TYPE_MXFP4: blk[0] = (uint8_t)(127 - 14 + rng_u64() % 17); break;   // 2^-15 .. 2^1 (halved)
@@ -119,8 +129,21 @@ static const int types[] = {LLMB_TYPE_Q8_0, LLMB_TYPE_Q4_K, LLMB_TYPE_Q6_K, LLMB
                             LLMB_TYPE_Q5_K, LLMB_TYPE_Q5_0, LLMB_TYPE_Q4_1, LLMB_TYPE_Q5_1, LLMB_TYPE_BF16,
                             LLMB_TYPE_Q8_K, LLMB_TYPE_F32, LLMB_TYPE_Q3_K, LLMB_TYPE_Q2_K, LLMB_TYPE_IQ4_NL,
                             LLMB_TYPE_IQ4_XS,
-                            LLMB_TYPE_TQ1_0, LLMB_TYPE_TQ2_0, LLMB_TYPE_MXFP4, LLMB_TYPE_NVFP4};
+                            LLMB_TYPE_TQ1_0, LLMB_TYPE_TQ2_0, LLMB_TYPE_MXFP4, LLMB_TYPE_NVFP4,
+                            LLMB_TYPE_IQ2_XXS, LLMB_TYPE_IQ2_XS, LLMB_TYPE_IQ2_S, LLMB_TYPE_IQ3_XXS, LLMB_TYPE_IQ3_S,
+                            LLMB_TYPE_IQ1_S, LLMB_TYPE_IQ1_M};
 #define NTYPES (sizeof types / sizeof types[0])
+
+// the types whose SIMD kernels give the reference's bits
+static int exact_to_ref(int t) {
+    switch (t) {
+    case LLMB_TYPE_Q8_0: case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q4_1: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q5_1:
+    case LLMB_TYPE_Q2_K: case LLMB_TYPE_IQ4_NL: case LLMB_TYPE_IQ4_XS: case LLMB_TYPE_TQ1_0: case LLMB_TYPE_TQ2_0:
+    case LLMB_TYPE_MXFP4: case LLMB_TYPE_NVFP4: case LLMB_TYPE_IQ2_XXS: case LLMB_TYPE_IQ2_XS: case LLMB_TYPE_IQ2_S:
+    case LLMB_TYPE_IQ3_XXS: case LLMB_TYPE_IQ3_S: case LLMB_TYPE_IQ1_S: case LLMB_TYPE_IQ1_M: return 1;
+    default: return 0;
+    }
+}
 #define R 6   // weight rows
 #define T 5   // tokens
 
@@ -209,9 +232,7 @@ static void check_type(size_t ti, int64_t n) {
             CHECK(memcmp(out, ref, sizeof out) == 0, "scalar level %s: not the reference", tname(t));
         if (levels[k] == LLMB_SIMD_AVX2 || levels[k] == LLMB_SIMD_AVX512) {
             // the reference's arithmetic (q8_0_body, q8_0_il_vnni512; legacy_body, vecdot_il8.c)
-            if (t == LLMB_TYPE_Q8_0 || t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q4_1 || t == LLMB_TYPE_Q5_0 ||
-                t == LLMB_TYPE_Q5_1 || t == LLMB_TYPE_Q2_K || t == LLMB_TYPE_IQ4_NL || t == LLMB_TYPE_IQ4_XS ||
-                t == LLMB_TYPE_TQ1_0 || t == LLMB_TYPE_TQ2_0 || t == LLMB_TYPE_MXFP4 || t == LLMB_TYPE_NVFP4)
+            if (exact_to_ref(t))
                 CHECK(memcmp(out, ref, sizeof out) == 0, "%s %s n=%lld: not the reference's bits",
                       llmb_simd_name(levels[k]), tname(t), (long long)n);
             if (n_x86++) CHECK(memcmp(out, x86, sizeof out) == 0, "%s n=%lld: AVX2 and AVX-512 results differ", tname(t), (long long)n);
