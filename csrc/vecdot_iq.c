@@ -13,11 +13,15 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
-// 8 sign bits -> 8 bytes of +1 / -1 (the second operand of vpsignb), filled by the installer
-static uint64_t sign_bytes[256];
+// 8 sign bits -> 8 bytes of +1 / -1 (the second operand of vpsignb); sign_bytes7: the same from 7 stored bits
+// and their parity (llmb_iq_signs7). Filled by the installer.
+static uint64_t sign_bytes[256], sign_bytes7[128];
 
+// A block decoded for several tokens: per chunk the signed values w and the scales k; corr = 128 sum w ls,
+// so that sum (x + 128) w ls - corr = sum x w ls (x + 128 is unsigned: vpmaddubsw's first operand)
 typedef struct {
-    __m256i u[8], s[8], k[8];
+    __m256i w[8], k[8];
+    int32_t corr;
     float d;
 } iq_block;
 
@@ -40,10 +44,12 @@ AVX2 INLINE __m256i signs4(uint32_t s0, uint32_t s1, uint32_t s2, uint32_t s3) {
                              (int64_t)sign_bytes[s1 & 255], (int64_t)sign_bytes[s0 & 255]);
 }
 
-// 4 groups' 7-bit signs at bits 0, 7, 14, 21 of a
-AVX2 INLINE __m256i signs7x4(uint32_t a) {
-    return signs4(llmb_iq_signs7(a), llmb_iq_signs7(a >> 7), llmb_iq_signs7(a >> 14), llmb_iq_signs7(a >> 21));
+// 4 groups' 7-bit signs (each a uint32 holding them in its low 7 bits)
+AVX2 INLINE __m256i signs7(uint32_t s0, uint32_t s1, uint32_t s2, uint32_t s3) {
+    return _mm256_set_epi64x((int64_t)sign_bytes7[s3 & 127], (int64_t)sign_bytes7[s2 & 127],
+                             (int64_t)sign_bytes7[s1 & 127], (int64_t)sign_bytes7[s0 & 127]);
 }
+AVX2 INLINE __m256i signs7x4(uint32_t a) { return signs7(a, a >> 7, a >> 14, a >> 21); }
 
 AVX2 INLINE __m256i scales16(int lo, int hi) { return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo)); }
 
@@ -74,8 +80,7 @@ AVX2 INLINE void iq_chunk(const int type, const uint8_t *blk, int j, __m256i *u,
         const llmb_block_iq2_xs *b = (const llmb_block_iq2_xs *)blk;
         const uint16_t *q = &b->qs[4 * j];
         *u = grid8x4(llmb_iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-        *s = signs4(llmb_iq_signs7(q[0] >> 9), llmb_iq_signs7(q[1] >> 9), llmb_iq_signs7(q[2] >> 9),
-                    llmb_iq_signs7(q[3] >> 9));
+        *s = signs7(q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9);
         *k = scales16(2 * (b->scales[j] & 15) + 1, 2 * (b->scales[j] >> 4) + 1);
         break;
     }
@@ -146,37 +151,52 @@ AVX2 INLINE float iq_d(const int type, const uint8_t *blk) {
 }
 
 AVX2 INLINE void iq_decode(const int type, const uint8_t *blk, iq_block *o) {
+    __m256i corr = _mm256_setzero_si256();
     o->d = iq_d(type, blk);
-    for (int j = 0; j < 8; j++) iq_chunk(type, blk, j, &o->u[j], &o->s[j], &o->k[j]);
+    for (int j = 0; j < 8; j++) {
+        __m256i u, sg;
+        iq_chunk(type, blk, j, &u, &sg, &o->k[j]);
+        o->w[j] = type == LLMB_TYPE_IQ1_S || type == LLMB_TYPE_IQ1_M ? sg : _mm256_sign_epi8(u, sg);
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), o->w[j]);
+        corr = _mm256_add_epi32(corr, _mm256_madd_epi16(pairs, o->k[j]));
+    }
+    o->corr = 128 * hsum_epi32(corr);
 }
 
 AVX2 INLINE float iq_constant(const int type) {
     return type == LLMB_TYPE_IQ3_S ? 1.0f : type == LLMB_TYPE_IQ3_XXS ? 0.25f : 0.125f;
 }
 
-// 8 int32 lanes summing w x ls over one chunk (IQ1: (8 g +- 1) x ls), exact
+// 8 int32 lanes summing w x ls over one chunk (IQ1: (8 g +- 1) x ls) from |w| and w's signs, exact
 AVX2 INLINE __m256i iq_dot32(__m256i u, __m256i s, __m256i k, const int8_t *q8) {
     const __m256i x = _mm256_loadu_si256((const __m256i *)q8);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(x, s)), k);
 }
 
-// the block's integer sum, from its decoded chunks
-AVX2 INLINE int32_t iq_bsum(const iq_block *b, const int8_t *q8) {
+// the block's integer sum against one token's chunks made unsigned (xu[j] = x + 128)
+AVX2 INLINE int32_t iq_bsum(const iq_block *b, const __m256i *xu) {
     __m256i acc = _mm256_setzero_si256();
-    for (int j = 0; j < 8; j++) acc = _mm256_add_epi32(acc, iq_dot32(b->u[j], b->s[j], b->k[j], q8 + 32 * j));
-    return hsum_epi32(acc);
+    for (int j = 0; j < 8; j++)
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(xu[j], b->w[j]), b->k[j]));
+    return hsum_epi32(acc) - b->corr;
 }
 
-// An NR x NC tile (GEN's body): each row's block decoded once for the NC tokens
+AVX2 INLINE void iq_unsigned(const llmb_block_q8_K *xb, __m256i *xu) {
+    for (int j = 0; j < 8; j++)
+        xu[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xb->qs + 32 * j)), _mm256_set1_epi8(-128));
+}
+
+// An NR x NC tile (GEN's body): at one token each chunk is used as it is decoded; else each row's block is
+// decoded once for the NC tokens
 INLINE AVX2 void iq_body(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *y,
                          int64_t ldy, const int NR, const int NC) {
     const size_t bytes = llmb_type_traits_get(type)->type_size;
     float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C] = {{0}};
-    for (int64_t i = 0; i < n / LLMB_QK_K; i++)
-        for (int r = 0; r < NR; r++) {
-            if (NC == 1) {   // one token: each chunk used as it is decoded
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        if (NC == 1) {
+            const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+            for (int r = 0; r < NR; r++) {
                 const uint8_t *blk = w + r * ws + i * bytes;
-                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
                 prefetch_w(blk, bytes);
                 __m256i sum = _mm256_setzero_si256();
                 for (int j = 0; j < 8; j++) {
@@ -185,16 +205,21 @@ INLINE AVX2 void iq_body(const int type, int64_t n, const uint8_t *w, size_t ws,
                     sum = _mm256_add_epi32(sum, iq_dot32(u, sg, k, xb->qs + 32 * j));
                 }
                 acc[r][0] += (iq_d(type, blk) * xb->d) * (float)hsum_epi32(sum);
-                continue;
             }
-            iq_block b;
-            prefetch_w(w + r * ws + i * bytes, bytes);
-            iq_decode(type, w + r * ws + i * bytes, &b);
-            for (int c = 0; c < NC; c++) {
-                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
-                acc[r][c] += (b.d * xb->d) * (float)iq_bsum(&b, xb->qs);
-            }
+            continue;
         }
+        iq_block b[LLMB_TILE_MAX_R];
+        for (int r = 0; r < NR; r++) {
+            prefetch_w(w + r * ws + i * bytes, bytes);
+            iq_decode(type, w + r * ws + i * bytes, &b[r]);
+        }
+        for (int c = 0; c < NC; c++) {
+            const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
+            __m256i xu[8];
+            iq_unsigned(xb, xu);
+            for (int r = 0; r < NR; r++) acc[r][c] += (b[r].d * xb->d) * (float)iq_bsum(&b[r], xu);
+        }
+    }
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) y[c * ldy + r] = iq_constant(type) * acc[r][c];
 }
@@ -205,15 +230,16 @@ INLINE AVX2 void iq_panel(const int type, int64_t n, const uint8_t *w, size_t ws
     const size_t bytes = llmb_type_traits_get(type)->type_size;
     for (int c = 0; c < nc; c++)
         for (int r = 0; r < nr; r++) y[c * ldy + r] = 0.0f;
-    for (int64_t i = 0; i < n / LLMB_QK_K; i++)
-        for (int r = 0; r < nr; r++) {
-            iq_block b;
-            iq_decode(type, w + r * ws + i * bytes, &b);
-            for (int c = 0; c < nc; c++) {
-                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
-                y[c * ldy + r] += (b.d * xb->d) * (float)iq_bsum(&b, xb->qs);
-            }
+    for (int64_t i = 0; i < n / LLMB_QK_K; i++) {
+        iq_block b[LLMB_PANEL_R];
+        for (int r = 0; r < nr; r++) iq_decode(type, w + r * ws + i * bytes, &b[r]);
+        for (int c = 0; c < nc; c++) {
+            const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
+            __m256i xu[8];
+            iq_unsigned(xb, xu);
+            for (int r = 0; r < nr; r++) y[c * ldy + r] += (b[r].d * xb->d) * (float)iq_bsum(&b[r], xu);
         }
+    }
     for (int c = 0; c < nc; c++)
         for (int r = 0; r < nr; r++) y[c * ldy + r] *= iq_constant(type);
 }
@@ -245,6 +271,7 @@ void llmb_vd_iq_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         for (int j = 0; j < 8; j++) v |= (uint64_t)((s >> j) & 1 ? 0xFF : 0x01) << 8 * j;
         sign_bytes[s] = v;
     }
+    for (int s = 0; s < 128; s++) sign_bytes7[s] = sign_bytes[llmb_iq_signs7((uint32_t)s)];
     SET(LLMB_TYPE_IQ2_XXS, iq2_xxs);
     SET(LLMB_TYPE_IQ2_XS, iq2_xs);
     SET(LLMB_TYPE_IQ2_S, iq2_s);
