@@ -1,14 +1,17 @@
 // vecdot_iq.c — AVX2 dot, tile and panel kernels of the I-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
 // IQ1_S and IQ1_M against Q8_K activations (quants_iq.c holds the layouts' readers and the references).
 //
-// Every type is decoded a block at a time into one form: per 32 values u = |w| and s (bytes whose signs are
-// w's), and k, the odd sub-block scales 2 s + 1 as int16 (lanes 0..7 for values 0..15, 8..15 for 16..31),
-// so sum_j w_j x_j ls = madd(maddubs(u, sign(x, s)), k): exact, |u| <= 62 and |x| <= 127 keep maddubs from
-// saturating. Then per block, as the references: acc += (d_w d_x) * (float)bsum, and the result is acc
-// times the type's constant (IQ2: 1/8, IQ3_XXS: 1/4, IQ3_S: 1). IQ1 adds a shift of +-1/8 to each lattice
-// value: it is decoded as 8 grid +- 1, with the constant 1/8; (d_w d_x) (8 v) / 8 and ggml's
-// (d_w d_x) v round alike, since scaling by 8 is exact. So every kernel here gives the reference's bits
-// (barring products so small they are subnormal), and its tiles and panels the dot's.
+// Every type is decoded a chunk of 32 values at a time into one form: u = |w| and s (bytes whose signs are
+// w's), and k, the odd sub-block scales 2 s + 1 as int16 (lanes 0..7 for values 0..15, 8..15 for 16..31).
+// One token: sum_j w_j x_j ls = madd(maddubs(u, sign(x, s)), k), each chunk used as it is decoded. Several
+// tokens (tiles, panels): each block is decoded once into the signed w and a correction 128 sum w ls, and
+// each token's chunk made unsigned once, x + 128, so a chunk costs madd(maddubs(x + 128, w), k) and the
+// block's sum is taken less the correction. Both are exact: |u| <= 62 and |x| <= 127 (x + 128 <= 255) keep
+// maddubs from saturating. Then per block, as the references: acc += (d_w d_x) * (float)bsum, and the
+// result is acc times the type's constant (IQ2: 1/8, IQ3_XXS: 1/4, IQ3_S: 1). IQ1 adds a shift of +-1/8
+// to each lattice value: it is decoded as 8 grid +- 1, with the constant 1/8; (d_w d_x) (8 v) / 8 and
+// ggml's (d_w d_x) v round alike, since scaling by 8 is exact. So every kernel here gives the reference's
+// bits (barring products so small they are subnormal), and its tiles and panels the dot's.
 #include "simd_x86.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
