@@ -132,10 +132,12 @@ AVX2 INLINE void iq_chunk(const int type, const uint8_t *blk, int j, __m256i *u,
         const uint8_t(*g)[8] = (const uint8_t(*)[8])llmb_iq1s_grid;
         const uint8_t *q = &b->qs[4 * j];
         const uint32_t h0 = b->qh[2 * j], h1 = b->qh[2 * j + 1];
-        const int64_t pos = 0x0101010101010101, neg = -1;
+        // the groups' shift signs, bits 3, 7, 11, 15 of h0 | h1 << 8: each 64-bit lane all ones or 0, then | 1 per byte
+        const __m256i bit = _mm256_and_si256(_mm256_srlv_epi64(_mm256_set1_epi64x(h0 | h1 << 8), _mm256_setr_epi64x(3, 7, 11, 15)),
+                                             _mm256_set1_epi64x(1));
         iq1_values(u, s, grid8x4(g, q[0] | (h0 & 7) << 8, q[1] | (h0 >> 4 & 7) << 8, q[2] | (h1 & 7) << 8,
                                  q[3] | (h1 >> 4 & 7) << 8),
-                   _mm256_set_epi64x(h1 & 0x80 ? neg : pos, h1 & 8 ? neg : pos, h0 & 0x80 ? neg : pos, h0 & 8 ? neg : pos));
+                   _mm256_or_si256(_mm256_sub_epi64(_mm256_setzero_si256(), bit), _mm256_set1_epi8(1)));
         uint16_t sc;
         memcpy(&sc, &b->scales[2 * (j / 2)], 2);
         const uint32_t ls = (uint32_t)sc >> 6 * (j % 2);
