@@ -7,15 +7,18 @@ OpenAI-compatible test servers, one the model and one the judge (tests/eval_serv
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import jsonschema
 import pytest
 from conftest import ROOT, SHARED
 
 from llmbench.eval import evaluate, make_task
-from llmbench.eval.api import ForJudge, Generation
+from llmbench.eval.api import Adapter, ForJudge, Generation
 from llmbench.eval.results import SCHEMA
 from llmbench.eval.runner import read_samples
 from llmbench.eval.tasks.mt_bench import ZERO_SHOT_TEMPLATE, consistency, parse_rating
@@ -270,3 +273,127 @@ def test_ratings_of_zero_and_one_get_a_normal_interval():
     se = a["score"]["stderr"]
     assert a["score"]["ci95"] == pytest.approx([0.5 - 1.959963984540054 * se, 0.5 + 1.959963984540054 * se])
     assert a["consistency"]["ci95"][0] > 0.0 and a["consistency"]["ci95"][1] < 1.0 + 1e-12   # Wilson
+
+
+# ---- answers kept apart from judgments (partial records) ----
+
+class Counting(Adapter):
+    """The engine adapter, counting what it is asked."""
+
+    def __init__(self, inner: Adapter):
+        self.inner, self.asked = inner, []
+        self.name, self.precision, self.answers_as_they_finish = inner.name, inner.precision, inner.answers_as_they_finish
+
+    def answer(self, reqs, progress=None, on_answer=None):
+        self.asked += list(reqs)
+        return self.inner.answer(reqs, progress, on_answer)
+
+    def loglikelihood(self, reqs):
+        return self.inner.loglikelihood(reqs)
+
+    def loglikelihood_rolling(self, reqs):
+        return self.inner.loglikelihood_rolling(reqs)
+
+    def generate_until(self, reqs):
+        return self.inner.generate_until(reqs)
+
+    def environment(self):
+        return self.inner.environment()
+
+
+def _same_records(a, b):
+    key = lambda r: (r["subject"], r["doc_id"])  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k != "precision"}  # noqa: E731
+    return [strip(r) for r in sorted(a, key=key)] == [strip(r) for r in sorted(b, key=key)]
+
+
+def test_a_judge_failing_for_good_keeps_the_answers_and_resume_only_judges(stories_path, mt_data, tmp_path):
+    """stories260K answers and judges two questions; a judge that fails every request leaves no final record
+    but both turns in partial_mt_bench.jsonl; resuming with a working judge asks the model nothing and gives
+    the uninterrupted run's records and numbers. A recorded turn whose request no longer matches what the
+    task asks is asked again (that one only), with a note in timing."""
+    from llmbench.eval.adapters import EngineAdapter
+    from llmbench.eval.openai_adapter import OpenAIAdapter
+    from llmbench.eval.runner import run_task
+    from llmbench.eval.tasks.mt_bench import give_chat_template
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from eval_server import MODEL, EvalServer
+
+    eng = EngineAdapter(stories_path, threads=2)
+    give_chat_template(eng)
+    task = make_task("mt_bench", limit=1, subjects=["reasoning", "writing"], data_dir=mt_data, judge_max_tokens=48)
+    for d in ("whole", "run"):
+        (tmp_path / d).mkdir()
+    whole = run_task(task, eng, tmp_path / "whole", judge=eng)
+    run = tmp_path / "run"
+    with EvalServer() as srv:
+        srv.faults = ["503"] * 4
+        cut = run_task(task, eng, run, judge=OpenAIAdapter(srv.base_url, MODEL, retries=0, backoff=0.01))
+    assert cut.timing["docs_failed"] == 2 and cut.records == [] and read_samples(run / "samples_mt_bench.jsonl") == []
+    parts = read_samples(run / "partial_mt_bench.jsonl")
+    assert sorted((p["doc_id"], p["round"]) for p in parts) == [(81, 1), (81, 2), (101, 1), (101, 2)]
+    assert all(p["requests"][0]["kind"] == "generate_until" and len(p["answers"]) == 1 for p in parts)
+    shutil.copytree(run, tmp_path / "run2")
+
+    model = Counting(eng)
+    again = run_task(task, model, run, resume=True, judge=eng)
+    assert model.asked == []                                             # the judge only
+    assert (again.timing["docs_computed"], again.timing["docs_failed"], again.timing["rounds_resumed"]) == (2, 0, 4)
+    assert again.to_json()["metrics"] == whole.to_json()["metrics"] and _same_records(again.records, whole.records)
+
+    p2 = tmp_path / "run2" / "partial_mt_bench.jsonl"
+    lines = [json.loads(x) for x in p2.read_text().splitlines()]
+    for x in lines:
+        if (x["doc_id"], x["round"]) == (81, 2):
+            x["requests"][0]["max_tokens"] = 1000                        # not what the task asks now
+    p2.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    model = Counting(eng)
+    again = run_task(task, model, tmp_path / "run2", resume=True, judge=eng)
+    assert len(model.asked) == 1 and model.asked[0].max_tokens == 1024 and len(model.asked[0].context) == 3
+    assert (again.timing["rounds_resumed"], again.timing["rounds_recomputed"]) == (3, 1)
+    assert again.timing["notes"] == ["writing #81: round 2's recorded requests differ from what the task asks now; "
+                                     "recomputed from round 2"]
+    assert again.to_json()["metrics"] == whole.to_json()["metrics"] and _same_records(again.records, whole.records)
+
+
+def test_a_run_killed_in_the_judge_round_resumes_asking_the_judge_only(mt_data, tmp_path):
+    """`llmbench eval mt_bench` through two test servers, killed while the judge (slow) has every judgment
+    in flight: no final record yet, both turns of each question in partial_mt_bench.jsonl; `--resume`
+    sends the model server nothing and ends with the uninterrupted run's numbers."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from eval_server import MODEL, EvalServer
+
+    out = tmp_path / "run"
+    with EvalServer() as model_srv, EvalServer() as judge_srv:
+        model_srv.gen_text = "  Here is my answer. "
+        judge_srv.gen_text = "A fair answer. Rating: [[6]]"
+        opts = dict(limit=1, subjects=["writing", "coding", "math"], data_dir=mt_data, judge=f"{MODEL}@{judge_srv.base_url}")
+        whole = evaluate(MODEL, "mt_bench", backend="openai", base_url=model_srv.base_url, **opts)
+        n_whole = len(model_srv.bodies("/v1/chat/completions"))
+        judge_srv.delay_s = 30.0
+        p = subprocess.Popen([sys.executable, "-m", "llmbench", "eval", "mt_bench", "--backend", "openai", "--base-url",
+                              model_srv.base_url, "--model", MODEL, "--judge", opts["judge"], "--limit", "1",
+                              "--subjects", "writing,coding,math", "--data-dir", str(mt_data), "--out", str(out)],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        partial = out / "partial_mt_bench.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(judge_srv.bodies("/v1/chat/completions")) < 12:
+            time.sleep(0.02)                   # 6 judgments of the whole run, 6 of this one in flight
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        assert len(judge_srv.bodies("/v1/chat/completions")) == 12, "the run should be killed in its judge round"
+        assert read_samples(out / "samples_mt_bench.jsonl") == [] and len(read_samples(partial)) == 6
+        asked = len(model_srv.bodies("/v1/chat/completions"))
+        assert asked == 2 * n_whole
+        judge_srv.delay_s = 0.0
+        r = subprocess.run([sys.executable, "-m", "llmbench", "eval", "--resume", str(out), "--json"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert len(model_srv.bodies("/v1/chat/completions")) == asked     # the model was asked nothing
+        assert len(judge_srv.bodies("/v1/chat/completions")) == 18
+    t = json.loads(r.stdout)["tasks"]["mt_bench"]
+    assert t["timing"]["docs_computed"] == 3 and t["timing"]["rounds_resumed"] == 6
+    assert t["metrics"] == json.loads(json.dumps(whole["mt_bench"].to_json()))["metrics"]
+    assert json.loads((out / "results.json").read_text())["tasks"]["mt_bench"]["metrics"] == t["metrics"]
+    assert len(read_samples(out / "samples_mt_bench.jsonl")) == 3

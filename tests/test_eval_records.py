@@ -117,3 +117,21 @@ def test_a_failed_generation_is_not_recorded_and_resume_asks_again(gsm8k_data, t
     assert sorted(r["doc_id"] for r in read_samples(tmp_path / "samples_gsm8k.jsonl")) == [0, 1, 2]
     assert t.metric("exact_match,strict-match") == pytest.approx(1 / 3)       # question 0 (#### 18) is right
     assert t.aggregate["metrics"]["exact_match,strict-match"]["n"] == 3
+
+
+def test_answers_read_back_as_written():
+    """answer_from_json inverts answer_json (through a JSON line) for each kind of answer, and refuses a dict
+    that is none of them."""
+    from llmbench import LLMBenchError
+    from llmbench.eval.api import Generation, LLAnswer, RollingAnswer, answer_from_json, answer_json
+
+    answers = [LLAnswer(-1.25, True), LLAnswer(-0.1 - 0.2, False), RollingAnswer(-123.456789, 17),
+               Generation("Hi there", "stop"),
+               Generation(" one two", "length", n_tokens=2, token_logprobs=[-0.5, -1 / 3],
+                          top_logprobs=[{" one": -0.5, " uno": -1.5}, {" two": -1 / 3}], tokens=[" one", " two"])]
+    for a in answers:
+        back = answer_from_json(json.loads(json.dumps(answer_json(a))))
+        assert back == a and type(back) is type(a)
+    for bad in ({"logprob": -1.0}, {"text": "x"}, {"text": "x", "finish_reason": "stop", "colour": 1}, [1, 2]):
+        with pytest.raises(LLMBenchError, match="not an answer"):
+            answer_from_json(bad)

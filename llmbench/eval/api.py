@@ -124,6 +124,21 @@ def answer_json(a: Answer) -> dict[str, Any]:
     return d
 
 
+def answer_from_json(d: Mapping[str, Any]) -> Answer:
+    """The inverse of `answer_json`: a `Generation` (it has ``text``), an `LLAnswer` (``greedy``) or a
+    `RollingAnswer` (``n_tokens`` without ``text``) from its dict; `LLMBenchError` for anything else."""
+    try:
+        if isinstance(d, Mapping) and "text" in d:
+            return Generation(**d)
+        if isinstance(d, Mapping) and "greedy" in d:
+            return LLAnswer(**d)
+        if isinstance(d, Mapping) and "n_tokens" in d:
+            return RollingAnswer(**d)
+    except TypeError as e:          # a field the class does not have, or one missing
+        raise LLMBenchError(f"not an answer as answer_json writes it ({e}): {str(d)[:200]}") from e
+    raise LLMBenchError(f"not an answer as answer_json writes it (no text, greedy or n_tokens): {str(d)[:200]}")
+
+
 class AdapterError(LLMBenchError, RuntimeError):
     """An adapter could not answer (a server without echo/logprobs, every retry failed, ...): the
     message says what to do."""

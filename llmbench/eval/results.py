@@ -8,7 +8,10 @@ results.json:
     settings      the run's options (tasks, shots, limit, subjects, chunk, ...)
     tasks         {task: {version, settings, timing, subjects, groups, metrics}}, each metric as
                   {value, stderr, n} (groups and the task also macro, and a 95% Wilson interval);
-                  chain-of-thought tasks add cot_decay (accuracy by step count: llmbench.eval.cot)
+                  chain-of-thought tasks add cot_decay (accuracy by step count: llmbench.eval.cot);
+                  timing: wall_s, docs_computed, docs_resumed, docs_failed, errors, requests, and for
+                  a resumed task asked in rounds rounds_resumed, rounds_recomputed, notes
+                  (llmbench.eval.runner: partial records)
     precision_check   {task: flip rate, accuracy change with its interval, log-likelihood moves}
     adapter_stats     the adapter's counters (engine: prompt tokens held vs computed; server: retries)
 Validated against `SCHEMA` in tests; docs/eval-results.schema.json is written from it

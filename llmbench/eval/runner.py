@@ -10,9 +10,25 @@ flight; the file is fsynced at the end of each chunk. ``resume=DIR`` reads those
 line cut by a kill is dropped and recomputed; a document recorded twice keeps its first record), runs
 only the documents not there, and aggregates old and new records as one run would: same final numbers.
 
+A task that asks in rounds (`Task.followup`: MT-Bench's turn 1, turn 2, then the judge) has each round
+that another follows recorded as it is answered, before the next round's requests go out: a *partial*
+record appended (and flushed) to ``DIR/partial_TASK.jsonl`` with ``task``, ``subject``, ``doc_id``,
+``round`` (1, 2, ...), the round's ``requests`` (`request_json`) and ``answers`` (`answer_json`, read
+back by `answer_from_json`). The last round has none: the document's record holds it all (a one-round
+task writes no partial file). ``resume`` reloads a document's partial records when it has no record:
+round k is taken where its requests equal what the task asks now after rounds 1..k-1 (a round recorded
+twice: the last one stands), and the document goes on from the next round, so a run killed in MT-Bench's
+judge round asks the judge only, and its answers are the ones an uninterrupted run scores. A recorded
+round that no longer matches (other data, another task version) is recomputed, from there on, with a
+note in ``timing["notes"]``; ``timing["rounds_resumed"]`` and ``timing["rounds_recomputed"]`` count
+them (present where partial records were found). As FastChat keeps model answers apart from judgments,
+the partial file outlives the run: its answers are what a judge sees.
+
 A generation that failed for good (a server's every retry: ``Generation.failed``) ends its document
 without a record: the document is counted in ``timing["docs_failed"]`` (its error in
-``timing["errors"]``, the first few), left out of the metrics, and asked again by ``--resume``.
+``timing["errors"]``, the first few), left out of the metrics, and asked again by ``--resume``; the
+rounds before the failed one stay in the partial file, so a judge failing for good costs only the
+judgments on resume, never the model's answers.
 
 ``DIR/run.json`` holds the run's settings (written first, so an interrupted run can be resumed from
 its folder alone) and ``DIR/results.json`` the results (schema: `llmbench.eval.results`).
@@ -41,12 +57,15 @@ from .api import (
     OnAnswer,
     Request,
     Task,
+    answer_from_json,
+    answer_json,
     request_json,
 )
 from .metrics import aggregate, mean_stderr, paired_difference_ci
 from .results import TaskResult
 
 SAMPLES = "samples_{}.jsonl"
+PARTIAL = "partial_{}.jsonl"
 MAX_ERRORS = 5          # failed documents' errors kept in results.json (all are counted)
 
 
@@ -85,6 +104,43 @@ def _record(task: Task, doc: Doc, reqs, answers, scored, precision: str) -> dict
             "metrics": scored.metrics, "precision": precision, **scored.extra}
 
 
+def _partial(task: Task, doc: Doc, rnd: int, reqs: Sequence[Request], answers: Sequence[Answer]) -> dict[str, Any]:
+    return {"task": task.name, "subject": doc.subject, "doc_id": doc.id, "round": rnd,
+            "requests": [request_json(r) for r in reqs], "answers": [answer_json(a) for a in answers]}
+
+
+def _as_read(x: Any) -> Any:
+    """``x`` as it reads back from a JSON line (tuples become lists)."""
+    return json.loads(json.dumps(x, ensure_ascii=False))
+
+
+def resumed_rounds(task: Task, doc: Doc, recorded: dict[int, dict[str, Any]]
+                   ) -> tuple[list[Request], list[Answer], list[Request], int, str | None]:
+    """A document's recorded rounds (partial records by round number, from 1) that still hold: round k
+    counts only where its requests equal what the task asks now after the answers of rounds 1..k-1 (same
+    settings, same data). Returns (their requests, their answers, the next round's requests, how many
+    rounds were taken, why the first recorded round that did not hold was dropped, or None)."""
+    reqs: list[Request] = []
+    got: list[Answer] = []
+    asks = list(task.requests(doc))
+    k = 1
+    while k in recorded and asks:
+        rec = recorded[k]
+        if rec.get("requests") != [_as_read(request_json(r)) for r in asks]:
+            return reqs, got, asks, k - 1, f"round {k}'s recorded requests differ from what the task asks now"
+        try:
+            answers = [answer_from_json(a) for a in rec.get("answers") or ()]
+        except LLMBenchError as e:
+            return reqs, got, asks, k - 1, f"round {k}: {e}"
+        if len(answers) != len(asks) or any(isinstance(a, Generation) and a.failed for a in answers):
+            return reqs, got, asks, k - 1, f"round {k}: {len(answers)} answers to {len(asks)} requests"
+        reqs += asks
+        got += answers
+        asks = list(task.followup(doc, got))
+        k += 1
+    return reqs, got, asks, k - 1, None
+
+
 def _chunks(docs: list[Doc], size: int, by_subject: bool = True) -> list[list[Doc]]:
     out: list[list[Doc]] = []
     for d in docs:
@@ -118,39 +174,68 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
              on_docs: Callable[[int], None] | None = None, judge: Adapter | None = None) -> TaskResult:
     """Run one task; records go to ``out_dir`` (when given) as each document finishes. A chunk's
     documents go round by round (`Task.followup`) until none asks for more; ``judge`` answers
-    `ForJudge` requests."""
+    `ForJudge` requests. Each round with another after it is recorded in ``DIR/partial_TASK.jsonl``,
+    which ``resume`` continues from (see the module)."""
     docs = task.docs()
     path = out_dir / SAMPLES.format(task.name) if out_dir else None
+    ppath = out_dir / PARTIAL.format(task.name) if out_dir else None
     old: dict[tuple[str, int], dict[str, Any]] = {}
-    if path is not None and resume:
+    recorded: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    if path is not None and ppath is not None and resume:
         wanted = {(d.subject, d.id) for d in docs}
         for r in read_samples(path):
             if (r.get("subject"), r.get("doc_id")) in wanted:
                 old.setdefault((r["subject"], r["doc_id"]), r)   # recorded twice: the first one stands
-    elif path is not None and path.exists():
-        path.unlink()
+        for r in read_samples(ppath):
+            key = (r.get("subject"), r.get("doc_id"))
+            if key in wanted and key not in old and isinstance(r.get("round"), int):
+                recorded.setdefault(key, {})[r["round"]] = r     # a round recomputed: the last one stands
+    elif path is not None and ppath is not None:
+        for p in (path, ppath):
+            if p.exists():
+                p.unlink()
     todo = [d for d in docs if (d.subject, d.id) not in old]
     if on_docs and old:
         on_docs(len(old))
     new: dict[tuple[str, int], dict[str, Any]] = {}
     errors: dict[tuple[str, int], str] = {}
+    notes: list[str] = []
+    rounds_resumed = rounds_dropped = 0
     t0 = time.perf_counter()
-    with open(path, "a", encoding="utf-8") if path is not None else contextlib.nullcontext() as f:
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(open(path, "a", encoding="utf-8")) if path is not None else None
+        pf: Any = None                                  # opened at its first record: one-round tasks have none
         for group in _chunks(todo, chunk, task.chunk_by_subject):
-            per_doc = [list(task.requests(d)) for d in group]
+            per_doc: list[list[Request]] = [[] for _ in group]
             got: list[list[Answer]] = [[] for _ in group]
-            pending = [list(rs) for rs in per_doc]
+            pending: list[list[Request]] = [[] for _ in group]
+            rounds = [0] * len(group)                   # each document's rounds answered so far
+            for i, d in enumerate(group):
+                was = recorded.get((d.subject, d.id), {})
+                per_doc[i], got[i], pending[i], rounds[i], why = resumed_rounds(task, d, was)
+                rounds_resumed += rounds[i]
+                if why is not None:
+                    rounds_dropped += sum(1 for k in was if k > rounds[i])
+                    notes.append(f"{d.subject or task.name} #{d.id}: {why}; recomputed from round {rounds[i] + 1}")
 
             def finish(i: int, d: Doc, answers: list[Answer]) -> list[Request]:
-                """A document's round is answered: its next round's requests, or [] once it is done
-                (recorded, or failed)."""
+                """A document's round is answered: its next round's requests (the round recorded as a
+                partial record first), or [] once it is done (recorded, or failed)."""
+                nonlocal pf
+                asked = pending[i]
                 got[i] += answers
+                rounds[i] += 1
                 bad = [a.error or "failed" for a in answers if isinstance(a, Generation) and a.failed]
                 more = [] if bad else list(task.followup(d, got[i]))
                 if bad:
                     errors[(d.subject, d.id)] = bad[0]
                 elif more:
                     per_doc[i] += more
+                    if ppath is not None:
+                        if pf is None:
+                            pf = stack.enter_context(open(ppath, "a", encoding="utf-8"))
+                        pf.write(json.dumps(_partial(task, d, rounds[i], asked, answers), ensure_ascii=False) + "\n")
+                        pf.flush()
                     return more
                 else:
                     rec = _record(task, d, per_doc[i], got[i], task.score(d, got[i]), adapter.precision)
@@ -163,8 +248,10 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
                 return []
 
             for i, d in enumerate(group):
-                if not pending[i]:                  # a document that asks nothing is done at once
-                    finish(i, d, [])
+                if not pending[i]:                  # a document that asks nothing (more) is done at once
+                    pending[i] = finish(i, d, [])
+                else:
+                    per_doc[i] += pending[i]
             while any(pending):
                 flat = [r for rs in pending for r in rs]
                 owner = [(i, j) for i, rs in enumerate(pending) for j in range(len(rs))]
@@ -181,8 +268,9 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
 
                 answer_all(flat, adapter, judge, task.name, on_answer)
                 pending = nxt
-            if f is not None:
-                os.fsync(f.fileno())
+            for fh in (f, pf):
+                if fh is not None:
+                    os.fsync(fh.fileno())
     wall = time.perf_counter() - t0
     records = [kept for d in docs if (kept := old.get((d.subject, d.id)) or new.get((d.subject, d.id))) is not None]
     agg = aggregate(records, list(task.metrics), task.groups(), task.name, task.mean_metrics)
@@ -190,6 +278,9 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
               "docs_per_s": len(new) / wall if wall > 0 and new else None,
               "docs_failed": len(errors), "errors": [f"{s or task.name} #{i}: {e}" for (s, i), e in errors.items()][:MAX_ERRORS],
               "requests": sum(len(r["requests"]) for r in records)}
+    if recorded or rounds_resumed:
+        timing.update({"rounds_resumed": rounds_resumed, "rounds_recomputed": rounds_dropped,
+                       "notes": notes[:MAX_ERRORS]})
     return TaskResult(task.name, task.version, task.settings(), agg, records, timing, task.extra_results(records))
 
 

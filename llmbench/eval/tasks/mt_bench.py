@@ -42,9 +42,14 @@ nothing about the answers.
 Data: FastChat's ``fastchat/llm_judge/data/mt_bench`` files in a folder ``mt_bench/``: question.jsonl,
 reference_answer/gpt-4.jsonl, and judge_prompts.jsonl (there or in the folder above, as in FastChat).
 
+The model's two answers are kept apart from the judgments, as FastChat keeps gen_model_answer's from
+gen_judgment's: each turn goes to ``DIR/partial_mt_bench.jsonl`` as it is answered (llmbench.eval.runner),
+so a run killed in the judge round, or a judge that failed every retry, resumes by judging only.
+
 Tested in tests/test_eval_mt_bench.py: the judge prompts filled byte for byte for real questions, the
 rating parser and the consistency figure on crafted judgments, the task end to end on stories260K
-judged by stories260K, through an OpenAI-compatible test server, and resume.
+judged by stories260K, through an OpenAI-compatible test server, and resume (after a kill in the judge
+round and after a judge that failed: the model asked nothing).
 """
 
 from __future__ import annotations
