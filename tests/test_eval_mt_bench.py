@@ -360,7 +360,8 @@ def test_a_judge_failing_for_good_keeps_the_answers_and_resume_only_judges(stori
 def test_a_run_killed_in_the_judge_round_resumes_asking_the_judge_only(mt_data, tmp_path):
     """`llmbench eval mt_bench` through two test servers, killed while the judge (slow) has every judgment
     in flight: no final record yet, both turns of each question in partial_mt_bench.jsonl; `--resume`
-    sends the model server nothing and ends with the uninterrupted run's numbers."""
+    sends the model server nothing and ends with the uninterrupted run's numbers. `--resume --rejudge
+    --judge OTHER` then grades the same answers with another judge, the model again asked nothing."""
     sys.path.insert(0, str(ROOT / "tests"))
     from eval_server import MODEL, EvalServer
 
@@ -392,8 +393,23 @@ def test_a_run_killed_in_the_judge_round_resumes_asking_the_judge_only(mt_data, 
         assert r.returncode == 0, r.stderr
         assert len(model_srv.bodies("/v1/chat/completions")) == asked     # the model was asked nothing
         assert len(judge_srv.bodies("/v1/chat/completions")) == 18
+        t = json.loads(r.stdout)["tasks"]["mt_bench"]
+        assert t["timing"]["docs_computed"] == 3 and t["timing"]["rounds_resumed"] == 6
+        assert t["metrics"] == json.loads(json.dumps(whole["mt_bench"].to_json()))["metrics"]
+        assert json.loads((out / "results.json").read_text())["tasks"]["mt_bench"]["metrics"] == t["metrics"]
+        assert len(read_samples(out / "samples_mt_bench.jsonl")) == 3
+
+        with EvalServer() as other:                  # the same answers graded by another judge
+            other.gen_text = "Weak. Rating: [[3]]"
+            again = [sys.executable, "-m", "llmbench", "eval", "--resume", str(out), "--judge",
+                     f"{MODEL}@{other.base_url}", "--json"]
+            r = subprocess.run(again, cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert r.returncode != 0 and "other settings (judge:" in r.stderr      # not without --rejudge
+            r = subprocess.run(again + ["--rejudge"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            assert len(model_srv.bodies("/v1/chat/completions")) == asked and len(other.bodies("/v1/chat/completions")) == 6
     t = json.loads(r.stdout)["tasks"]["mt_bench"]
-    assert t["timing"]["docs_computed"] == 3 and t["timing"]["rounds_resumed"] == 6
-    assert t["metrics"] == json.loads(json.dumps(whole["mt_bench"].to_json()))["metrics"]
-    assert json.loads((out / "results.json").read_text())["tasks"]["mt_bench"]["metrics"] == t["metrics"]
-    assert len(read_samples(out / "samples_mt_bench.jsonl")) == 3
+    assert t["metrics"]["score"]["value"] == 3.0 and t["timing"]["docs_computed"] == 3
+    recs = read_samples(out / "samples_mt_bench.jsonl")
+    assert len(recs) == 3 and all(x["ratings"] == [3.0, 3.0] for x in recs)
+    assert json.loads((out / "run.json").read_text())["settings"]["judge"] == f"{MODEL}@{other.base_url}"

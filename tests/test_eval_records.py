@@ -135,3 +135,45 @@ def test_answers_read_back_as_written():
     for bad in ({"logprob": -1.0}, {"text": "x"}, {"text": "x", "finish_reason": "stop", "colour": 1}, [1, 2]):
         with pytest.raises(LLMBenchError, match="not an answer"):
             answer_from_json(bad)
+
+
+def test_resumed_rounds_stop_where_the_task_asks_otherwise_or_the_judge():
+    """A three-round task (answer, judge, revise): recorded rounds are taken while their requests equal what
+    the task asks; with rejudge, only those before the judge's round."""
+    from llmbench.eval.api import Doc, ForJudge, GenerateUntil, Generation, Scored, Task
+    from llmbench.eval.runner import _partial, resumed_rounds
+
+    class Revise(Task):
+        name = "revise"
+
+        def docs(self):
+            return [Doc(0, "", {"q": "Q?"})]
+
+        def requests(self, doc):
+            return [GenerateUntil(doc.data["q"], max_tokens=8)]
+
+        def followup(self, doc, answers):
+            if len(answers) == 1:
+                return [ForJudge(GenerateUntil("Judge: " + answers[0].text))]
+            return [GenerateUntil(f"Revise {answers[0].text} after {answers[1].text}")] if len(answers) == 2 else []
+
+        def score(self, doc, answers):
+            return Scored({"acc": 1.0})
+
+    t = Revise()
+    d = t.docs()[0]
+    a1, a2 = Generation("A", "stop", n_tokens=1), Generation("[[7]]", "stop")
+    rec = {1: _partial(t, d, 1, t.requests(d), [a1]), 2: _partial(t, d, 2, t.followup(d, [a1]), [a2])}
+    rec = json.loads(json.dumps(rec, ensure_ascii=False), object_hook=lambda o: {int(k) if k.isdigit() else k: v
+                                                                                for k, v in o.items()})
+    reqs, got, nxt, n, why = resumed_rounds(t, d, rec)
+    assert (got, n, why) == ([a1, a2], 2, None) and nxt == [GenerateUntil("Revise A after [[7]]")]
+    assert len(reqs) == 2 and isinstance(reqs[1], ForJudge)
+    reqs, got, nxt, n, why = resumed_rounds(t, d, rec, rejudge=True)
+    assert (got, n, why) == ([a1], 1, None) and nxt == [ForJudge(GenerateUntil("Judge: A"))]
+    rec[2]["requests"][0]["request"]["context"] = "Judge: B"
+    reqs, got, nxt, n, why = resumed_rounds(t, d, rec)
+    assert (got, n) == ([a1], 1) and why == "round 2's recorded requests differ from what the task asks now"
+    rec[1]["answers"] = [{"text": "A"}]
+    n, why = resumed_rounds(t, d, rec)[3:]
+    assert n == 0 and why.startswith("round 1: not an answer as answer_json writes it (") and "finish_reason" in why

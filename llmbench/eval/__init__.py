@@ -142,12 +142,15 @@ def _comparable(settings: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]
     return keep
 
 
-def _check_resume(out: Path, settings: dict[str, Any], env: dict[str, Any]) -> None:
+def _check_resume(out: Path, settings: dict[str, Any], env: dict[str, Any], rejudge: bool = False) -> None:
     path = out / "run.json"
     if not path.exists():
         return
     before = json.loads(path.read_text())
     a, b = _comparable(before["settings"], before["environment"]), _comparable(settings, env)
+    if rejudge:                                   # grading again, perhaps with another judge
+        a.pop("judge", None)
+        b.pop("judge", None)
     diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
     if diff:
         what = "; ".join(f"{k}: {a.get(k)!r} there, {b.get(k)!r} now" for k in diff)
@@ -163,7 +166,7 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
              precision_check: int | None = None, chunk: int = 256, seed: int = 0,
              base_model: str | None = None, text: str | os.PathLike[str] | None = None, max_chunks: int | None = None,
              allow_code_execution: bool = False, samples: int | None = None, judge: Any = None,
-             top_logprobs: int | None = None,
+             top_logprobs: int | None = None, rejudge: bool = False,
              progress: Callable[[str, int, int], None] | None = None) -> EvalResults:
     """Run ``tasks`` (a name, comma-separated names or a list) on ``model`` and return the results.
 
@@ -183,7 +186,10 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     first listed model), or an `Adapter`. ``top_logprobs``: the top log-probabilities per output token
     the chain-of-thought tasks (gsm8k_cot, mmlu_cot, mmlu_cot_zeroshot) ask for, whose entropy bound uses
     them (llmbench.eval.cot); default 20, capped to what the adapter gives (OpenAI's completions API: 5);
-    0 for none. ``progress(task, done, total)`` is called as documents finish."""
+    0 for none. ``rejudge=True`` (with ``resume``) grades the answers recorded in ``out`` again with
+    ``judge``, which may differ from the run's: the judged records are replaced, the model's answers
+    (llmbench.eval.runner's partial records) reused. ``progress(task, done, total)`` is called as
+    documents finish."""
     from .runner import precision_check as run_check
     from .runner import run_task
 
@@ -199,6 +205,8 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     if resume and out is None:
         raise ValueError("resume needs out (the folder of the run to continue)")
+    if rejudge and not resume:
+        raise ValueError("rejudge grades the answers of an earlier run again: it needs resume and out (--resume DIR)")
     if "kld" in names and base_model is None:
         raise ValueError("the kld task needs base_model (--base-model: the model the KL divergence is measured against, "
                          "e.g. the F16 file)")
@@ -257,7 +265,7 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         if resume:
-            _check_resume(out_dir, settings, env)
+            _check_resume(out_dir, settings, env, rejudge)
         (out_dir / "run.json").write_text(json.dumps({"settings": settings, "environment": env,
                                                       "model": str(model) if not isinstance(model, Adapter) else None,
                                                       "options": {k: v for k, v in llm_options.items()}},
@@ -272,7 +280,7 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
                 progress(name, done[0], total)
 
         results.tasks[t.name] = run_task(t, adapter, out_dir, chunk=chunk, resume=resume, on_docs=on_docs,
-                                         judge=judge_adapter)
+                                         judge=judge_adapter, rejudge=rejudge)
         if precision_check and getattr(adapter, "llm", None) is not None:
             results.precision_check[t.name] = run_check(t, results.tasks[t.name].records,
                                                         _f32_twin(adapter), precision_check, seed)

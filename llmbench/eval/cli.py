@@ -20,6 +20,7 @@ EXAMPLES = """examples:
   llmbench eval hotpotqa --model m.gguf --limit 50                  # distractor paragraphs, EM and F1
   llmbench eval humaneval --model m.gguf --limit 20 --allow-code-execution   # runs generated code (sandboxed)
   llmbench eval mt_bench --model m.gguf --judge gpt-4o@https://api.openai.com/v1 --limit 2
+  llmbench eval --resume mt-run --rejudge --judge judge.gguf        # the same answers, graded again
   llmbench eval perplexity --model m-Q4_K_M.gguf --ctx 512                 # WikiText-2
   llmbench eval kld --model m-Q4_K_M.gguf --base-model m-F16.gguf --max-chunks 100
   llmbench eval mmlu --backend openai --base-url http://127.0.0.1:8000/v1 --model NAME --limit 5"""
@@ -73,6 +74,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--judge", default=None,
                    help="mt_bench's judge: a GGUF file (the engine), or NAME@URL / URL of an OpenAI-compatible "
                         "server (e.g. gpt-4o@https://api.openai.com/v1; a bare URL takes its first listed model)")
+    e.add_argument("--rejudge", action="store_true",
+                   help="with --resume DIR: grade the answers recorded there again, with --judge (may be another "
+                        "judge); the model is asked nothing where its answers are in DIR/partial_TASK.jsonl")
     e.add_argument("--allow-code-execution", action="store_true",
                    help="humaneval: run the model's code (each sample in a sandboxed subprocess; see "
                         "docs/evaluations.md for what the sandbox does and does not stop)")
@@ -143,6 +147,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from . import evaluate
 
+    if args.rejudge and not args.resume:
+        raise ValueError("--rejudge grades the answers of an earlier run again: use it with --resume DIR")
     if args.resume:
         _resume_args(args)
     if not args.tasks:
@@ -175,7 +181,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                            precision_check=args.precision_check,
                            base_model=args.base_model, text=args.text, max_chunks=args.max_chunks,
                            allow_code_execution=args.allow_code_execution, samples=args.samples,
-                           judge=args.judge, top_logprobs=args.top_logprobs, progress=progress)
+                           judge=args.judge, top_logprobs=args.top_logprobs, rejudge=args.rejudge,
+                           progress=progress)
     except KeyboardInterrupt:
         if args.out:
             print(f"llmbench eval: interrupted; finished samples are in {args.out}: continue with  "

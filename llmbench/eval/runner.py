@@ -22,7 +22,9 @@ judge round asks the judge only, and its answers are the ones an uninterrupted r
 round that no longer matches (other data, another task version) is recomputed, from there on, with a
 note in ``timing["notes"]``; ``timing["rounds_resumed"]`` and ``timing["rounds_recomputed"]`` count
 them (present where partial records were found). As FastChat keeps model answers apart from judgments,
-the partial file outlives the run: its answers are what a judge sees.
+the partial file outlives the run: its answers are what a judge sees. ``rejudge`` (``--resume DIR
+--rejudge --judge OTHER``) drops the records of documents a judge graded and reuses their rounds up to
+the first one that asks the judge: the same answers graded again, the model asked nothing.
 
 A generation that failed for good (a server's every retry: ``Generation.failed``) ends its document
 without a record: the document is counted in ``timing["docs_failed"]`` (its error in
@@ -114,17 +116,18 @@ def _as_read(x: Any) -> Any:
     return json.loads(json.dumps(x, ensure_ascii=False))
 
 
-def resumed_rounds(task: Task, doc: Doc, recorded: dict[int, dict[str, Any]]
+def resumed_rounds(task: Task, doc: Doc, recorded: dict[int, dict[str, Any]], rejudge: bool = False
                    ) -> tuple[list[Request], list[Answer], list[Request], int, str | None]:
     """A document's recorded rounds (partial records by round number, from 1) that still hold: round k
     counts only where its requests equal what the task asks now after the answers of rounds 1..k-1 (same
-    settings, same data). Returns (their requests, their answers, the next round's requests, how many
-    rounds were taken, why the first recorded round that did not hold was dropped, or None)."""
+    settings, same data), and with ``rejudge`` only before the first round that asks the judge. Returns
+    (their requests, their answers, the next round's requests, how many rounds were taken, why the first
+    recorded round that did not hold was dropped, or None)."""
     reqs: list[Request] = []
     got: list[Answer] = []
     asks = list(task.requests(doc))
     k = 1
-    while k in recorded and asks:
+    while k in recorded and asks and not (rejudge and any(isinstance(r, ForJudge) for r in asks)):
         rec = recorded[k]
         if rec.get("requests") != [_as_read(request_json(r)) for r in asks]:
             return reqs, got, asks, k - 1, f"round {k}'s recorded requests differ from what the task asks now"
@@ -171,11 +174,15 @@ def answer_all(reqs: Sequence[Request], adapter: Adapter, judge: Adapter | None,
 
 
 def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int = 256, resume: bool = False,
-             on_docs: Callable[[int], None] | None = None, judge: Adapter | None = None) -> TaskResult:
+             on_docs: Callable[[int], None] | None = None, judge: Adapter | None = None,
+             rejudge: bool = False) -> TaskResult:
     """Run one task; records go to ``out_dir`` (when given) as each document finishes. A chunk's
     documents go round by round (`Task.followup`) until none asks for more; ``judge`` answers
     `ForJudge` requests. Each round with another after it is recorded in ``DIR/partial_TASK.jsonl``,
-    which ``resume`` continues from (see the module)."""
+    which ``resume`` continues from (see the module). ``rejudge`` (with ``resume``) drops the records of
+    judged documents and grades their recorded answers again, with ``judge``."""
+    if rejudge and not (resume and out_dir is not None):
+        raise ValueError("rejudge grades the answers of an earlier run again: it needs resume and out_dir")
     docs = task.docs()
     path = out_dir / SAMPLES.format(task.name) if out_dir else None
     ppath = out_dir / PARTIAL.format(task.name) if out_dir else None
@@ -183,9 +190,17 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
     recorded: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
     if path is not None and ppath is not None and resume:
         wanted = {(d.subject, d.id) for d in docs}
+        unjudged = []
         for r in read_samples(path):
+            if rejudge and any(isinstance(q, dict) and q.get("kind") == ForJudge.kind for q in r.get("requests") or ()):
+                continue                                          # graded again below
+            unjudged.append(r)
             if (r.get("subject"), r.get("doc_id")) in wanted:
                 old.setdefault((r["subject"], r["doc_id"]), r)   # recorded twice: the first one stands
+        if rejudge:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in unjudged), encoding="utf-8")
+            tmp.replace(path)
         for r in read_samples(ppath):
             key = (r.get("subject"), r.get("doc_id"))
             if key in wanted and key not in old and isinstance(r.get("round"), int):
@@ -212,7 +227,7 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
             rounds = [0] * len(group)                   # each document's rounds answered so far
             for i, d in enumerate(group):
                 was = recorded.get((d.subject, d.id), {})
-                per_doc[i], got[i], pending[i], rounds[i], why = resumed_rounds(task, d, was)
+                per_doc[i], got[i], pending[i], rounds[i], why = resumed_rounds(task, d, was, rejudge)
                 rounds_resumed += rounds[i]
                 if why is not None:
                     rounds_dropped += sum(1 for k in was if k > rounds[i])
