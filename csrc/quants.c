@@ -1366,6 +1366,7 @@ static const llmb_quant_traits ref_table[LLMB_TYPE_COUNT] = {
     [LLMB_TYPE_TQ2_0] = REF(llmb_dequant_tq2_0_ref, NULL),
     [LLMB_TYPE_MXFP4] = REF(llmb_dequant_mxfp4_ref, NULL),
     [LLMB_TYPE_NVFP4] = REF(llmb_dequant_nvfp4_ref, NULL),
+    [LLMB_TYPE_Q1_0] = REF(llmb_dequant_q1_0_ref, NULL),
     [LLMB_TYPE_IQ2_XXS] = REF(llmb_dequant_iq2_xxs_ref, NULL),   // quants_iq.c: dequantization only
     [LLMB_TYPE_IQ2_XS] = REF(llmb_dequant_iq2_xs_ref, NULL),
     [LLMB_TYPE_IQ2_S] = REF(llmb_dequant_iq2_s_ref, NULL),

@@ -132,9 +132,17 @@ typedef struct {
 } llmb_block_iq4_xs;
 LLMB_STATIC_ASSERT(sizeof(llmb_block_iq4_xs) == 136, "wrong iq4_xs block size");
 
-// ---- ternary and FP4 formats (csrc/quants_tq.c: dequantization and reference dots) ----
+// ---- ternary, binary and FP4 formats (csrc/quants_tq.c: dequantization and reference dots) ----
 
-enum { LLMB_TYPE_TQ1_0 = 34, LLMB_TYPE_TQ2_0 = 35, LLMB_TYPE_MXFP4 = 39, LLMB_TYPE_NVFP4 = 40 };
+enum { LLMB_TYPE_TQ1_0 = 34, LLMB_TYPE_TQ2_0 = 35, LLMB_TYPE_MXFP4 = 39, LLMB_TYPE_NVFP4 = 40, LLMB_TYPE_Q1_0 = 41 };
+
+// Q1_0 (binary): x = +d where bit j % 8 of qs[j / 8] is set, else -d
+#define LLMB_QK1_0 128
+typedef struct {
+    llmb_half d;
+    uint8_t qs[LLMB_QK1_0 / 8];
+} llmb_block_q1_0;
+LLMB_STATIC_ASSERT(sizeof(llmb_block_q1_0) == 18, "wrong q1_0 block size");
 
 // x = d*(t - 1), t in 0..2 a base-3 digit: byte b holds its digits at the top, digit k = (uint8_t)(b*3^k)*3 >> 8
 // (the byte is 256 b' / 243 rounded up, b' the digits' number). qs[0..31]: digits 0..4 of byte m are elements
@@ -198,15 +206,17 @@ static inline float llmb_ue4m3_half(uint8_t x) {
 
 // Rows of n elements (a multiple of the block size): dequantization (llmb_quant_traits.to_float_ref) and the
 // reference dot products against the activations llama.cpp pairs them with (Q8_K for TQ1_0 / TQ2_0, Q8_0 for
-// MXFP4 / NVFP4), ggml's ggml_vec_dot_<type>_q8_<K|0>_generic loops operation for operation
+// MXFP4 / NVFP4 / Q1_0), ggml's ggml_vec_dot_<type>_q8_<K|0>_generic loops operation for operation
 void llmb_dequant_tq1_0_ref(const void *vx, float *y, int64_t n);
 void llmb_dequant_tq2_0_ref(const void *vx, float *y, int64_t n);
 void llmb_dequant_mxfp4_ref(const void *vx, float *y, int64_t n);
 void llmb_dequant_nvfp4_ref(const void *vx, float *y, int64_t n);
+void llmb_dequant_q1_0_ref(const void *vx, float *y, int64_t n);
 void llmb_dot_tq1_0_ref(int64_t n, float *s, const void *w, const void *x);
 void llmb_dot_tq2_0_ref(int64_t n, float *s, const void *w, const void *x);
 void llmb_dot_mxfp4_ref(int64_t n, float *s, const void *w, const void *x);
 void llmb_dot_nvfp4_ref(int64_t n, float *s, const void *w, const void *x);
+void llmb_dot_q1_0_ref(int64_t n, float *s, const void *w, const void *x);
 
 // the 6-bit scale of sub-block j (0..15) from Q3_K's 12 packed bytes, minus 32
 static inline int llmb_q3_K_scale(int j, const uint8_t *s) {

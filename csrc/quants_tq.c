@@ -1,8 +1,10 @@
-// quants_tq.c — the ternary formats TQ1_0 and TQ2_0 (BitNet b1.58, TriLM) and the FP4 formats MXFP4 and NVFP4:
+// quants_tq.c — the ternary formats TQ1_0 and TQ2_0 (BitNet b1.58, TriLM), the binary Q1_0 and the FP4 formats
+// MXFP4 and NVFP4:
 // dequantization and the scalar reference dot products, ggml's dequantize_row_<type> and
 // ggml_vec_dot_<type>_q8_<K|0>_generic loops operation for operation (block layouts: quants.h). The engine
 // runs these types but never quantizes to them. Their SIMD kernels are in vecdot_tq.c.
-// Tested by tests/test_quant.py (dequantization bit-identical to the gguf package on random blocks),
+// Tested by tests/test_quant.py (dequantization bit-identical to the gguf package on random blocks; Q1_0, which
+// gguf 0.19 does not decode, against its one-line definition),
 // csrc/tests/test_vecdot.c and tests/test_vecdot.py (dots against float64 and the SIMD kernels against these).
 #include "quants.h"
 
@@ -145,5 +147,33 @@ void llmb_dot_nvfp4_ref(int64_t n, float *s, const void *vw, const void *vx) {
             }
             sumf += dy * d * (float)(sumi_lo + sumi_hi);
         }
+    *s = sumf;
+}
+
+void llmb_dequant_q1_0_ref(const void *vx, float *y, int64_t n) {
+    const llmb_block_q1_0 *x = vx;
+    for (int64_t i = 0; i < n / LLMB_QK1_0; i++) {
+        const float d = F16(x[i].d);
+        for (int j = 0; j < LLMB_QK1_0; j++) *y++ = (x[i].qs[j / 8] >> (j % 8)) & 1 ? d : -d;
+    }
+}
+
+// Q1_0 x Q8_0 (ggml_vec_dot_q1_0_q8_0_generic): a block of 128 is four Q8_0 blocks; per block
+// sumi = sum over them of d_x * (float)sum(+-q), then sumf += d_w * sumi
+void llmb_dot_q1_0_ref(int64_t n, float *s, const void *vw, const void *vx) {
+    const llmb_block_q1_0 *w = vw;
+    const llmb_block_q8_0 *x = vx;
+    float sumf = 0.0f;
+    for (int64_t i = 0; i < n / LLMB_QK1_0; i++) {
+        float sumi = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            const llmb_block_q8_0 *xb = &x[4 * i + k];
+            int sumi_block = 0;
+            for (int j = 0; j < LLMB_QK; j++)
+                sumi_block += (w[i].qs[4 * k + j / 8] >> (j % 8)) & 1 ? xb->qs[j] : -xb->qs[j];
+            sumi += F16(xb->d) * (float)sumi_block;
+        }
+        sumf += F16(w[i].d) * sumi;
+    }
     *s = sumf;
 }

@@ -417,13 +417,13 @@ static void tile_ref(llmb_vec_dot_fn dot, int64_t n, const void *w, size_t ws, i
 REF_TILE(f32) REF_TILE(f16) REF_TILE(bf16) REF_TILE(q4_0) REF_TILE(q4_1) REF_TILE(q5_0) REF_TILE(q5_1)
 REF_TILE(q8_0) REF_TILE(q4_K) REF_TILE(q5_K) REF_TILE(q6_K) REF_TILE(q8_K) REF_TILE(bf16dp)
 REF_TILE(q2_K) REF_TILE(q3_K) REF_TILE(iq4_nl) REF_TILE(iq4_xs)
-// the reference dots of quants_tq.c (TQ1_0, TQ2_0, MXFP4, NVFP4)
+// the reference dots of quants_tq.c (TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0)
 #define REF_TILE_EXT(name)                                                                                          \
     static void tile_##name##_ref(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,   \
                                   float *y, int64_t ldy) {                                                          \
         tile_ref(llmb_dot_##name##_ref, n, w, ws, nr, x, xs, nc, y, ldy);                                           \
     }
-REF_TILE_EXT(tq1_0) REF_TILE_EXT(tq2_0) REF_TILE_EXT(mxfp4) REF_TILE_EXT(nvfp4)
+REF_TILE_EXT(tq1_0) REF_TILE_EXT(tq2_0) REF_TILE_EXT(mxfp4) REF_TILE_EXT(nvfp4) REF_TILE_EXT(q1_0)
 // and of quants_iq.c (the I-quants)
 REF_TILE_EXT(iq2_xxs) REF_TILE_EXT(iq2_xs) REF_TILE_EXT(iq2_s) REF_TILE_EXT(iq3_xxs) REF_TILE_EXT(iq3_s)
 REF_TILE_EXT(iq1_s) REF_TILE_EXT(iq1_m)
@@ -437,10 +437,11 @@ static const llmb_vec_dot_kernels ref_table[LLMB_VEC_DOT_TYPES] = {
     [LLMB_TYPE_Q5_K] = REF(q5_K), [LLMB_TYPE_Q6_K] = REF(q6_K), [LLMB_TYPE_Q8_K] = REF(q8_K),
     [LLMB_TYPE_Q2_K] = REF(q2_K), [LLMB_TYPE_Q3_K] = REF(q3_K), [LLMB_TYPE_IQ4_NL] = REF(iq4_nl),
     [LLMB_TYPE_IQ4_XS] = REF(iq4_xs),
-    [LLMB_TYPE_TQ1_0] = {llmb_dot_tq1_0_ref, tile_tq1_0_ref, NULL, 0, NULL},
-    [LLMB_TYPE_TQ2_0] = {llmb_dot_tq2_0_ref, tile_tq2_0_ref, NULL, 0, NULL},
-    [LLMB_TYPE_MXFP4] = {llmb_dot_mxfp4_ref, tile_mxfp4_ref, NULL, 0, NULL},
-    [LLMB_TYPE_NVFP4] = {llmb_dot_nvfp4_ref, tile_nvfp4_ref, NULL, 0, NULL},
+    [LLMB_TYPE_TQ1_0] = REF_EXT(tq1_0),
+    [LLMB_TYPE_TQ2_0] = REF_EXT(tq2_0),
+    [LLMB_TYPE_MXFP4] = REF_EXT(mxfp4),
+    [LLMB_TYPE_NVFP4] = REF_EXT(nvfp4),
+    [LLMB_TYPE_Q1_0] = REF_EXT(q1_0),
     [LLMB_TYPE_IQ2_XXS] = REF_EXT(iq2_xxs), [LLMB_TYPE_IQ2_XS] = REF_EXT(iq2_xs), [LLMB_TYPE_IQ2_S] = REF_EXT(iq2_s),
     [LLMB_TYPE_IQ3_XXS] = REF_EXT(iq3_xxs), [LLMB_TYPE_IQ3_S] = REF_EXT(iq3_s), [LLMB_TYPE_IQ1_S] = REF_EXT(iq1_s),
     [LLMB_TYPE_IQ1_M] = REF_EXT(iq1_m),
@@ -468,7 +469,7 @@ int llmb_vec_dot_type(int wtype) {
     switch (wtype) {
     case LLMB_TYPE_F32: case LLMB_TYPE_F16: case LLMB_TYPE_BF16: return LLMB_TYPE_F32;
     case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q8_0: case LLMB_TYPE_IQ4_NL: return LLMB_TYPE_Q8_0;
-    case LLMB_TYPE_MXFP4: case LLMB_TYPE_NVFP4: return LLMB_TYPE_Q8_0;
+    case LLMB_TYPE_MXFP4: case LLMB_TYPE_NVFP4: case LLMB_TYPE_Q1_0: return LLMB_TYPE_Q8_0;
     case LLMB_TYPE_TQ1_0: case LLMB_TYPE_TQ2_0: return LLMB_TYPE_Q8_K;
     case LLMB_TYPE_IQ2_XXS: case LLMB_TYPE_IQ2_XS: case LLMB_TYPE_IQ2_S: case LLMB_TYPE_IQ3_XXS: case LLMB_TYPE_IQ3_S:
     case LLMB_TYPE_IQ1_S: case LLMB_TYPE_IQ1_M: return LLMB_TYPE_Q8_K;

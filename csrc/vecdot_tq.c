@@ -1,7 +1,7 @@
-// vecdot_tq.c — AVX2 dot products and 4 x 4 tiles of the ternary formats TQ1_0 / TQ2_0 (x Q8_K) and the FP4
-// formats MXFP4 / NVFP4 (x Q8_0), installed at the AVX2 level (and so at the AVX-512 level, which starts from the
-// AVX2 table). Each body computes an NR x NC tile and the single dot is its 1 x 1 tile (vecdot_impl.h, GEN), so
-// every output goes through the same operation sequence whatever the batch. All four give the reference's bits
+// vecdot_tq.c — AVX2 dot products and 4 x 4 tiles of the ternary formats TQ1_0 / TQ2_0 (x Q8_K), the FP4
+// formats MXFP4 / NVFP4 and the binary Q1_0 (x Q8_0), installed at the AVX2 level (and so at the AVX-512 level,
+// which starts from the AVX2 table). Each body computes an NR x NC tile and the single dot is its 1 x 1 tile (vecdot_impl.h, GEN), so
+// every output goes through the same operation sequence whatever the batch. All five give the reference's bits
 // (quants_tq.c): the integer sums are exact and the float terms are added in the reference's order.
 // Tested by csrc/tests/test_vecdot.c (bit-identical to the reference, tiles and matmuls to the single dot) and
 // tests/test_vecdot.py (against NumPy).
@@ -171,10 +171,50 @@ INLINE VD_T void VD(nvfp4_body)(const int type, int64_t n, const uint8_t *w, siz
         for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
 }
 
+// ---- Q1_0: sign bits against Q8_0 ----
+
+// Q1_0 x Q8_0: a block of 128 against four Q8_0 blocks; each one's exact sum of +-x (the weight's sign byte, +1
+// where its bit is set, -1 else, applied to x), then as the reference: sumi += d_x * (float)isum over the four,
+// and sum += d_w * sumi. The bits are decoded once per row and used for the tile's tokens.
+INLINE VD_T void VD(q1_0_body)(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                               float *y, int64_t ldy, const int NR, const int NC) {
+    (void)type;
+    const __m256i one = _mm256_set1_epi8(1);
+    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
+    for (int64_t i = 0; i < n / LLMB_QK1_0; i++) {
+        for (int r = 0; r < NR; r++) {
+            const llmb_block_q1_0 *b = (const llmb_block_q1_0 *)(w + r * ws) + i;
+            prefetch_w((const uint8_t *)b, sizeof *b);
+            __m256i sg[4];
+            for (int k = 0; k < 4; k++)   // set bit: 0xFF -> 0x00 | 1 = +1; clear: 0x00 -> 0xFF | 1 = -1
+                sg[k] = _mm256_or_si256(_mm256_xor_si256(bytes_from_bits_32(b->qs + 4 * k), _mm256_set1_epi8(-1)), one);
+            const float wd = half_at((const uint8_t *)&b->d);
+            for (int c = 0; c < NC; c++) {
+                const llmb_block_q8_0 *xb = (const llmb_block_q8_0 *)(x + c * xs) + 4 * i;
+                __m256i p[4];
+                for (int k = 0; k < 4; k++)
+                    p[k] = DOTACC(_mm256_setzero_si256(), one,
+                                  _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)xb[k].qs), sg[k]));
+                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                int32_t is[4];
+                _mm_storeu_si128((__m128i *)is, _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+                float sumi = 0.0f;
+                for (int k = 0; k < 4; k++) sumi += half_at((const uint8_t *)&xb[k].d) * (float)is[k];
+                acc[r][c] += wd * sumi;
+            }
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
+}
+
 GEN(tq1_0, VD(tq_body), LLMB_TYPE_TQ1_0)
 GEN(tq2_0, VD(tq_body), LLMB_TYPE_TQ2_0)
 GEN(mxfp4, VD(mxfp4_body), LLMB_TYPE_MXFP4)
 GEN(nvfp4, VD(nvfp4_body), LLMB_TYPE_NVFP4)
+GEN(q1_0, VD(q1_0_body), LLMB_TYPE_Q1_0)
 
 void llmb_vd_tq_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     if (lvl != LLMB_SIMD_AVX2) return;   // the AVX-512 level inherits these from the AVX2 table
@@ -182,6 +222,7 @@ void llmb_vd_tq_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     t[LLMB_TYPE_TQ2_0].dot = tq2_0_dot_avx2, t[LLMB_TYPE_TQ2_0].tile = tq2_0_tile_avx2;
     t[LLMB_TYPE_MXFP4].dot = mxfp4_dot_avx2, t[LLMB_TYPE_MXFP4].tile = mxfp4_tile_avx2;
     t[LLMB_TYPE_NVFP4].dot = nvfp4_dot_avx2, t[LLMB_TYPE_NVFP4].tile = nvfp4_tile_avx2;
+    t[LLMB_TYPE_Q1_0].dot = q1_0_dot_avx2, t[LLMB_TYPE_Q1_0].tile = q1_0_tile_avx2;
 }
 #else
 void llmb_vd_tq_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {

@@ -121,5 +121,14 @@ def _gguf_writer(name: str):
     return lambda x: np.ascontiguousarray(gguf.quants.quantize(np.asarray(x, np.float32), t)).reshape(x.shape[0], -1)
 
 
+def q1_0(x: np.ndarray) -> np.ndarray:
+    """rows of x (a multiple of 128 wide) as Q1_0 blocks (18 bytes per 128): d the mean |x| of the block, as
+    llama.cpp's quantize_row_q1_0_ref takes it, and a set bit where x >= 0"""
+    b = x.reshape(-1, 128).astype(np.float32)
+    d = np.abs(b).mean(-1).astype(np.float16)
+    bits = np.packbits(b >= 0, axis=1, bitorder="little")
+    return np.concatenate([d.view(np.uint8).reshape(-1, 2), bits], 1).reshape(x.shape[0], -1)
+
+
 QUANTIZERS.update({"TQ1_0": _gguf_writer("TQ1_0"), "TQ2_0": _gguf_writer("TQ2_0"), "MXFP4": _gguf_writer("MXFP4"),
-                   "NVFP4": nvfp4})
+                   "NVFP4": nvfp4, "Q1_0": q1_0})

@@ -397,15 +397,15 @@ def test_errors(stories, tmp_path):
 
 
 def test_unsupported_tensor_type_is_named(tmp_path):
-    """A weight in a type the engine cannot run (here Q1_0) raises, naming tensor, type and the types it runs."""
+    """A weight in a type the engine cannot run (here I8, an integer tensor) raises, naming tensor, type and the
+    types it runs."""
     src = llmbench.dummy_model("tiny", "F32")
     q = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.0.attn_q.weight")
-    rows, cols = np.asarray(q.data).shape
-    with_tensor_replaced(src, tmp_path / "q1.gguf", q.name, np.zeros((rows, cols // 128 * 18), np.uint8),
-                         gguf.GGMLQuantizationType.Q1_0)
+    with_tensor_replaced(src, tmp_path / "i8.gguf", q.name, np.zeros(np.asarray(q.data).shape, np.int8),
+                         gguf.GGMLQuantizationType.I8)
     with pytest.raises(llmbench.UnsupportedError,
-                       match=r"blk.0.attn_q.weight' has type Q1_0.*supported: F32, F16, Q4_0, .*IQ1_M, BF16"):
-        LLM(tmp_path / "q1.gguf")
+                       match=r"blk.0.attn_q.weight' has type I8.*supported: F32, F16, Q4_0, .*IQ1_M, BF16, .*Q1_0"):
+        LLM(tmp_path / "i8.gguf")
 
 
 def test_backend_selection_and_memory(stories, stories_path):

@@ -34,13 +34,14 @@ FLOAT_ACT_MAX_REL = 1e-6   # as FLOAT_WEIGHTS_MAX_REL["f32"] in test_engine.py
 INT_NRMSE = {"Q2_K": 3e-2, "Q3_K": 3e-2, "IQ4_NL": 3e-2, "IQ4_XS": 3e-2, **dict.fromkeys(IQ_TYPES, 3e-2)}
 
 
-# the ternary and FP4 types (csrc/quants_tq.c; TQ1_0, TQ2_0, MXFP4 written by gguf's quantizer, NVFP4 by
-# tests/lowbit.py; Q8_K activations for TQ1_0 / TQ2_0, Q8_0 for MXFP4 / NVFP4): measured 1.6e-2 (TQ1_0 and
-# TQ2_0: gguf writes both with the same ternary values), 1.1e-2 (MXFP4), 1.2e-2 (NVFP4); allowed the same 3e-2
-TQ_TYPES = ["TQ1_0", "TQ2_0", "MXFP4", "NVFP4"]
+# the ternary, FP4 and binary types (csrc/quants_tq.c; TQ1_0, TQ2_0, MXFP4 written by gguf's quantizer, NVFP4 and
+# Q1_0 by tests/lowbit.py; Q8_K activations for TQ1_0 / TQ2_0, Q8_0 for MXFP4 / NVFP4 / Q1_0): measured 1.6e-2
+# (TQ1_0 and TQ2_0: gguf writes both with the same ternary values), 1.1e-2 (MXFP4), 1.2e-2 (NVFP4), 0.9e-2
+# (Q1_0); allowed the same 3e-2
+TQ_TYPES = ["TQ1_0", "TQ2_0", "MXFP4", "NVFP4", "Q1_0"]
 TYPES += TQ_TYPES
 INT_NRMSE.update(dict.fromkeys(TQ_TYPES, 3e-2))
-BLOCK = {"IQ4_NL": 32, "MXFP4": 32, "NVFP4": 64}   # elements per block where not 256
+BLOCK = {"IQ4_NL": 32, "MXFP4": 32, "NVFP4": 64, "Q1_0": 128}   # elements per block where not 256
 
 
 def lowbit_model(src, dst, type_name: str, block: int):

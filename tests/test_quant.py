@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as GT
 from models import gemma3_gguf, smollm2_gguf
+from reference.forward import dequantize as reference_dequantize
 
 import llmbench
 from llmbench import _core
@@ -92,7 +93,7 @@ def random_blocks(type_name: str, nblocks: int, rng: np.random.Generator) -> np.
 
     scale_fields = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2],
                     "Q5_K": [0, 2], "Q6_K": [208], "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0],
-                    **dict.fromkeys(["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S"], [0])}
+                    **dict.fromkeys(["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "Q1_0"], [0])}
     for off in scale_fields.get(type_name, []):
         blocks[:, off:off + 2] = finite_half().view(np.uint8).reshape(nblocks, 2)
     if type_name == "IQ1_M":   # d's 4 nibbles are the top nibbles of the 4 scale words (bytes 48..55)
@@ -163,7 +164,7 @@ def test_dequantize_matches_gguf(type_name):
         blocks = raw.reshape(-1, type_size("Q8_K"))
         ref = blocks[:, :4].copy().view(np.float32) * blocks[:, 4:260].view(np.int8).astype(np.float32)
     else:
-        ref = gguf.quants.dequantize(raw, GT[type_name])
+        ref = reference_dequantize(raw, GT[type_name])   # gguf's; Q1_0, which gguf lacks, by its definition
     np.testing.assert_array_equal(bits(ours), bits(ref.reshape(ours.shape)))
 
 

@@ -20,6 +20,7 @@ import gguf
 import numpy as np
 import pytest
 from lowbit import QUANTIZERS
+from reference.forward import dequantize as reference_dequantize
 
 from llmbench import _core
 from llmbench.models.weight_types import block_size, dequantize, quantize, type_id
@@ -32,7 +33,7 @@ ACT = {"Q8_0": "Q8_0", "Q4_0": "Q8_0", "Q5_0": "Q8_0", "Q4_1": "Q8_1", "Q5_1": "
        "Q5_K": "Q8_K", "Q6_K": "Q8_K", "Q8_K": "Q8_K", "F16": "F32", "BF16": "F32", "F32": "F32", "Q2_K": "Q8_K",
        "Q3_K": "Q8_K", "IQ4_NL": "Q8_0", "IQ4_XS": "Q8_K", **dict.fromkeys(IQ_TYPES, "Q8_K")}
 # the ternary and FP4 types (csrc/quants_tq.c), with the activations ggml-cpu pairs them with
-TQ_ACT = {"TQ1_0": "Q8_K", "TQ2_0": "Q8_K", "MXFP4": "Q8_0", "NVFP4": "Q8_0"}
+TQ_ACT = {"TQ1_0": "Q8_K", "TQ2_0": "Q8_K", "MXFP4": "Q8_0", "NVFP4": "Q8_0", "Q1_0": "Q8_0"}
 TYPES += list(TQ_ACT)
 ACT.update(TQ_ACT)
 STEP = {"Q8_0": 0.57, "Q8_1": 0.5, "Q8_K": 0.5, "F32": 0.0}
@@ -54,7 +55,7 @@ def dequant_act(act: str, xq: np.ndarray, n: int) -> np.ndarray:
 def dequant_w(t: str, w: np.ndarray, rows: int, n: int) -> np.ndarray:
     if t == "Q8_K":
         return dequantize(w, t, (rows, n)).astype(np.float64)
-    return gguf.quants.dequantize(w, gguf.GGMLQuantizationType[t]).reshape(rows, n).astype(np.float64)
+    return reference_dequantize(w, gguf.GGMLQuantizationType[t]).reshape(rows, n).astype(np.float64)
 
 
 def case(t: str, rows: int, nblocks: int, ntok: int, seed: int):
@@ -140,7 +141,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="do not fit"):
         _core.vec_dot(type_id("Q4_K"), w, np.zeros((1, 512), np.float32))
     with pytest.raises(ValueError, match="no dot product"):
-        _core.vec_dot(41, w, x)   # Q1_0
+        _core.vec_dot(24, w, x)   # I8
     with pytest.raises(ValueError, match="float32"):
         _core.vec_dot(type_id("Q4_K"), w, x.astype(np.float64))
 

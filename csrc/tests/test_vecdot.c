@@ -20,7 +20,7 @@
 //     quantized again when the type changes) and of one type, on 1 and 2 threads, bit-identical to
 //     llmb_vec_dot_matmul of each weight on its own quantized input, and llmb_matmul likewise;
 //   - the x86 levels (AVX2, AVX-512[VNNI]) bit-identical to each other, and for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-//     Q2_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4 and the I-quants to the reference;
+//     Q2_K, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0 and the I-quants to the reference;
 //   - the SIMD activation quantizer byte-identical to its reference.
 // Prints the largest |simd - ref| / sum|w x| seen per type.
 #include <math.h>
@@ -78,7 +78,7 @@ static void random_weights(int type, uint8_t *buf, int64_t n) {
         case LLMB_TYPE_Q3_K: memcpy(blk + offsetof(llmb_block_q3_K, d), h, 2); break;
         case LLMB_TYPE_IQ4_NL: case LLMB_TYPE_IQ4_XS: memcpy(blk, h, 2); break;
         case LLMB_TYPE_IQ2_XXS: case LLMB_TYPE_IQ2_XS: case LLMB_TYPE_IQ2_S: case LLMB_TYPE_IQ3_XXS:
-        case LLMB_TYPE_IQ3_S: case LLMB_TYPE_IQ1_S: memcpy(blk, h, 2); break;
+        case LLMB_TYPE_IQ3_S: case LLMB_TYPE_IQ1_S: case LLMB_TYPE_Q1_0: memcpy(blk, h, 2); break;
         case LLMB_TYPE_IQ1_M:   // d's nibbles are the top nibbles of the 4 scale words
             for (int k = 0; k < 4; k++) {
                 uint16_t sc;
@@ -131,7 +131,7 @@ static const int types[] = {LLMB_TYPE_Q8_0, LLMB_TYPE_Q4_K, LLMB_TYPE_Q6_K, LLMB
                             LLMB_TYPE_IQ4_XS,
                             LLMB_TYPE_TQ1_0, LLMB_TYPE_TQ2_0, LLMB_TYPE_MXFP4, LLMB_TYPE_NVFP4,
                             LLMB_TYPE_IQ2_XXS, LLMB_TYPE_IQ2_XS, LLMB_TYPE_IQ2_S, LLMB_TYPE_IQ3_XXS, LLMB_TYPE_IQ3_S,
-                            LLMB_TYPE_IQ1_S, LLMB_TYPE_IQ1_M};
+                            LLMB_TYPE_IQ1_S, LLMB_TYPE_IQ1_M, LLMB_TYPE_Q1_0};
 #define NTYPES (sizeof types / sizeof types[0])
 
 // the types whose SIMD kernels give the reference's bits
@@ -140,7 +140,8 @@ static int exact_to_ref(int t) {
     case LLMB_TYPE_Q8_0: case LLMB_TYPE_Q4_0: case LLMB_TYPE_Q4_1: case LLMB_TYPE_Q5_0: case LLMB_TYPE_Q5_1:
     case LLMB_TYPE_Q2_K: case LLMB_TYPE_IQ4_NL: case LLMB_TYPE_IQ4_XS: case LLMB_TYPE_TQ1_0: case LLMB_TYPE_TQ2_0:
     case LLMB_TYPE_MXFP4: case LLMB_TYPE_NVFP4: case LLMB_TYPE_IQ2_XXS: case LLMB_TYPE_IQ2_XS: case LLMB_TYPE_IQ2_S:
-    case LLMB_TYPE_IQ3_XXS: case LLMB_TYPE_IQ3_S: case LLMB_TYPE_IQ1_S: case LLMB_TYPE_IQ1_M: return 1;
+    case LLMB_TYPE_IQ3_XXS: case LLMB_TYPE_IQ3_S: case LLMB_TYPE_IQ1_S: case LLMB_TYPE_IQ1_M: case LLMB_TYPE_Q1_0:
+        return 1;
     default: return 0;
     }
 }
@@ -564,7 +565,7 @@ int main(void) {
     check_bf16dp(32 * 5, 11, 7, 1);
     check_parts();
     check_matmul_n();
-    CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(41) && !llmb_vec_dot_get(-1) &&
+    CHECK(llmb_vec_dot_type(LLMB_TYPE_Q8_1) == -1 && !llmb_vec_dot_get(24) && !llmb_vec_dot_get(-1) &&
               llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_K, 100) == 0 && llmb_vec_dot_row_bytes(LLMB_TYPE_Q4_1, 64) == 80,
           "unsupported types and sizes");
     CHECK(!llmb_cache_holds(SIZE_MAX) && llmb_cache_holds(1) >= llmb_cache_holds((size_t)1 << 40),

@@ -1,6 +1,7 @@
 """A float64 NumPy forward pass of Llama-family models (llama, mistral, qwen2), written from the
 model definition and independent of llmbench's engine: weights are read and dequantized with the
-`gguf` package. Slow and simple on purpose; the engine is tested against it.
+`gguf` package (Q1_0, which gguf 0.19 does not decode, by its one-line definition here). Slow and simple on
+purpose; the engine is tested against it.
 
 bf16=True models the engine's activations="bf16": every product with a float matrix (F32, F16, BF16
 in the file) multiplies the matrix and the activations rounded to BF16 (round to nearest even from
@@ -22,6 +23,17 @@ def round_bf16(a: np.ndarray) -> np.ndarray:
 FLOAT_TYPES = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16)
 
 
+def dequantize(data: np.ndarray, tensor_type) -> np.ndarray:
+    """float32 values of a tensor's raw data: gguf's decoders, and Q1_0's (blocks of 128: an fp16 d, then one
+    bit per value, least significant first; a set bit is +d, a clear one -d)."""
+    if tensor_type != gguf.GGMLQuantizationType.Q1_0:
+        return gguf.quants.dequantize(data, tensor_type)
+    b = np.ascontiguousarray(data, np.uint8).reshape(-1, 18)
+    d = b[:, :2].copy().view(np.float16).astype(np.float32)
+    bits = np.unpackbits(b[:, 2:], axis=1, bitorder="little").astype(bool)
+    return np.where(bits, d, -d).reshape(*np.shape(data)[:-1], -1)
+
+
 class Reference:
     def __init__(self, path, bf16: bool = False):
         r = gguf.GGUFReader(path)
@@ -37,7 +49,7 @@ class Reference:
         self.neox = arch == "qwen2"
         self.w, self.rounded = {}, set()
         for t in r.tensors:
-            a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+            a = dequantize(t.data, t.tensor_type).astype(np.float64)
             self.w[t.name] = a.reshape([int(x) for x in reversed(t.shape)])
             if bf16 and t.tensor_type in FLOAT_TYPES and len(t.shape) == 2:
                 self.rounded.add(t.name)
