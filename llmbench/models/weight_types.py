@@ -2,8 +2,8 @@
 
 Types (:data:`SUPPORTED_TYPES`, read from the C core): F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
 Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS both ways (:data:`QUANTIZE_TYPES` lists the types :func:`quantize`
-writes); the I-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S and TQ1_0, TQ2_0, MXFP4, NVFP4 are
-dequantized only. Results are bit-identical to
+writes); the I-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S and TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0
+are dequantized only. Results are bit-identical to
 llama.cpp's code (its quantizer's bytes, and the gguf package's NumPy code where it has the type); large
 tensors are split over OpenMP threads. A quantized tensor is a uint8 array whose last
 axis holds the bytes of one row, the layout ``gguf.quants.quantize`` returns.
