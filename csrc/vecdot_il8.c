@@ -4,8 +4,10 @@
 // same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref); and Q8_0 at
 // the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q4_K and
 // Q6_K at the AVX2 level (the steps of q45_K_body and q6_K_body; the VNNI level's groups of 16 are in
-// vecdot_avx512_k.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble looked up in the 16 values, then as
-// Q8_0: |w| against x sign(w), the reference's (d_x d_w) s per block, as iq4_nl_body).
+// vecdot_avx512_k.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble
+// looked up in the 16 values, then as Q8_0: |w| against x sign(w), the reference's (d_x d_w) s per block, as
+// iq4_nl_body), and IQ4_XS at the AVX2 level (its sub-blocks as IQ4_NL's blocks, then the reference's
+// (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -113,6 +115,7 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         t[LLMB_TYPE_IQ4_NL].il = iq4_nl_il8_avx2, t[LLMB_TYPE_IQ4_NL].il_r = IL8_G;
         t[LLMB_TYPE_Q4_K].il = q4_K_il8_avx2, t[LLMB_TYPE_Q4_K].il_r = IL8_G;
         t[LLMB_TYPE_Q6_K].il = q6_K_il8_avx2, t[LLMB_TYPE_Q6_K].il_r = IL8_G;
+        t[LLMB_TYPE_IQ4_XS].il = iq4_xs_il8_avx2, t[LLMB_TYPE_IQ4_XS].il_r = IL8_G;
     }
 }
 #else
@@ -132,6 +135,19 @@ INLINE IL_T void IL(il8_halves)(const uint8_t *v, __m256 *lo, __m256 *hi) {
     const __m256i both = _mm256_permute4x64_epi64(split, 0xD8);   // the low halves, then the high ones
     *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(both));
     *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(both, 1));
+}
+
+// the 4 words of IQ4_NL indices at v (an IQ4_NL block's qs, or an IQ4_XS sub-block's) as signed values in
+// o->w (word k's low nibbles in w[2 k], its high nibbles in w[2 k + 1]: Q4_0's order), |values| in o->q
+INLINE IL_T void IL(il8_iq4_values)(const uint8_t *v, il8_dec *o) {
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; k++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
+        o->w[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
+        o->w[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+    }
+    for (int k = 0; k < 8; k++) o->q[k] = _mm256_abs_epi8(o->w[k]);
 }
 
 // block i of a group (nb blocks) unpacked
@@ -154,14 +170,8 @@ INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, in
         }
         return;
     }
-    if (type == LLMB_TYPE_IQ4_NL) {   // Q4_0's nibbles, each looked up in llmb_kvalues_iq4nl
-        const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
-        for (int k = 0; k < 4; k++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
-            o->w[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
-            o->w[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-        }
-        for (int k = 0; k < 8; k++) o->q[k] = _mm256_abs_epi8(o->w[k]);
+    if (type == LLMB_TYPE_IQ4_NL) {
+        IL(il8_iq4_values)(v, o);
         return;
     }
     __m256i qh = _mm256_setzero_si256();
@@ -542,6 +552,75 @@ IL_T static void IL(q6_K_il8)(int64_t n, const void *w, size_t ws, int nr, const
                               int64_t ldy, int stream) {
     (void)stream;
     IL(il8k_kernel)(LLMB_TYPE_Q6_K, n, w, ws, nr, x, xs, nc, y, ldy);
+}
+// ---- IQ4_XS at the AVX2 level: 8 rows a group, super-blocks of 256 values as 8 IQ4_NL sub-blocks ----
+// Per output and super-block the steps of iq4_xs_body (vecdot_x86_body.h) on 8 rows at once: each sub-block's
+// exact integer sum s_j as IQ4_NL's above (|w| against x sign(w)), then acc += (d d_x ls_j) s_j sub-block after
+// sub-block, ls_j its 6-bit scale less 32 as a float (no fma, as there). A group's super-block is the plain
+// blocks' 34 words (d | scales_h, scales_l, then 4 words of indices a sub-block; no tail), decoded in registers
+// for every token tile (as IQ4_NL: the signed values and their magnitudes, 16 vectors a sub-block, would be
+// loaded back for every tile).
+
+// d and the 8 scales ls_j as floats (lane r: row r's) of the group's super-block at v
+INLINE IL_T void IL(il8x_head)(const uint8_t *v, __m256 *d, __m256 *ls) {
+    __m256 sh;   // (scales_h as a half: unused)
+    IL(il8_halves)(v, d, &sh);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)v), l = _mm256_loadu_si256((const __m256i *)(v + 32));
+    const __m256i k0f = _mm256_set1_epi32(0x0F), k03 = _mm256_set1_epi32(0x03), k32 = _mm256_set1_epi32(32);
+    for (int j = 0; j < 8; j++) {   // low 4 bits: nibble j of scales_l; high 2: bits 2 j, 2 j + 1 of scales_h
+        const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(l, 4 * j), k0f);
+        const __m256i hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 16 + 2 * j), k03), 4);
+        ls[j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(lo, hi), k32));
+    }
+}
+
+// One group x NC tokens over super-blocks i0 .. i0 + bn - 1; the sums start at 0 where first, else from y
+INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const uint8_t *x, size_t xs, float *y,
+                               int64_t ldy, const int first, const int pf, const int NC) {
+    const size_t bytes = sizeof(llmb_il8_iq4_xs);
+    __m256 acc[IL8_NC];
+    for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
+    for (int64_t i = 0; i < bn; i++) {
+        const uint8_t *v = g + (size_t)(i0 + i) * bytes;
+        if (pf)
+            for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)v + IL8_PF_AHEAD + off, _MM_HINT_T0);
+        __m256 d, ls[8], dd[IL8_NC];
+        IL(il8x_head)(v, &d, ls);
+        const llmb_block_q8_K *xb[IL8_NC];
+        for (int c = 0; c < NC; c++) {   // d4d8 = d_w d_x
+            xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
+            dd[c] = _mm256_mul_ps(d, _mm256_set1_ps(xb[c]->d));
+        }
+        for (int j = 0; j < 8; j++) {
+            il8_dec o;
+            IL(il8_iq4_values)(v + 32 * (2 + 4 * j), &o);
+            const int8_t *xq[IL8_NC];
+            __m256i s[IL8_NC];
+            for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + 32 * j;
+            IL(il8_isums)(LLMB_TYPE_IQ4_NL, &o, xq, s, NC);
+            for (int c = 0; c < NC; c++)
+                acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(dd[c], ls[j]), _mm256_cvtepi32_ps(s[c])));
+        }
+    }
+    for (int c = 0; c < NC; c++) _mm256_storeu_ps(y + c * ldy, acc[c]);
+}
+
+IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
+                                float *y, int64_t ldy, int stream) {
+    (void)stream;
+    const uint8_t *w = vw, *x = vx;
+    // ranges of super-blocks, so that a group's stays in L1 while several token tiles run over it; one tile: all
+    const int64_t nb = n / LLMB_QK_K, br = nc <= IL8_NC || nb < IL8K_DEC ? nb : IL8K_DEC;
+    for (int64_t i0 = 0; i0 < nb; i0 += br) {
+        const int64_t bn = nb - i0 < br ? nb - i0 : br;
+        for (int r0 = 0; r0 < nr; r0 += IL8_G)
+            for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
+                const uint8_t *g = w + (size_t)r0 * ws;
+#define IL8X_RUN(NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, t0 == 0, NC)
+                IL8_TILES(nc - t0, IL8X_RUN)
+#undef IL8X_RUN
+            }
+    }
 }
 #endif
 

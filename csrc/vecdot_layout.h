@@ -60,6 +60,7 @@ LLMB_IL_GROUP(llmb_il8_q5_1, llmb_rc_q5_1, 8);      // d|m, qh', 4 words of qs
 LLMB_IL_GROUP(llmb_il8_q8_0, llmb_rc_q8_0, 8);      // 8 words of values + 128
 LLMB_IL_GROUP(llmb_il8_q4_K, llmb_block_q4_K, 8);   // d|dmin, 3 words of scales, 32 of qs
 LLMB_IL_GROUP(llmb_il8_q6_K, llmb_rc_q6_K, 8);      // 48 words of values, 4 of scales
+LLMB_IL_GROUP(llmb_il8_iq4_xs, llmb_block_iq4_xs, 8);   // d|scales_h, scales_l, 32 words of indices
 // groups of 16 (vecdot_avx512_k.c: AVX-512 VNNI)
 LLMB_IL_GROUP(llmb_il16_q4_K, llmb_block_q4_K, 16);
 LLMB_IL_GROUP(llmb_il16_q6_K, llmb_rc_q6_K, 16);
