@@ -38,29 +38,33 @@ size_t llmb_att_scratch_floats(int64_t n_ctx, int hd) {
 
 // ---- scalar version (the definition) ----
 
-static void attend_scalar(int nq, const float *const *q, const int *nk, const float *kt, size_t ldk, const float *v,
-                          int hd, float scale, float *sc, float *const *out) {
-    int nmax = 0;
-    for (int i = 0; i < nq; i++) nmax = nk[i] > nmax ? nk[i] : nmax;
+static void attend_scalar(int nq, const float *const *q, const int *lo, const int *nk, const float *kt, size_t ldk,
+                          const float *v, int hd, float scale, float *sc, float *const *out) {
+    int nmax = 0, jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        nmax = nk[i] > nmax ? nk[i] : nmax;
+        jp = lo[i] < jp ? lo[i] : jp;
+    }
     for (int i = 0; i < nq; i++) {
         float *s = sc + (size_t)i * ldk;
-        for (int j = 0; j < nk[i]; j++) {
+        for (int j = lo[i]; j < nk[i]; j++) {
             float acc = 0.0f;
             for (int d = 0; d < hd; d++) acc = fmaf(q[i][d], kt[(size_t)d * ldk + j], acc);
             s[j] = acc * scale;
         }
         float mx = -INFINITY;
-        for (int j = 0; j < nk[i]; j++) mx = s[j] > mx ? s[j] : mx;
+        for (int j = lo[i]; j < nk[i]; j++) mx = s[j] > mx ? s[j] : mx;
         float lanes[16] = {0};
-        for (int j = 0; j < nk[i]; j++) {
+        for (int j = lo[i]; j < nk[i]; j++) {
             s[j] = llmb_exp_scalar(s[j] - mx);
             lanes[j % 16] += s[j];
         }
+        for (int j = jp; j < lo[i]; j++) s[j] = 0.0f;
         for (int j = nk[i]; j < nmax; j++) s[j] = 0.0f;
         const float inv = 1.0f / sum16_tree(lanes);
         for (int d = 0; d < hd; d++) {
             float acc = 0.0f;
-            for (int j = 0; j < nmax; j++) acc = fmaf(s[j], v[(size_t)j * hd + d], acc);
+            for (int j = jp; j < nmax; j++) acc = fmaf(s[j], v[(size_t)j * hd + d], acc);
             out[i][d] = acc * inv;
         }
     }
@@ -108,13 +112,13 @@ LLMB_A512 LLMB_INLINE void scores_body(const float *const *q, const float *kt, s
         for (int c = 0; c < 4; c++) _mm512_storeu_ps(sc + (size_t)i * ldk + j0 + 16 * c, _mm512_mul_ps(acc[i][c], vs));
 }
 
-// out[i][d0 .. d0 + 16 ND) = inv[i] * sum_j sc[i][j] v[j][...] over j < nmax
-LLMB_A512 LLMB_INLINE void pv_body(const float *sc, size_t ldk, const float *v, int hd, int nmax, const float *inv, float *const *out,
-                         int d0, const int ND, const int NQ) {
+// out[i][d0 .. d0 + 16 ND) = inv[i] * sum_j sc[i][j] v[j][...] over jp <= j < nmax
+LLMB_A512 LLMB_INLINE void pv_body(const float *sc, size_t ldk, const float *v, int hd, int jp, int nmax, const float *inv,
+                                   float *const *out, int d0, const int ND, const int NQ) {
     __m512 acc[LLMB_ATT_Q][4];
     for (int i = 0; i < NQ; i++)
         for (int c = 0; c < ND; c++) acc[i][c] = _mm512_setzero_ps();
-    for (int j = 0; j < nmax; j++) {
+    for (int j = jp; j < nmax; j++) {
         __m512 vv[4];
         for (int c = 0; c < ND; c++) vv[c] = _mm512_loadu_ps(v + (size_t)j * hd + d0 + 16 * c);
         for (int i = 0; i < NQ; i++) {
@@ -126,34 +130,41 @@ LLMB_A512 LLMB_INLINE void pv_body(const float *sc, size_t ldk, const float *v, 
         for (int c = 0; c < ND; c++) _mm512_storeu_ps(out[i] + d0 + 16 * c, _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv[i])));
 }
 
-LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *nk, const float *kt, size_t ldk,
-                               const float *v, int hd, float scale, float *sc, float *const *out) {
-    int nmax = 0;
-    for (int i = 0; i < nq; i++) nmax = nk[i] > nmax ? nk[i] : nmax;
-    for (int j0 = 0; j0 < nmax; j0 += 64) BY_NQ(scores_body, q, kt, ldk, hd, scale, sc, j0);
+LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *lo, const int *nk, const float *kt,
+                                    size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
+    int nmax = 0, jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        nmax = nk[i] > nmax ? nk[i] : nmax;
+        jp = lo[i] < jp ? lo[i] : jp;
+    }
+    for (int j0 = jp / 64 * 64; j0 < nmax; j0 += 64) BY_NQ(scores_body, q, kt, ldk, hd, scale, sc, j0);
     float inv[LLMB_ATT_Q];
     for (int i = 0; i < nq; i++) {
         float *s = sc + (size_t)i * ldk;
-        const int n = nk[i];
+        const int n = nk[i], l = lo[i], j16 = l / 16 * 16;
+        // lanes j .. j + 15 that are keys of this query: l <= j + t < n
+#define KEYS16(j) ((__mmask16)((n - (j) >= 16 ? 0xFFFFu : (1u << (n - (j))) - 1) & (l > (j) ? ~((1u << (l - (j))) - 1) : 0xFFFFu)))
         __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int j = 0; j < n; j += 16) {
-            const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        for (int j = j16; j < n; j += 16) {
+            const __mmask16 m = KEYS16(j);
             mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, s + j));
         }
         const __m512 vmx = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
         __m512 sum = _mm512_setzero_ps();
-        for (int j = 0; j < n; j += 16) {
-            const __mmask16 m = n - j >= 16 ? 0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        for (int j = j16; j < n; j += 16) {
+            const __mmask16 m = KEYS16(j);
             const __m512 e = _mm512_maskz_mov_ps(m, llmb_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vmx)));
-            _mm512_storeu_ps(s + j, e);   // zeros past n in the last group of 16 (inside ldk)
+            _mm512_storeu_ps(s + j, e);   // zeros outside l..n in the first and last groups of 16 (inside ldk)
             sum = _mm512_add_ps(sum, e);
         }
+#undef KEYS16
+        for (int j = jp; j < j16; j++) s[j] = 0.0f;
         for (int j = (n + 15) / 16 * 16; j < nmax; j++) s[j] = 0.0f;
         inv[i] = 1.0f / sum16(sum);
     }
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) BY_NQ(pv_body, sc, ldk, v, hd, nmax, inv, out, d0, 4);
-    for (; d0 < hd; d0 += 16) BY_NQ(pv_body, sc, ldk, v, hd, nmax, inv, out, d0, 1);
+    for (; d0 + 64 <= hd; d0 += 64) BY_NQ(pv_body, sc, ldk, v, hd, jp, nmax, inv, out, d0, 4);
+    for (; d0 < hd; d0 += 16) BY_NQ(pv_body, sc, ldk, v, hd, jp, nmax, inv, out, d0, 1);
 }
 #endif
 
@@ -189,13 +200,13 @@ LLMB_A256 LLMB_INLINE void scores_body_avx2(const float *const *q, const float *
         for (int c = 0; c < 2; c++) _mm256_storeu_ps(sc + (size_t)i * ldk + j0 + 8 * c, _mm256_mul_ps(acc[i][c], vs));
 }
 
-// out[i][d0 .. d0 + 8 ND) = inv[i] * sum_j sc[i][j] v[j][...] over j < nmax
-LLMB_A256 LLMB_INLINE void pv_body_avx2(const float *sc, size_t ldk, const float *v, int hd, int nmax, const float *inv,
-                                        float *const *out, int d0, const int ND, const int NQ) {
+// out[i][d0 .. d0 + 8 ND) = inv[i] * sum_j sc[i][j] v[j][...] over jp <= j < nmax
+LLMB_A256 LLMB_INLINE void pv_body_avx2(const float *sc, size_t ldk, const float *v, int hd, int jp, int nmax,
+                                        const float *inv, float *const *out, int d0, const int ND, const int NQ) {
     __m256 acc[LLMB_ATT_Q][2];
     for (int i = 0; i < NQ; i++)
         for (int c = 0; c < ND; c++) acc[i][c] = _mm256_setzero_ps();
-    for (int j = 0; j < nmax; j++) {
+    for (int j = jp; j < nmax; j++) {
         __m256 vv[2];
         for (int c = 0; c < ND; c++) vv[c] = _mm256_loadu_ps(v + (size_t)j * hd + d0 + 8 * c);
         for (int i = 0; i < NQ; i++) {
@@ -207,27 +218,30 @@ LLMB_A256 LLMB_INLINE void pv_body_avx2(const float *sc, size_t ldk, const float
         for (int c = 0; c < ND; c++) _mm256_storeu_ps(out[i] + d0 + 8 * c, _mm256_mul_ps(acc[i][c], _mm256_set1_ps(inv[i])));
 }
 
-LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *nk, const float *kt, size_t ldk,
-                                  const float *v, int hd, float scale, float *sc, float *const *out) {
-    int nmax = 0;
-    for (int i = 0; i < nq; i++) nmax = nk[i] > nmax ? nk[i] : nmax;
-    for (int j0 = 0; j0 < nmax; j0 += 16) BY_NQ(scores_body_avx2, q, kt, ldk, hd, scale, sc, j0);
+LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *lo, const int *nk, const float *kt,
+                                  size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
+    int nmax = 0, jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        nmax = nk[i] > nmax ? nk[i] : nmax;
+        jp = lo[i] < jp ? lo[i] : jp;
+    }
+    for (int j0 = jp / 16 * 16; j0 < nmax; j0 += 16) BY_NQ(scores_body_avx2, q, kt, ldk, hd, scale, sc, j0);
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), eight = _mm256_set1_epi32(8);
     float inv[LLMB_ATT_Q];
     for (int i = 0; i < nq; i++) {
         float *s = sc + (size_t)i * ldk;
-        const int n = nk[i];
+        const int n = nk[i], l = lo[i], j16 = l / 16 * 16;
         // max_ps(s, mx) is the scalar loop's s > mx ? s : mx lane by lane (a NaN score skipped as there)
         __m256 mx8 = _mm256_set1_ps(-INFINITY);
-        int j = 0;
+        int j = l;
         for (; j + 8 <= n; j += 8) mx8 = _mm256_max_ps(_mm256_loadu_ps(s + j), mx8);
         float lane[8], mx = -INFINITY;
         _mm256_storeu_ps(lane, mx8);
-        for (int l = 0; l < 8; l++) mx = lane[l] > mx ? lane[l] : mx;
+        for (int t = 0; t < 8; t++) mx = lane[t] > mx ? lane[t] : mx;
         for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
         const __m256 vmx = _mm256_set1_ps(mx);
-        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-        for (j = 0; j < n; j += 16) {
+        __m256 lo8 = _mm256_setzero_ps(), hi8 = _mm256_setzero_ps();
+        for (j = j16; j < n; j += 16) {
             __m256 e0 = llmb_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
             __m256 e1 = llmb_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vmx));
             if (n - j < 16) {   // zeros past n in the last group of 16 (inside ldk)
@@ -235,23 +249,30 @@ LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *nk, 
                 e0 = _mm256_and_ps(e0, _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, iota)));
                 e1 = _mm256_and_ps(e1, _mm256_castsi256_ps(_mm256_cmpgt_epi32(left, _mm256_add_epi32(iota, eight))));
             }
+            if (l > j) {        // zeros before l in the first group of 16
+                const __m256i skip = _mm256_set1_epi32(l - j);   // lanes t >= l - j stay
+                e0 = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(skip, iota)), e0);
+                e1 = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(skip, _mm256_add_epi32(iota, eight))), e1);
+            }
             _mm256_storeu_ps(s + j, e0);
             _mm256_storeu_ps(s + j + 8, e1);
-            lo = _mm256_add_ps(lo, e0);
-            hi = _mm256_add_ps(hi, e1);
+            lo8 = _mm256_add_ps(lo8, e0);
+            hi8 = _mm256_add_ps(hi8, e1);
         }
+        for (j = jp; j < j16; j++) s[j] = 0.0f;
         for (j = (n + 15) / 16 * 16; j < nmax; j++) s[j] = 0.0f;
-        inv[i] = 1.0f / sum16_avx2(lo, hi);
+        inv[i] = 1.0f / sum16_avx2(lo8, hi8);
     }
     int d0 = 0;
-    for (; d0 + 16 <= hd; d0 += 16) BY_NQ(pv_body_avx2, sc, ldk, v, hd, nmax, inv, out, d0, 2);
-    for (; d0 < hd; d0 += 8) BY_NQ(pv_body_avx2, sc, ldk, v, hd, nmax, inv, out, d0, 1);
+    for (; d0 + 16 <= hd; d0 += 16) BY_NQ(pv_body_avx2, sc, ldk, v, hd, jp, nmax, inv, out, d0, 2);
+    for (; d0 < hd; d0 += 8) BY_NQ(pv_body_avx2, sc, ldk, v, hd, jp, nmax, inv, out, d0, 1);
 }
 #endif
 
 // ---- gathering one KV head's rows as floats ----
 
 static const uint8_t *kv_at(const llmb_kv_head *h, const uint8_t *base, int j) {
+    j += h->first;
     return base + (size_t)h->blocks[j / h->block_size] * h->block_stride + (size_t)(j % h->block_size) * h->row_stride;
 }
 
@@ -403,24 +424,39 @@ void llmb_att_gather_ref(const llmb_kv_head *h, int n_keys, int hd, float *kt, s
     gather_scalar(h, n_keys, hd, kt, ldk, v);
 }
 
-void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v, int hd,
-                 float scale, float *sc, float *const *out) {
+// per-query first keys: lo, or zeros
+#define LOS(lo) const int *lo_ = (lo) ? (lo) : (const int[LLMB_ATT_Q]){0}
+
+void llmb_attend_window(int nq, const float *const *q, const int *k_lo, const int *n_keys, const float *kt, size_t ldk,
+                        const float *v, int hd, float scale, float *sc, float *const *out) {
+    LOS(k_lo);
 #if LLMB_VEXP_AVX512
     if (llmb_simd_active() >= LLMB_SIMD_AVX512 && hd % 16 == 0) {
-        attend_avx512(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
+        attend_avx512(nq, q, lo_, n_keys, kt, ldk, v, hd, scale, sc, out);
         return;
     }
 #endif
 #if LLMB_VEXP_AVX2
     if (llmb_simd_active() >= LLMB_SIMD_AVX2 && hd % 8 == 0) {   // also AVX-512's head sizes not a multiple of 16
-        attend_avx2(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
+        attend_avx2(nq, q, lo_, n_keys, kt, ldk, v, hd, scale, sc, out);
         return;
     }
 #endif
-    attend_scalar(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
+    attend_scalar(nq, q, lo_, n_keys, kt, ldk, v, hd, scale, sc, out);
+}
+
+void llmb_attend_window_ref(int nq, const float *const *q, const int *k_lo, const int *n_keys, const float *kt,
+                            size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
+    LOS(k_lo);
+    attend_scalar(nq, q, lo_, n_keys, kt, ldk, v, hd, scale, sc, out);
+}
+
+void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v, int hd,
+                 float scale, float *sc, float *const *out) {
+    llmb_attend_window(nq, q, NULL, n_keys, kt, ldk, v, hd, scale, sc, out);
 }
 
 void llmb_attend_ref(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v,
                      int hd, float scale, float *sc, float *const *out) {
-    attend_scalar(nq, q, n_keys, kt, ldk, v, hd, scale, sc, out);
+    llmb_attend_window_ref(nq, q, NULL, n_keys, kt, ldk, v, hd, scale, sc, out);
 }

@@ -124,5 +124,8 @@ typedef struct {
 // loads (backend_cuda.c; NULL and LLMB_E_BACKEND with the reason otherwise).
 const llmb_backend_ops *llmb_backend_cpu(void);
 const llmb_backend_ops *llmb_backend_cuda(void);
+// Whether the CUDA backend can run model m (its architecture's operations, head size, weight types):
+// LLMB_E_UNSUPPORTED naming what it lacks. Needs no GPU: the engine asks before loading the library.
+llmb_status llmb_backend_cuda_check(const llmb_model *m);
 
 #endif

@@ -2,7 +2,9 @@
 // paged KV pool in host memory, and the activation scratch. The forward pass reads like the model:
 // embed, then per layer RMSNorm -> QKV -> RoPE -> KV store -> attention -> output projection ->
 // residual -> RMSNorm -> SwiGLU FFN -> residual, then final norm and the output projection for the
-// rows that need logits. Every per-token computation has a fixed order, so a sequence's logits do
+// rows that need logits. Gemma 3 adds to it (model.h): scaled embeddings, RMSNorm of each query and key
+// head, norms of the attention's and the FFN's outputs before each residual add, GeGLU, and layers that
+// attend over a sliding window with a RoPE base of their own. Every per-token computation has a fixed order, so a sequence's logits do
 // not depend on what else is in the batch. It is the reference every other backend is tested against.
 // Tested through the engine by tests/test_engine.py (float64 reference forward pass, stories260K
 // greedy story, batch invariance, prefix forks) and csrc/tests/test_engine.c.
@@ -43,10 +45,12 @@ struct llmb_backend {
     float *proj;         // [n][dim] a product's output before it joins x: wo's, then w_down's
     float *gate, *up;    // [n][ff] (SwiGLU leaves silu(gate) * up in gate: w_down's input)
     float *cs;           // [n][head_dim] each token's RoPE cos/sin pairs
+    float *cs_swa;       // [n][head_dim] those of the sliding-window layers (gemma3), or NULL
     float *xl;           // [r][dim] final norm of the rows that need logits
     float *logits;       // [r][vocab]
     float *att_scratch;  // [threads][llmb_att_scratch_floats]: a unit's keys, values and scores as floats
     double *rope_f;               // (head_dim / 2) RoPE inverse frequencies (llmb_rope_freqs)
+    double *rope_f_swa;           // (head_dim / 2) those of the sliding-window layers, or NULL
     llmb_matmul_ctx mm;
     // the matrices as the forward pass reads them: the model's views, or the backend's repacked copies
     cpu_layer *layers;
@@ -67,9 +71,10 @@ static void *xcalloc(size_t n, size_t sz, int *oom) {
 static void cpu_destroy(llmb_backend *b) {
     if (!b) return;
     float *bufs[] = {b->x, b->xn, b->q, b->k, b->v, b->att,
-                     b->proj, b->gate, b->up, b->cs, b->xl, b->logits, b->att_scratch};
+                     b->proj, b->gate, b->up, b->cs, b->cs_swa, b->xl, b->logits, b->att_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(b->rope_f);
+    free(b->rope_f_swa);
     free(b->mm.xq);
     free(b->mm.wtile);
     free(b->kv);
@@ -182,6 +187,7 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
     ACT(gate, (size_t)n * c->ff);
     ACT(up, (size_t)n * c->ff);
     ACT(cs, (size_t)n * c->head_dim);
+    if (c->swa_window) ACT(cs_swa, (size_t)n * c->head_dim);
     ACT(xl, (size_t)p->max_rows * c->dim);
     ACT(logits, (size_t)p->max_rows * c->vocab);
     ACT(att_scratch, (size_t)nt * llmb_att_scratch_floats(p->ctx, c->head_dim));
@@ -203,13 +209,16 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
         fl += (size_t)nt * LLMB_MATMUL_TILE * (size_t)wide;
     }
     b->rope_f = xcalloc((size_t)c->head_dim / 2, sizeof *b->rope_f, &oom);
+    if (c->swa_window) b->rope_f_swa = xcalloc((size_t)c->head_dim / 2, sizeof *b->rope_f_swa, &oom);
     if (!oom && !repack_model(b, m)) {
         cpu_destroy(b);
         return llmb_fail(LLMB_E_NOMEM, "engine: out of memory for the repacked weights (%llu bytes)",
                          (unsigned long long)m->weight_bytes);
     }
-    b->scratch_bytes = fl * sizeof(float) + (size_t)n * b->mm.row_cap + (size_t)c->head_dim / 2 * sizeof *b->rope_f;
+    b->scratch_bytes = fl * sizeof(float) + (size_t)n * b->mm.row_cap +
+                       (size_t)(c->swa_window ? 2 : 1) * c->head_dim / 2 * sizeof *b->rope_f;
     if (!oom) llmb_rope_freqs(b->rope_f, c->head_dim, c->rope_base);
+    if (!oom && c->swa_window) llmb_rope_freqs(b->rope_f_swa, c->head_dim, c->rope_base_swa);
     if (oom) {
         const int vocab = c->vocab;
         cpu_destroy(b);
@@ -271,8 +280,10 @@ static void store_kv(llmb_backend *b, uint8_t *dst, const float *src, int n) { b
 // (sequence of the batch, KV head): the unit converts that head's cached K (transposed) and V rows up
 // to the sequence's last position here to float once (llmb_att_gather: 16 keys at a time, transposed
 // in registers, no call per row), then serves every query head of the group and every token of the
-// sequence, LLMB_ATT_Q queries per llmb_attend call (attention.c). Each (token, head) output is
-// computed by the same operations whatever else is in the batch.
+// sequence, LLMB_ATT_Q queries per llmb_attend_window call (attention.c). Each (token, head) output is
+// computed by the same operations whatever else is in the batch. A sliding-window layer gathers from
+// the first token's window start rounded down to a multiple of 64 (then the softmax's 16-lane sums see
+// every key in the lane of its position, as from 0), and each query weighs only its own window.
 static size_t att_scratch_floats(const llmb_backend *b) {
     return llmb_att_scratch_floats(b->p.ctx, b->model->cfg.head_dim);
 }
@@ -283,33 +294,37 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const llmb_model_config *c = &b->model->cfg;
     const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = b->block_size;
     const int64_t q_dim = (int64_t)nh * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = c->att_scale;
     const size_t head_bytes = b->kv_row_bytes / (size_t)nkv;
     const int r = (int)(u / nkv), kvh = (int)(u % nkv);
     const int i0 = bt->q_start[r], i1 = i0 + bt->q_len[r];
     float *kt = b->att_scratch + (size_t)tid * att_scratch_floats(b);
     const int max_pos = bt->pos[i1 - 1];   // the sequence's positions here ascend from pos0
+    const int W = b->model->layers[layer].swa ? c->swa_window : 0;
+    // keys from position `first` on: a window's start, where it excludes earlier positions
+    const int first = W && bt->pos[i0] - W + 1 > 0 ? (bt->pos[i0] - W + 1) / 64 * 64 : 0;
     // this head's keys transposed (kt[d * ldk + j]) and values as rows, as floats
-    const size_t ldk = llmb_att_ldk(max_pos + 1);
+    const size_t ldk = llmb_att_ldk(max_pos + 1 - first);
     float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
     const size_t per_part = (size_t)b->n_blocks * B * b->kv_row_bytes;
     const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
     const llmb_kv_head kvh_rows = {b->kv_type, k0, k0 + per_part, bt->block_tables + (size_t)r * bt->max_blocks, B,
-                                   (size_t)B * b->kv_row_bytes, b->kv_row_bytes};
-    llmb_att_gather(&kvh_rows, max_pos + 1, hd, kt, ldk, vf);
+                                   (size_t)B * b->kv_row_bytes, b->kv_row_bytes, first};
+    llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);
     // every (token, query head) of the sequence, LLMB_ATT_Q at a time
     const int nq_all = (i1 - i0) * group;
     for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {
         const float *qp[LLMB_ATT_Q];
         float *op[LLMB_ATT_Q];
-        int nk[LLMB_ATT_Q], nq = 0;
+        int lo[LLMB_ATT_Q], nk[LLMB_ATT_Q], nq = 0;
         for (; nq < LLMB_ATT_Q && q0 + nq < nq_all; nq++) {
             const int i = i0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
             qp[nq] = b->q + i * q_dim + (int64_t)h * hd;
             op[nq] = b->att + i * q_dim + (int64_t)h * hd;
-            nk[nq] = bt->pos[i] + 1;
+            nk[nq] = bt->pos[i] + 1 - first;
+            lo[nq] = W && bt->pos[i] - W + 1 > first ? bt->pos[i] - W + 1 - first : 0;
         }
-        llmb_attend(nq, qp, nk, kt, ldk, vf, hd, scale, sc, op);
+        llmb_attend_window(nq, qp, lo, nk, kt, ldk, vf, hd, scale, sc, op);
     }
 }
 
@@ -319,7 +334,9 @@ static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
     const llmb_model_config *c = &b->model->cfg;
     const int64_t units = (int64_t)bt->n_seq * c->n_head_kv;
     int64_t work = 0;
-    for (int i = 0; i < bt->n_tok; i++) work += (int64_t)(bt->pos[i] + 1) * c->n_head * c->head_dim;
+    const int W = b->model->layers[layer].swa ? c->swa_window : 0;
+    for (int i = 0; i < bt->n_tok; i++)
+        work += (int64_t)(W && bt->pos[i] + 1 > W ? W : bt->pos[i] + 1) * c->n_head * c->head_dim;
     if (b->mm.nthreads > 1 && work >= (1 << 16)) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(b->mm.nthreads)
         for (int64_t u = 0; u < units; u++) attend_unit(b, bt, layer, u, llmb_thread_id());
@@ -380,7 +397,10 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     const int par = b->mm.nthreads > 1 && (int64_t)n * dim >= PAR_VALUES;
     TIMED(LLMB_PROF_EMBED, PER_TOKEN(i, n, {
         eq->to_float((const char *)m->tok_embd.data + (size_t)bt->tokens[i] * m->tok_embd.row_bytes, b->x + i * dim, dim);
+        if (c->embd_scale != 1.0f)
+            for (int64_t d = 0; d < dim; d++) b->x[i * dim + d] *= c->embd_scale;
         llmb_rope_table(b->cs + i * hd, hd, bt->pos[i], c->rope_scale, b->rope_f, m->rope_freqs);
+        if (b->cs_swa) llmb_rope_table(b->cs_swa + i * hd, hd, bt->pos[i], 1.0f, b->rope_f_swa, m->rope_freqs);
     }));
     for (int l = 0; l < c->n_layer; l++) {
         const cpu_layer *L = &b->layers[l];
@@ -394,23 +414,39 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
             add_bias(b->k, L->m->bk, n, kv_dim);
             add_bias(b->v, L->m->bv, n, kv_dim);
         });
+        if (L->m->attn_q_norm)   // gemma3: RMSNorm of every query and key head
+            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, {
+                for (int h = 0; h < c->n_head; h++)
+                    llmb_rmsnorm(b->q + i * q_dim + h * hd, b->q + i * q_dim + h * hd, L->m->attn_q_norm, hd, c->norm_eps);
+                for (int h = 0; h < c->n_head_kv; h++)
+                    llmb_rmsnorm(b->k + i * kv_dim + h * hd, b->k + i * kv_dim + h * hd, L->m->attn_k_norm, hd,
+                                 c->norm_eps);
+            }));
+        const float *cs = L->m->swa && b->cs_swa ? b->cs_swa : b->cs;
         TIMED(LLMB_PROF_ROPE_KV, PER_TOKEN(i, n, {
-            llmb_rope(b->q + i * q_dim, c->n_head, hd, b->cs + i * hd, c->rope_neox);
-            llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, b->cs + i * hd, c->rope_neox);
+            llmb_rope(b->q + i * q_dim, c->n_head, hd, cs + i * hd, c->rope_neox);
+            llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, cs + i * hd, c->rope_neox);
             const int32_t blk = bt->slots[i] / B, slot = bt->slots[i] % B;
             store_kv(b, kv_row(b, l, 0, blk, slot), b->k + i * kv_dim, (int)kv_dim);
             store_kv(b, kv_row(b, l, 1, blk, slot), b->v + i * kv_dim, (int)kv_dim);
         }));
         TIMED(LLMB_PROF_ATTENTION, attention(b, bt, l));
         PRODUCT(llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->proj, dim));
+        if (L->m->post_attn_norm)
+            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->proj + i * dim, b->proj + i * dim, L->m->post_attn_norm,
+                                                               dim, c->norm_eps)));
         TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->proj[i]));
         // ---- feed-forward ----
         TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->ffn_norm, dim,
                                                            c->norm_eps)));
         PRODUCT(llmb_matmul_n(mm, 2, (const llmb_cpu_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n,
                               (float *[]){b->gate, b->up}, (int64_t[]){ff, ff}));
-        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff)));
+        if (c->ffn_gelu) TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n, llmb_geglu(b->gate + i * ff, b->up + i * ff, ff)));
+        else TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff)));
         PRODUCT(llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->proj, dim));
+        if (L->m->post_ffn_norm)
+            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->proj + i * dim, b->proj + i * dim, L->m->post_ffn_norm,
+                                                               dim, c->norm_eps)));
         TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->proj[i]));
     }
     TIMED(LLMB_PROF_NORM, for (int r = 0; r < n_rows; r++) llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim,

@@ -272,8 +272,14 @@ static void cuda_destroy(llmb_backend *b) {
     free(b);
 }
 
-static llmb_status check_model(const llmb_model *m) {
+llmb_status llmb_backend_cuda_check(const llmb_model *m) {
     const llmb_model_config *c = &m->cfg;
+    // Gemma 3 (model.h) needs operations the kernels (kernels/llmb_cuda_abi.h) lack
+    if (c->ffn_gelu || c->swa_window || c->embd_scale != 1.0f || c->att_scale != 1.0f / sqrtf((float)c->head_dim))
+        return llmb_fail(LLMB_E_UNSUPPORTED, "cuda backend: architecture '%s' is not supported: its kernels lack the "
+                         "per-head RMSNorm of queries and keys, the norms after attention and after the feed-forward, "
+                         "GeGLU, scaled embeddings and sliding-window attention that it needs; use the cpu backend",
+                         c->arch);
     if (c->head_dim > LLMB_CUDA_HD_MAX || c->head_dim % 2 || c->n_head % c->n_head_kv)
         return llmb_fail(LLMB_E_UNSUPPORTED, "cuda backend: head size %d (at most %d, even) with %d heads over %d "
                                              "KV heads",
@@ -348,14 +354,14 @@ static llmb_status cuda_create(const llmb_model *m, const llmb_backend_params *p
     if (p->bf16)
         return llmb_fail(LLMB_E_UNSUPPORTED, "cuda backend: BF16 pair products (activations='bf16') run on the CPU "
                                              "backend only");
+    const llmb_model_config *c = &m->cfg;
     const llmb_cuda_api *api = llmb_cuda_table();
     if (!api) return LLMB_E_BACKEND; // the reason is recorded
-    const llmb_model_config *c = &m->cfg;
     if (p->max_batch_tokens < 1 || p->max_seqs < 1 || p->ctx < 1 || p->max_rows < 1 || p->device < 0)
         return llmb_fail(LLMB_E_ARG, "cuda backend: max_batch_tokens %d, max_seqs %d, ctx %d, max_rows %d must be "
                                      "positive and device %d >= 0", p->max_batch_tokens, p->max_seqs, p->ctx,
                          p->max_rows, p->device);
-    TRY(check_model(m));
+    TRY(llmb_backend_cuda_check(m));
     llmb_backend *b = calloc(1, sizeof *b);
     if (!b) return llmb_fail(LLMB_E_NOMEM, "cuda backend: out of host memory");
     b->api = api;

@@ -204,12 +204,22 @@ static const llmb_backend_ops *find_backend(const char *name, llmb_status *st) {
 llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, llmb_engine **out) {
     *out = NULL;
     llmb_status s;
-    const llmb_backend_ops *ops = find_backend(p->backend, &s);
-    if (!ops) return s;
     llmb_engine *e = calloc(1, sizeof *e);
     if (!e) return llmb_fail(LLMB_E_NOMEM, "engine: out of memory");
     s = llmb_model_load(g, &e->model);
     if (s) {
+        free(e);
+        return s;
+    }
+    // a model the CUDA backend cannot run is refused as such, on machines with or without a GPU
+    if (p->backend && !strcmp(p->backend, "cuda") && (s = llmb_backend_cuda_check(e->model))) {
+        llmb_model_free(e->model);
+        free(e);
+        return s;
+    }
+    const llmb_backend_ops *ops = find_backend(p->backend, &s);
+    if (!ops) {
+        llmb_model_free(e->model);
         free(e);
         return s;
     }

@@ -1,6 +1,7 @@
 // model.c — build an llmb_model from a validated GGUF file: architecture configuration from
-// metadata (llama, mistral, qwen2), weight views with shapes checked against that configuration.
-// Tested by tests/test_engine.py (stories260K, dummy presets, unsupported architectures/types).
+// metadata (llama, mistral, qwen2, gemma3), weight views with shapes checked against that configuration.
+// Tested by tests/test_engine.py (stories260K, dummy presets, unsupported architectures/types) and
+// tests/test_gemma3.py (the gemma3 dummy preset, the real Gemma 3 270M file).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,11 +140,12 @@ static llmb_status read_config(const llmb_gguf *g, llmb_model_config *c) {
     if (!a || a->type != LLMB_GGUF_STRING)
         return llmb_fail(LLMB_E_FORMAT, "model: metadata 'general.architecture' is missing or not a string");
     snprintf(c->arch, sizeof c->arch, "%.*s", (int)(a->v.str.len < 31 ? a->v.str.len : 31), a->v.str.data);
+    const int gemma3 = strcmp(c->arch, "gemma3") == 0;
     if (strcmp(c->arch, "llama") == 0 || strcmp(c->arch, "mistral") == 0) c->rope_neox = 0;
-    else if (strcmp(c->arch, "qwen2") == 0) c->rope_neox = 1;
+    else if (strcmp(c->arch, "qwen2") == 0 || gemma3) c->rope_neox = 1;
     else
-        return llmb_fail(LLMB_E_UNSUPPORTED, "model: architecture '%s' is not supported (supported: llama, mistral, qwen2)",
-                         c->arch);
+        return llmb_fail(LLMB_E_UNSUPPORTED, "model: architecture '%s' is not supported (supported: llama, mistral, "
+                         "qwen2, gemma3)", c->arch);
     const char *ar = c->arch;
     llmb_status s;
     if ((s = get_int(g, ar, "block_count", -1, &c->n_layer))) return s;
@@ -176,6 +178,20 @@ static llmb_status read_config(const llmb_gguf *g, llmb_model_config *c) {
         float f;
         if ((s = get_float(g, ar, "rope.scaling.factor", 1.0f, &f))) return s;
         c->rope_scale = 1.0f / f;
+    }
+    c->embd_scale = 1.0f;
+    c->att_scale = 1.0f / sqrtf((float)c->head_dim);
+    if (gemma3) {
+        // as llama.cpp's gemma3 (llama-model.cpp, models/gemma3.cpp): embeddings times sqrt(n_embd); GeGLU;
+        // every 6th layer (5, 11, ...) global, the others over a sliding window (a required key) with
+        // RoPE base 10000 and no position scaling; queries scaled by 1/sqrt(head_dim), except on the 27B
+        // (62 layers), whose query_pre_attn_scalar is n_embd / n_head (gemma_pytorch's config)
+        if ((s = get_int(g, ar, "attention.sliding_window", -1, &c->swa_window))) return s;
+        c->sliding_window = 0;
+        c->embd_scale = sqrtf((float)c->dim);
+        c->ffn_gelu = 1;
+        c->rope_base_swa = 10000.0f;
+        if (c->n_layer == 62) c->att_scale = 1.0f / sqrtf((float)(c->dim / c->n_head));
     }
     return LLMB_OK;
 }
@@ -221,6 +237,13 @@ llmb_status llmb_model_load(const llmb_gguf *g, llmb_model **out) {
         if ((s = bind_matrix(g, NAME("ffn_gate.weight"), c->dim, c->ff, &l->w_gate))) goto fail;
         if ((s = bind_matrix(g, NAME("ffn_up.weight"), c->dim, c->ff, &l->w_up))) goto fail;
         if ((s = bind_matrix(g, NAME("ffn_down.weight"), c->ff, c->dim, &l->w_down))) goto fail;
+        if (c->ffn_gelu) {   // gemma3
+            if ((s = bind_vector(m, g, NAME("attn_q_norm.weight"), c->head_dim, 1, &l->attn_q_norm))) goto fail;
+            if ((s = bind_vector(m, g, NAME("attn_k_norm.weight"), c->head_dim, 1, &l->attn_k_norm))) goto fail;
+            if ((s = bind_vector(m, g, NAME("post_attention_norm.weight"), c->dim, 1, &l->post_attn_norm))) goto fail;
+            if ((s = bind_vector(m, g, NAME("post_ffw_norm.weight"), c->dim, 1, &l->post_ffn_norm))) goto fail;
+            l->swa = i % 6 < 5;
+        }
 #undef NAME
     }
     for (uint64_t i = 0; i < llmb_gguf_n_tensors(g); i++) m->weight_bytes += llmb_gguf_tensor_at(g, i)->nbytes;

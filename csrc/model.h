@@ -1,4 +1,4 @@
-// model.h — a Llama-family model described by a GGUF file: the architecture configuration read from
+// model.h — a Llama-family or Gemma 3 model described by a GGUF file: the architecture configuration read from
 // metadata and views of the weight tensors (zero-copy into the mapping; 1-D tensors converted to
 // float32 once at load). Internal to the core; Python sees it through the engine (engine.h).
 #ifndef LLMB_MODEL_H
@@ -22,6 +22,11 @@ typedef struct {
     float *ffn_norm;                // (dim)
     llmb_weight w_gate, w_up;       // (ff, dim)
     llmb_weight w_down;             // (dim, ff)
+    // gemma3 (NULL otherwise): RMSNorm of each query and key head before RoPE, and of the attention's and
+    // the feed-forward's outputs before they join the residual stream
+    float *attn_q_norm, *attn_k_norm;   // (head_dim)
+    float *post_attn_norm, *post_ffn_norm;  // (dim)
+    int swa;                        // 1: attends over the last cfg.swa_window positions only, RoPE base rope_base_swa
 } llmb_layer;
 
 typedef struct {
@@ -30,7 +35,15 @@ typedef struct {
     float rope_base, rope_scale, norm_eps;  // rope_scale: linear position scaling (1 = none)
     int rope_neox;                          // 1: rotate pairs (i, i + d/2); 0: adjacent pairs (2i, 2i+1)
     int tied_output;
-    int sliding_window;                     // {arch}.attention.sliding_window (0: none): ctx may not exceed it
+    int sliding_window;                     // {arch}.attention.sliding_window where the engine does not implement
+                                            // it (mistral; 0: none): ctx may not exceed it
+    // the Gemma 3 forward pass (llama, mistral, qwen2: 1, 1/sqrt(head_dim), 0, 0)
+    float embd_scale;                       // token embeddings are multiplied by it (gemma3: sqrt(dim))
+    float att_scale;                        // attention scores are q.k times it
+    int ffn_gelu;                           // 1: GeGLU (gelu_tanh(gate) * up), 0: SwiGLU
+    int swa_window;                         // window of the layers with swa set: a query at position p sees
+                                            // positions p - swa_window < j <= p (gemma3; 0: no such layers)
+    float rope_base_swa;                    // RoPE base of those layers (their positions are not scaled)
 } llmb_model_config;
 
 typedef struct llmb_model {

@@ -65,6 +65,11 @@ void llmb_rope_table(float *cs, int hd, int64_t pos, float scale, const double *
 void llmb_swiglu(float *gate, const float *up, int64_t n); // gate = silu(gate) * up
 void llmb_swiglu_ref(float *gate, const float *up, int64_t n); // its scalar version (bit-identical; for tests)
 
+// GeGLU with GELU's tanh approximation: gate = gelu(gate) * up, gelu(x) = 0.5 x (1 + tanh(u)) computed as
+// x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3) (vexp.h's exp; SIMD and scalar bit-identical)
+void llmb_geglu(float *gate, const float *up, int64_t n);
+void llmb_geglu_ref(float *gate, const float *up, int64_t n);
+
 // ---- attention (attention.c) ----
 #define LLMB_ATT_Q 4   // queries per llmb_attend call
 
@@ -73,14 +78,16 @@ size_t llmb_att_ldk(int64_t n_keys);
 // Floats of one thread's scratch for up to n_ctx keys of head size hd: the transposed keys
 // (hd x ldk), the values (ldk x hd) and LLMB_ATT_Q score rows of ldk.
 size_t llmb_att_scratch_floats(int64_t n_ctx, int hd);
-// One KV head's rows in the paged cache: key j is at k + blocks[j / block_size] * block_stride +
-// (j % block_size) * row_stride, value j likewise from v; each row holds hd values of `type`.
+// One KV head's rows in the paged cache from position `first` on: key j is position p = first + j, at
+// k + blocks[p / block_size] * block_stride + (p % block_size) * row_stride, value j likewise from v; each
+// row holds hd values of `type`.
 typedef struct {
     int type;                   // LLMB_TYPE_F32, LLMB_TYPE_F16 or LLMB_TYPE_Q8_0
     const uint8_t *k, *v;
     const int32_t *blocks;      // block table
     int block_size;
     size_t block_stride, row_stride;   // bytes
+    int first;                  // the position of key 0 (a sliding window's start; 0: the sequence's start)
 } llmb_kv_head;
 // The first n_keys keys of the head as floats, transposed (kt[d * ldk + j]; j >= n_keys unspecified:
 // llmb_attend's 64-key loads read it, and no result depends on it), and the values as rows
@@ -98,5 +105,14 @@ void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *
 // the scalar version (bit-identical; for tests)
 void llmb_attend_ref(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v,
                      int hd, float scale, float *sc, float *const *out);
+// llmb_attend over keys k_lo[i] <= j < n_keys[i] for query i (a sliding window; k_lo NULL: from 0). Keys
+// before k_lo[i] weigh exact zeros and the 16-lane sums of the softmax group keys by j % 16, so a query's
+// output is the same bits whatever the other queries of the call and wherever the keys start, as long as
+// the caller's key 0 sits at a position that is a multiple of 16 (backend_cpu.c gathers from multiples of 64).
+void llmb_attend_window(int nq, const float *const *q, const int *k_lo, const int *n_keys, const float *kt, size_t ldk,
+                        const float *v, int hd, float scale, float *sc, float *const *out);
+void llmb_attend_window_ref(int nq, const float *const *q, const int *k_lo, const int *n_keys, const float *kt,
+                            size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out);
+
 
 #endif

@@ -152,14 +152,16 @@ def resolve_model(model: str | os.PathLike[str]) -> Path:
 # ---- model hyper-parameters ----
 
 _MAX_SIZE = 1 << 30   # the engine's bound on any count or dimension (csrc/model.c, get_int)
-ARCHITECTURES = ("llama", "mistral", "qwen2")   # those csrc/model.c read_config accepts
+ARCHITECTURES = ("llama", "mistral", "qwen2", "gemma3")   # those csrc/model.c read_config accepts
+WINDOWED = ("gemma3",)   # architectures whose sliding window the engine implements (others: ctx <= window)
 
 
 def hyperparameters(meta: dict, tensors: Collection[str] = (), where: str = "model") -> dict[str, int]:
     """The shape a model's metadata declares, checked as the engine will use it: every size a positive
     integer, the heads dividing as attention needs, the blocks present among ``tensors`` (names, when
     given). Raises GGUFError naming the key; ``where`` (the file) starts the message. Keys: n_layer,
-    dim, n_head, n_head_kv, head_dim, ctx_train, sliding_window (0: none)."""
+    dim, n_head, n_head_kv, head_dim, ctx_train, sliding_window (0: none, or an architecture in WINDOWED,
+    whose window the engine implements)."""
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GGUFError(f"{where}: metadata 'general.architecture' is missing or not a string")
@@ -189,7 +191,7 @@ def hyperparameters(meta: dict, tensors: Collection[str] = (), where: str = "mod
                         f"'{arch}.attention.head_count' {hp['n_head']} (and no key_length gives the head size)")
     hp["head_dim"] = get("attention.key_length", max(hp["dim"] // hp["n_head"], 1))
     hp["ctx_train"] = get("context_length", 2048)
-    hp["sliding_window"] = get("attention.sliding_window", 0)
+    hp["sliding_window"] = 0 if arch in WINDOWED else get("attention.sliding_window", 0)
     if tensors:
         blocks = {int(m.group(1)) for m in map(re.compile(r"blk\.(\d+)\.").match, tensors) if m}
         if hp["n_layer"] > len(blocks):

@@ -6,8 +6,11 @@
 - ``"gpt2"``: byte-level BPE over ``tokens`` and ``merges`` with the pre-tokenizer named in
   ``tokenizer.ggml.pre`` (default/gpt2, llama-bpe, smollm, qwen2, ...).
 
-Control and user-defined tokens are special tokens: parsed in text, skipped when decoding.
-Chat templates (``tokenizer.chat_template``) are rendered with jinja2.
+Control and user-defined tokens are special tokens: parsed in text; control tokens are skipped when
+decoding, user-defined ones written out (as llama.cpp: Gemma's whitespace runs, newline and tab tokens are
+user-defined).
+Chat templates (``tokenizer.chat_template``) are rendered with jinja2; a vocabulary with Gemma's turn
+tokens and no template of its own (Gemma 3 270M's GGUF) gets Gemma's (GEMMA_TEMPLATE).
 """
 
 from __future__ import annotations
@@ -25,6 +28,21 @@ from . import UnsupportedError
 
 # llama.cpp's token types (tokenizer.ggml.token_type)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+# Gemma's chat format (the template of google/gemma-3-*-it's tokenizer_config.json, written anew): BOS, turns
+# <start_of_turn>{user|model}\n{content, trimmed}<end_of_turn>\n, a system message put before the first user
+# turn's text, and <start_of_turn>model\n to prompt a reply. For GGUF files converted without it.
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% set first = '' %}{% set msgs = messages %}"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{% set first = messages[0]['content'] | trim ~ '\n\n' %}{% set msgs = messages[1:] %}{% endif %}"
+    "{% for m in msgs %}"
+    "{{ '<start_of_turn>' ~ ('model' if m['role'] == 'assistant' else m['role']) ~ '\n' }}"
+    "{{ (first if loop.first else '') ~ (m['content'] | trim) ~ '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
 
 # Pre-tokenizer regexes by tokenizer.ggml.pre, as llama.cpp defines them (llama-vocab.cpp).
 _GPT2 = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -80,6 +98,7 @@ class Tokenizer:
     add_bos: bool
     chat_template: str | None
     special_ids: frozenset[int]
+    control_ids: frozenset[int] = frozenset()   # the special tokens decode() skips (user-defined ones it writes)
 
     @classmethod
     def from_gguf(cls, meta: dict[str, Any], remove_extra_whitespaces: bool | None = None) -> Tokenizer:
@@ -135,9 +154,13 @@ class Tokenizer:
                 if name in (tokens[i] for i in special):
                     eot = tokens.index(name)
                     break
+        template = meta.get("tokenizer.chat_template")
+        if not template and {"<start_of_turn>", "<end_of_turn>"} <= {tokens[i] for i in special}:
+            template = GEMMA_TEMPLATE
         return cls(hf=hf, kind=kind, vocab_size=n, bos_id=tok_id("bos"), eos_id=tok_id("eos"), eot_id=eot,
                    add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", add_bos_default)),
-                   chat_template=meta.get("tokenizer.chat_template"), special_ids=frozenset(special))
+                   chat_template=template, special_ids=frozenset(special),
+                   control_ids=frozenset(i for i in special if types[i] == CONTROL))
 
     # ---- encode / decode ----
 
@@ -151,7 +174,10 @@ class Tokenizer:
         return ids
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
-        return self.hf.decode(list(map(int, ids)), skip_special_tokens=skip_special)
+        ids = [int(i) for i in ids]
+        if skip_special:
+            ids = [i for i in ids if i not in self.control_ids]
+        return self.hf.decode(ids, skip_special_tokens=False)
 
     @property
     def stop_ids(self) -> list[int]:

@@ -31,16 +31,20 @@ def _sha(path) -> str:
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_preset_shapes_are_consistent(name):
     p = PRESETS[name]
-    assert p.head_dim * p.n_head == p.n_embd
+    assert p.head_dim * p.n_head == p.n_embd or p.arch == "gemma3"   # Gemma 3's head size is its own
     assert p.n_head % p.n_head_kv == 0 and p.head_dim % 2 == 0
     names = [n for n, _ in p.tensors()]
     assert len(names) == len(set(names))
     shapes = dict(p.tensors())
-    kv = p.n_head_kv * p.head_dim
+    kv, q = p.n_head_kv * p.head_dim, p.n_head * p.head_dim
     assert shapes["token_embd.weight"] == (p.n_vocab, p.n_embd)
     assert ("output.weight" in shapes) == (not p.tied)
     for i in range(p.n_layer):
-        assert shapes[f"blk.{i}.attn_q.weight"] == (p.n_embd, p.n_embd)
+        assert shapes[f"blk.{i}.attn_q.weight"] == (q, p.n_embd)
+        assert shapes[f"blk.{i}.attn_output.weight"] == (p.n_embd, q)
+        gemma = {f"blk.{i}.attn_q_norm.weight": (p.head_dim,), f"blk.{i}.attn_k_norm.weight": (p.head_dim,),
+                 f"blk.{i}.post_attention_norm.weight": (p.n_embd,), f"blk.{i}.post_ffw_norm.weight": (p.n_embd,)}
+        assert all((shapes.get(k) == v) == (p.arch == "gemma3") for k, v in gemma.items())
         assert shapes[f"blk.{i}.attn_k.weight"] == shapes[f"blk.{i}.attn_v.weight"] == (kv, p.n_embd)
         assert shapes[f"blk.{i}.ffn_down.weight"] == (p.n_embd, p.n_ff)
         assert (f"blk.{i}.attn_k.bias" in shapes) == p.qkv_bias
@@ -51,6 +55,7 @@ def test_preset_shapes_are_consistent(name):
     assert md[f"{a}.rope.dimension_count"] == p.head_dim and md[f"{a}.vocab_size"] == p.n_vocab
     assert len(md["tokenizer.ggml.tokens"]) == p.n_vocab == len(md["tokenizer.ggml.token_type"])
     assert md["tokenizer.ggml.model"] == "gpt2"
+    assert md.get(f"{a}.attention.sliding_window", 0) == p.sliding_window and (p.sliding_window > 0) == (a == "gemma3")
 
 
 def test_real_model_parameter_counts():

@@ -386,13 +386,13 @@ def test_errors(stories, tmp_path):
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=0)
     # a model of an architecture the engine does not run names it
-    w = gguf.GGUFWriter(str(tmp_path / "g.gguf"), arch="gemma3")
+    w = gguf.GGUFWriter(str(tmp_path / "g.gguf"), arch="gemma2")
     w.add_tensor("token_embd.weight", np.zeros((8, 4), np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(llmbench.UnsupportedError, match="architecture 'gemma3' is not supported"):
+    with pytest.raises(llmbench.UnsupportedError, match="architecture 'gemma2' is not supported"):
         LLM(tmp_path / "g.gguf")
 
 

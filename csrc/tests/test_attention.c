@@ -13,7 +13,9 @@
 //   - outputs that do not depend on the transposed keys' padding (zeros, NaN or huge values there);
 //   - llmb_att_gather (paged F32/F16/Q8_0 rows to transposed float keys and value rows) bit for bit
 //     vs its scalar version, and that vs to_float row by row;
-//   - SwiGLU (same exp) SIMD vs scalar bit for bit at odd lengths, and vs float64 within 1e-6 relative.
+//   - SwiGLU (same exp) SIMD vs scalar bit for bit at odd lengths, and vs float64 within 1e-6 relative;
+//   - llmb_attend_window (sliding windows): SIMD vs scalar, tile vs alone, keys shifted by 16 or 64 places
+//     bit for bit, and vs a float64 softmax over each window (test_window).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +111,70 @@ static void test_shape(int hd, int nkeys) {
         }
     }
     free(kt), free(v), free(sc), free(q), free(out), free(o64);
+}
+
+
+// llmb_attend_window: query i over keys lo[i] <= j < nk[i] (a sliding window). The SIMD version bit-identical
+// to the scalar one, each query alone as in the tile, the same bits when every key sits 16 or 64 places
+// further (the caller's gather start), and within tolerance of a float64 softmax over the window.
+static void test_window(int hd, int nkeys) {
+    const int shift = 64, n2 = nkeys + shift;
+    const size_t ldk = llmb_att_ldk(n2);
+    float *kt = calloc(ldk * hd, sizeof *kt), *v = calloc(ldk * hd, sizeof *v), *sc = malloc(LLMB_ATT_Q * ldk * sizeof *sc);
+    float *kt2 = calloc(ldk * hd, sizeof *kt2), *v2 = calloc(ldk * hd, sizeof *v2);
+    float *q = malloc((size_t)LLMB_ATT_Q * hd * sizeof *q), *out = malloc((size_t)4 * LLMB_ATT_Q * hd * sizeof *out);
+    double *o64 = malloc((size_t)hd * sizeof *o64);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int d = 0; d < hd; d++)
+        for (int j = 0; j < nkeys; j++) kt[(size_t)d * ldk + j] = 2.0f * rng_normal();
+    for (int j = 0; j < nkeys; j++)
+        for (int d = 0; d < hd; d++) v[(size_t)j * hd + d] = rng_normal();
+    for (int i = 0; i < LLMB_ATT_Q * hd; i++) q[i] = 2.0f * rng_normal();
+    int lo[LLMB_ATT_Q], nk[LLMB_ATT_Q], lo2[LLMB_ATT_Q], nk2[LLMB_ATT_Q];
+    for (int i = 0; i < LLMB_ATT_Q; i++) {   // windows of 1..21 keys ending at various keys
+        nk[i] = nkeys - (i * 37) % nkeys;
+        const int w = 1 + (i * 13 + nkeys) % 21;
+        lo[i] = nk[i] > w ? nk[i] - w : 0;
+    }
+    const float *qp[LLMB_ATT_Q];
+    float *o_simd[LLMB_ATT_Q], *o_ref[LLMB_ATT_Q], *o_one[LLMB_ATT_Q], *o_shift[LLMB_ATT_Q];
+    for (int i = 0; i < LLMB_ATT_Q; i++) {
+        qp[i] = q + (size_t)i * hd;
+        o_simd[i] = out + (size_t)i * hd;
+        o_ref[i] = out + (size_t)(LLMB_ATT_Q + i) * hd;
+        o_one[i] = out + (size_t)(2 * LLMB_ATT_Q + i) * hd;
+        o_shift[i] = out + (size_t)(3 * LLMB_ATT_Q + i) * hd;
+    }
+    for (int sh = 16; sh <= shift; sh += shift - 16) {   // the same keys 16, then 64 places further
+        memset(kt2, 0, ldk * hd * sizeof *kt2);
+        for (int d = 0; d < hd; d++)
+            for (int j = 0; j < nkeys; j++) kt2[(size_t)d * ldk + j + sh] = kt[(size_t)d * ldk + j];
+        memcpy(v2 + (size_t)sh * hd, v, (size_t)nkeys * hd * sizeof *v);
+        for (int i = 0; i < LLMB_ATT_Q; i++) lo2[i] = lo[i] + sh, nk2[i] = nk[i] + sh;
+        for (int nq = 1; nq <= LLMB_ATT_Q; nq++) {
+            llmb_attend_window(nq, qp, lo, nk, kt, ldk, v, hd, scale, sc, o_simd);
+            llmb_attend_window_ref(nq, qp, lo, nk, kt, ldk, v, hd, scale, sc, o_ref);
+            llmb_attend_window(nq, qp, lo2, nk2, kt2, ldk, v2, hd, scale, sc, o_shift);
+            for (int i = 0; i < nq; i++) {
+                llmb_attend_window(1, &qp[i], &lo[i], &nk[i], kt, ldk, v, hd, scale, sc, &o_one[i]);
+                CHECK(!memcmp(o_simd[i], o_ref[i], (size_t)hd * sizeof(float)),
+                      "window hd %d keys %d..%d nq %d: simd != scalar", hd, lo[i], nk[i], nq);
+                CHECK(!memcmp(o_simd[i], o_one[i], (size_t)hd * sizeof(float)),
+                      "window hd %d keys %d..%d nq %d: tile != alone", hd, lo[i], nk[i], nq);
+                CHECK(!memcmp(o_simd[i], o_shift[i], (size_t)hd * sizeof(float)),
+                      "window hd %d keys %d..%d nq %d: keys %d places further give other bits", hd, lo[i], nk[i], nq, sh);
+                ref_f64(qp[i], nk[i] - lo[i], kt + lo[i], ldk, v + (size_t)lo[i] * hd, hd, scale, o64);
+                double worst = 0;
+                for (int d = 0; d < hd; d++) {
+                    double vmax = 0;
+                    for (int j = lo[i]; j < nk[i]; j++) vmax = fmax(vmax, fabs(v[(size_t)j * hd + d]));
+                    worst = fmax(worst, fabs(o_ref[i][d] - o64[d]) / (ATOL + RTOL * vmax));
+                }
+                CHECK(worst <= 1.0, "window hd %d keys %d..%d: error %.3g of the tolerance", hd, lo[i], nk[i], worst);
+            }
+        }
+    }
+    free(kt), free(v), free(kt2), free(v2), free(sc), free(q), free(out), free(o64);
 }
 
 
@@ -233,6 +299,15 @@ static void test_exp_swiglu(void) {
             const double ref = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
             CHECK(fabs(b[i] - ref) <= 1e-30 + 1e-6 * fabs(ref), "swiglu %d: %g vs %g", i, b[i], ref);
         }
+        // GeGLU (gelu with the tanh approximation), the same way
+        memcpy(a, g, sizeof g), memcpy(b, g, sizeof g);
+        llmb_geglu(a, u, n);
+        llmb_geglu_ref(b, u, n);
+        CHECK(!memcmp(a, b, (size_t)n * sizeof(float)), "geglu n %d: simd != scalar", n);
+        for (int i = 0; i < n; i++) {
+            const double x = g[i], ref = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+            CHECK(fabs(b[i] - ref) <= 1e-30 + 2e-6 * fabs(ref) + 1e-7 * fabs(u[i]), "geglu %d: %g vs %g", i, b[i], ref);
+        }
     }
 }
 
@@ -318,7 +393,7 @@ int main(void) {
     for (int lvl = llmb_simd_detected(); lvl >= 0; lvl--) {
         if (llmb_simd_set((llmb_simd_level)lvl) != LLMB_OK) continue;
         for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
-            for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) test_shape(hds[a], keys[b]);
+            for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) test_shape(hds[a], keys[b]), test_window(hds[a], keys[b]);
         test_exp_swiglu();
         test_rope_table();
         const int gtypes[] = {LLMB_TYPE_F32, LLMB_TYPE_F16, LLMB_TYPE_Q8_0};

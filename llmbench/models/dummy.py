@@ -65,7 +65,7 @@ class Preset:
     """A model shape. ``source`` names the public config it copies."""
 
     name: str
-    arch: str                 # llama.cpp architecture: "llama" or "qwen2"
+    arch: str                 # llama.cpp architecture: "llama", "qwen2" or "gemma3"
     n_embd: int
     n_layer: int
     n_head: int
@@ -81,10 +81,12 @@ class Preset:
     qkv_bias: bool = False
     rope: Llama3Rope | None = None
     source: str = ""
+    key_length: int = 0       # head size where it is not n_embd / n_head (Gemma 3)
+    sliding_window: int = 0   # gemma3: the window of its local layers (all but every 6th)
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.key_length or self.n_embd // self.n_head
 
     def tensors(self) -> list[tuple[str, tuple[int, ...]]]:
         """(name, shape in NumPy order) in file order, as llama.cpp's converter writes them."""
@@ -100,8 +102,15 @@ class Preset:
                 out.append((b + f"attn_{proj}.weight", (rows, e)))
                 if self.qkv_bias:
                     out.append((b + f"attn_{proj}.bias", (rows,)))
-            out += [(b + "attn_output.weight", (e, self.n_head * self.head_dim)), (b + "ffn_norm.weight", (e,)),
-                    (b + "ffn_gate.weight", (f, e)), (b + "ffn_up.weight", (f, e)), (b + "ffn_down.weight", (e, f))]
+            if self.arch == "gemma3":   # RMSNorm of each query and key head
+                out += [(b + "attn_q_norm.weight", (self.head_dim,)), (b + "attn_k_norm.weight", (self.head_dim,))]
+            out.append((b + "attn_output.weight", (e, self.n_head * self.head_dim)))
+            if self.arch == "gemma3":   # RMSNorm of the attention's output before the residual add
+                out.append((b + "post_attention_norm.weight", (e,)))
+            out += [(b + "ffn_norm.weight", (e,)), (b + "ffn_gate.weight", (f, e)), (b + "ffn_up.weight", (f, e)),
+                    (b + "ffn_down.weight", (e, f))]
+            if self.arch == "gemma3":   # and of the feed-forward's
+                out.append((b + "post_ffw_norm.weight", (e,)))
         out.append(("output_norm.weight", (e,)))
         if not self.tied:
             out.append(("output.weight", (self.n_vocab, e)))
@@ -138,6 +147,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     # the same embedding and output shapes (all that speed depends on) through one tokenizer path.
     Preset("mistral-7b", "llama", 4096, 32, 32, 8, 14336, 32000, 32768, 10000.0, 1e-5, False, "gpt2",
            source="mistralai/Mistral-7B-v0.1 config.json"),
+    # Gemma 3's layout at test size: 6 layers, so that layer 5 is global as every 6th layer of the real
+    # models and 0-4 attend over a sliding window of 20 tokens (shorter than test prompts, and neither a
+    # multiple of 16 nor of the KV block size), a head size (128) apart from n_embd / n_head, tied output,
+    # norms around 1 (the converter stores Gemma's 1 + w). Its vocabulary is byte-level BPE, as Mistral's.
+    Preset("tiny-gemma3", "gemma3", 256, 6, 4, 2, 768, 1024, 32768, 1000000.0, 1e-6, True, "gpt2", n_special=16,
+           key_length=128, sliding_window=20, source="llmbench (Gemma 3 layout, scaled down)"),
 )}
 
 
@@ -201,6 +216,7 @@ def metadata(p: Preset, mix: str, seed: int) -> dict[str, Any]:
         f"{a}.rope.dimension_count": u32(p.head_dim),
         f"{a}.attention.layer_norm_rms_epsilon": f32(p.rms_eps),
         f"{a}.vocab_size": u32(p.n_vocab),
+        **({f"{a}.attention.sliding_window": u32(p.sliding_window)} if p.sliding_window else {}),
         "llmbench.dummy.preset": p.name,
         "llmbench.dummy.seed": np.uint64(seed),
         "llmbench.dummy.format_version": u32(FORMAT_VERSION),
@@ -224,6 +240,13 @@ def _chunks(p: Preset, name: str, shape: tuple[int, ...], type_name: str, seed: 
         yield (lambda: rope_freq_factors(rope, p.head_dim, p.rope_theta)), row
         return
     if name.endswith("norm.weight"):
+        if p.arch == "gemma3":   # 1 + N(0, 0.1): a norm the engine ignored or swapped would show
+            def norm() -> np.ndarray:
+                x = np.empty((1, row), np.float32)
+                _core.fill_normal(x, tensor_seed(seed, name), 0.1, 1.0, 0)
+                return encode_rows(x, type_name, threads)
+            yield norm, row
+            return
         yield (lambda: encode_rows(np.ones((1, row), np.float32), type_name, threads)), row
         return
     stream = tensor_seed(seed, name)
