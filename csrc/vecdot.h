@@ -185,7 +185,8 @@ typedef struct {
 //        (vecdot_tq.c)                 dot, tile   TQ1_0 TQ2_0 MXFP4 NVFP4 (also the AVX-512 level's)
 //        (vecdot_iq.c)                 dot, tile, panel (4)   IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M
 //                                                  (also the AVX-512 level's)
-//        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL IQ4_XS Q4_K Q6_K
+//        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL IQ4_XS Q2_K Q3_K
+//                                                  Q4_K Q6_K
 //   AVX-512 with VNNI (vecdot_x86.c)   dot, tile   the 16 above, vpdpbusd on 256 bits (the AVX2 bits)
 //        (vecdot_avx512_k.c)           panel (16)  Q4_K Q5_K Q6_K
 //                                      il (16)     Q4_K Q6_K Q8_0
@@ -203,7 +204,7 @@ typedef struct {
 // kernel for SIMD level `lvl` on this CPU; the rest keep the scalar reference.
 void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (vecdot_il8.c): the interleaved kernels of Q4_0, Q4_1, Q5_0 and Q5_1 (groups of 8 rows) at AVX2 and
-// AVX-512 VNNI, and of Q4_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS at AVX2
+// AVX-512 VNNI, and of Q2_K, Q3_K, Q4_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS at AVX2
 void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (quants_simd.c): Q8_1 activations with AVX2, byte-identical to the reference
 void llmb_quant_q8_1_avx2(const float *x, void *xq, int64_t n);

@@ -2,9 +2,9 @@
 // (llmb_vec_dot_repack), one row in each 32-bit lane of a 256-bit vector: AVX2 (maddubs + madd) and
 // AVX-512 VNNI (vpdpbusd on 256 bits), one source compiled for both (this file includes itself), the
 // same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref); and Q8_0 at
-// the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q4_K and
-// Q6_K at the AVX2 level (the steps of q45_K_body and q6_K_body; the VNNI level's groups of 16 are in
-// vecdot_avx512_k.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble
+// the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q2_K, Q3_K,
+// Q4_K and Q6_K at the AVX2 level (the steps of q2_K_body, q3_K_body, q45_K_body and q6_K_body; the VNNI level's
+// groups of 16 of Q4_K and Q6_K are in vecdot_avx512_k.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble
 // looked up in the 16 values, then as Q8_0: |w| against x sign(w), the reference's (d_x d_w) s per block, as
 // iq4_nl_body), and IQ4_XS at the AVX2 level (its sub-blocks as IQ4_NL's blocks, then the reference's
 // (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body).
@@ -116,6 +116,8 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         t[LLMB_TYPE_Q4_K].il = q4_K_il8_avx2, t[LLMB_TYPE_Q4_K].il_r = IL8_G;
         t[LLMB_TYPE_Q6_K].il = q6_K_il8_avx2, t[LLMB_TYPE_Q6_K].il_r = IL8_G;
         t[LLMB_TYPE_IQ4_XS].il = iq4_xs_il8_avx2, t[LLMB_TYPE_IQ4_XS].il_r = IL8_G;
+        t[LLMB_TYPE_Q2_K].il = q2_K_il8_avx2, t[LLMB_TYPE_Q2_K].il_r = IL8_G;
+        t[LLMB_TYPE_Q3_K].il = q3_K_il8_avx2, t[LLMB_TYPE_Q3_K].il_r = IL8_G;
     }
 }
 #else
@@ -340,26 +342,35 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
 }
 
 #if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_avx512_k.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
-// ---- Q4_K and Q6_K at the AVX2 level: 8 rows a group, super-blocks of 256 values ----
-// Per output and super-block the steps of q45_K_body / q6_K_body (vecdot_x86_body.h) on 8 rows at once: the
-// exact integer sums, then Q4_K acc = fma(d d_x, S, acc), acc = fma(-(dmin d_x), M, acc) with S = sum_s sc_s
-// sum q x and M = sum_s min_s bsum_s; Q6_K acc = fma(d d_x, S, acc) with S = sum_s sc_s sum (q - 32) x,
-// taken as sum_s sc_s sum q x - 32 sum_s sc_s bsum_s. The values of a sub-block (Q4_K: 32, 8 vectors of 4
-// a row; Q6_K: 16, 4 vectors) go through maddubs against 4 activation bytes, summed in int16 while below
-// 2^15 (Q4_K 8 of them, Q6_K 2), then one madd with the scale.
+// ---- Q2_K, Q3_K, Q4_K and Q6_K at the AVX2 level: 8 rows a group, super-blocks of 256 values ----
+// Per output and super-block the steps of q2_K_body / q3_K_body / q45_K_body / q6_K_body (vecdot_x86_body.h)
+// on 8 rows at once: the exact integer sums, then Q4_K acc = fma(d d_x, S, acc), acc = fma(-(dmin d_x), M, acc)
+// with S = sum_s sc_s sum q x and M = sum_s min_s bsum_s; Q6_K acc = fma(d d_x, S, acc) with S = sum_s sc_s
+// sum (q - 32) x, taken as sum_s sc_s sum q x - 32 sum_s sc_s bsum_s; Q3_K the same with u = q + 4 h for q and
+// 4 for 32; Q2_K acc += (d_x d) S - (d_x dmin) M (no fma, as q2_K_body) with S and M as Q4_K's over sub-blocks
+// of 16. The values of a sub-block (Q4_K: 32, 8 vectors of 4 a row; the others: 16, 4 vectors) go through
+// maddubs against 4 activation bytes, summed in int16 while below 2^15 (Q4_K 8 of them, Q6_K 2, Q2_K and
+// Q3_K 4: their values are below 8), then one madd with the scale.
 // A group's super-block: Q4_K 36 vectors (d dmin, 3 of scales, 32 of qs); Q6_K 52 (48 of the values recoded
-// whole, vecdot.c q6_K_recode, then 4 of scales) and d after the group's last super-block.
+// whole, vecdot.c q6_K_recode, then 4 of scales) and d after the group's last super-block; Q2_K and Q3_K their
+// plain blocks' words (Q2_K 4 of scales, 16 of qs, d dmin; Q3_K 8 of hmask, 16 of qs, 3 of scales, and d after
+// the group's last super-block).
 
 typedef struct {
-    __m256i q[64];   // Q4_K q[8 s + k], Q6_K q[4 s + k], lane r: values 4 k .. 4 k + 3 of row r's sub-block s
+    __m256i q[64];   // Q4_K q[8 s + k], the others q[4 s + k], lane r: values 4 k .. 4 k + 3 of row r's sub-block s
     __m256i sc[16];  // lane r: row r's scale of sub-block s in both int16 halves (Q4_K: 8 sub-blocks)
-    __m256i mn[8];   // lane r as int16: Q4_K the mins of sub-blocks 2 k, 2 k + 1; Q6_K the scales of 2 k, 2 k + 1
+    __m256i mn[8];   // lane r as int16: Q4_K, Q2_K the mins of sub-blocks 2 k, 2 k + 1; Q6_K, Q3_K their scales
     __m256 d, dmin;
 } il8k_dec;
 
 INLINE size_t il8k_bytes(const int type) {   // bytes of a group's super-block (its words)
-    return type == LLMB_TYPE_Q4_K ? sizeof(llmb_il8_q4_K) : sizeof(llmb_il8_q6_K);
+    return type == LLMB_TYPE_Q4_K   ? sizeof(llmb_il8_q4_K)
+           : type == LLMB_TYPE_Q2_K ? sizeof(llmb_il8_q2_K)
+           : type == LLMB_TYPE_Q3_K ? sizeof(llmb_il8_q3_K)
+                                    : sizeof(llmb_il8_q6_K);
 }
+// 1 for the types of 16 sub-blocks of 16 (Q2_K, Q3_K, Q6_K: pairs of sub-blocks against the bsums), 0 for Q4_K
+INLINE int il8k_16(const int type) { return type != LLMB_TYPE_Q4_K; }
 
 // bytes (b, b + 1) or (b, b) of each lane as its two int16 (hi: into the high bytes, for a sign-extending shift)
 INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
@@ -375,6 +386,35 @@ INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
 // the scales, mins, d and dmin of the group's super-block i at g (Q4_K: ggml's kmask unpacking, lane by lane)
 INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8k_dec *o) {
     const uint8_t *v = g + (size_t)i * il8k_bytes(type);
+    if (type == LLMB_TYPE_Q2_K) {   // byte b of scales word w: sub-block 4 w + b's scale (low nibble) and min
+        const __m256i k0f = _mm256_set1_epi16(0x0F);
+        IL(il8_halves)(v + 20 * 32, &o->d, &o->dmin);
+        for (int w = 0; w < 4; w++) {
+            const __m256i sv = _mm256_loadu_si256((const __m256i *)(v + 32 * w));
+            for (int b = 0; b < 4; b++) o->sc[4 * w + b] = _mm256_and_si256(IL(il8k_pick)(sv, b, b, 0), k0f);
+            for (int b = 0; b < 4; b += 2) o->mn[2 * w + b / 2] = _mm256_srli_epi16(IL(il8k_pick)(sv, b, b + 1, 0), 4);
+        }
+        return;
+    }
+    if (type == LLMB_TYPE_Q3_K) {   // ggml's kmask unpacking, lane by lane: byte b of a[w] is scale 4 w + b plus 32
+        o->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * il8k_bytes(type) + (size_t)i * 16)));
+        const __m256i s0 = _mm256_loadu_si256((const __m256i *)(v + 24 * 32));
+        const __m256i s1 = _mm256_loadu_si256((const __m256i *)(v + 25 * 32));
+        const __m256i s2 = _mm256_loadu_si256((const __m256i *)(v + 26 * 32));
+        const __m256i k0f = _mm256_set1_epi8(0x0F), k03 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi16(32);
+        const __m256i a[4] = {
+            _mm256_or_si256(_mm256_and_si256(s0, k0f), _mm256_slli_epi16(_mm256_and_si256(s2, k03), 4)),
+            _mm256_or_si256(_mm256_and_si256(s1, k0f), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(s2, 2), k03), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s0, 4), k0f),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(s2, 4), k03), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s1, 4), k0f),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(s2, 6), k03), 4))};
+        for (int w = 0; w < 4; w++) {
+            for (int b = 0; b < 4; b++) o->sc[4 * w + b] = _mm256_sub_epi16(IL(il8k_pick)(a[w], b, b, 0), k32);
+            for (int b = 0; b < 4; b += 2) o->mn[2 * w + b / 2] = _mm256_sub_epi16(IL(il8k_pick)(a[w], b, b + 1, 0), k32);
+        }
+        return;
+    }
     if (type == LLMB_TYPE_Q6_K) {
         o->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * il8k_bytes(type) + (size_t)i * 16)));
         for (int w = 0; w < 4; w++) {   // int8 scales 4 w .. 4 w + 3
@@ -399,9 +439,29 @@ INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int
 }
 
 // the values of part j of super-block i into q: Q4_K chunk j of 4 (sub-blocks 2 j, 2 j + 1: words 8 j .. 8 j + 7
-// of qs, low then high nibbles), 16 vectors; Q6_K half j of 2 (sub-blocks 8 j .. 8 j + 7), 32 vectors
+// of qs, low then high nibbles), 16 vectors; the others half j of 2 (sub-blocks 8 j .. 8 j + 7), 32 vectors
 INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int j, __m256i *q) {
     const uint8_t *v = g + (size_t)i * il8k_bytes(type);
+    if (type == LLMB_TYPE_Q2_K || type == LLMB_TYPE_Q3_K) {
+        // word t of the half's qs, bits 2 m, 2 m + 1 of its bytes: values 128 j + 32 m + 4 t .. (sub-block 2 m + t / 4
+        // of the half, vector t % 4); Q3_K's third bits (4 h): bit 4 j + m of the bytes of hmask word t
+        const int q3 = type == LLMB_TYPE_Q3_K;
+        const __m256i k03 = _mm256_set1_epi8(0x03), k04 = _mm256_set1_epi8(0x04);
+        for (int t = 0; t < 8; t++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * ((q3 ? 8 : 4) + 8 * j + t)));
+            const __m256i hm = q3 ? _mm256_loadu_si256((const __m256i *)(v + 32 * t)) : _mm256_setzero_si256();
+            for (int m = 0; m < 4; m++) {
+                __m256i u = _mm256_and_si256(m ? _mm256_srli_epi16(raw, 2 * m) : raw, k03);
+                if (q3) {
+                    const int b = 4 * j + m;   // to bit 2
+                    const __m256i h = b >= 2 ? _mm256_srli_epi16(hm, b - 2) : _mm256_slli_epi16(hm, 2 - b);
+                    u = _mm256_or_si256(u, _mm256_and_si256(h, k04));
+                }
+                q[4 * (2 * m + t / 4) + t % 4] = u;
+            }
+        }
+        return;
+    }
     if (type == LLMB_TYPE_Q6_K) {   // word 24 j + 3 t (+1, +2): values 128 j + 32 m + 4 t .. of m = 0, 1, 2, and m = 3
         const __m256i k3f = _mm256_set1_epi8(0x3f);   // in bits 6-7 of the three (vecdot.c, q6_K_recode)
         for (int t = 0; t < 8; t++) {
@@ -432,7 +492,7 @@ INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int 
 // token c's values of the part's first sub-block)
 INLINE IL_T void IL(il8k_sums)(const int type, const __m256i *q, const __m256i *sc, const int8_t *const *xq,
                                __m256i *S, const int NC) {
-    const int q6 = type == LLMB_TYPE_Q6_K, subs = q6 ? 8 : 2, vecs = q6 ? 4 : 8, run = q6 ? 2 : 8;
+    const int k16 = il8k_16(type), subs = k16 ? 8 : 2, vecs = k16 ? 4 : 8, run = type == LLMB_TYPE_Q6_K ? 2 : k16 ? 4 : 8;
     for (int sb = 0; sb < subs; sb++)
         for (int r0 = 0; r0 < vecs; r0 += run) {   // int16 sums of `run` maddubs, then a madd with the scale
             __m256i h16[IL8_NC];
@@ -453,7 +513,7 @@ INLINE IL_T void IL(il8k_sums)(const int type, const __m256i *q, const __m256i *
 INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, const il8k_dec *dec, int64_t i0,
                                int64_t bn, const uint8_t *x, size_t xs, float *y, int64_t ldy, const int first,
                                const int pf, const int NC) {
-    const int q6 = type == LLMB_TYPE_Q6_K, parts = q6 ? 2 : 4, pv = q6 ? 32 : 16;   // parts, vectors a part
+    const int k16 = il8k_16(type), parts = k16 ? 2 : 4, pv = k16 ? 32 : 16;   // parts, vectors a part
     const size_t bytes = il8k_bytes(type);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
@@ -468,11 +528,11 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
         }
         const llmb_block_q8_K *xb[IL8_NC];
         __m256i S[IL8_NC], M[IL8_NC];
-        for (int c = 0; c < NC; c++) {   // M: the mins (Q4_K) or scales (Q6_K) against the sums of x
+        for (int c = 0; c < NC; c++) {   // M: the mins (Q4_K, Q2_K) or scales (Q6_K, Q3_K) against the sums of x
             xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);   // 16 sums of 16 values
             M[c] = _mm256_setzero_si256();
-            if (q6) {   // pairs of sums of 16 as int32, against pairs of scales
+            if (k16) {   // pairs of sums of 16 as int32, against pairs of scales (mins)
                 const __m256i lo = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(bs));
                 const __m256i hi = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(bs, 1));
                 const __m256i p[8] = {_mm256_shuffle_epi32(lo, 0x00), _mm256_shuffle_epi32(lo, 0x55),
@@ -494,15 +554,19 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
             const __m256i *q = dec ? o->q + pv * j : qv;
             if (!dec) IL(il8k_part)(type, g, i0 + i, j, qv);
             const int8_t *xq[IL8_NC];
-            for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + (q6 ? 128 : 64) * j;
-            IL(il8k_sums)(type, q, o->sc + (q6 ? 8 : 2) * j, xq, S, NC);
+            for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + (k16 ? 128 : 64) * j;
+            IL(il8k_sums)(type, q, o->sc + (k16 ? 8 : 2) * j, xq, S, NC);
         }
         const __m256 sign = _mm256_set1_ps(-0.0f);
         for (int c = 0; c < NC; c++) {
             const __m256 dx = _mm256_set1_ps(xb[c]->d);
-            if (q6) {
-                const __m256i s32 = _mm256_sub_epi32(S[c], _mm256_slli_epi32(M[c], 5));
+            if (type == LLMB_TYPE_Q6_K || type == LLMB_TYPE_Q3_K) {   // S - 32 M, S - 4 M
+                const __m256i s32 = _mm256_sub_epi32(S[c], _mm256_slli_epi32(M[c], type == LLMB_TYPE_Q6_K ? 5 : 2));
                 acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(o->d, dx), _mm256_cvtepi32_ps(s32), acc[c]);
+            } else if (type == LLMB_TYPE_Q2_K) {   // dall S - dmin M, then the sum
+                const __m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dx, o->d), _mm256_cvtepi32_ps(S[c])),
+                                               _mm256_mul_ps(_mm256_mul_ps(dx, o->dmin), _mm256_cvtepi32_ps(M[c])));
+                acc[c] = _mm256_add_ps(acc[c], t);
             } else {
                 acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(o->d, dx), _mm256_cvtepi32_ps(S[c]), acc[c]);
                 acc[c] = _mm256_fmadd_ps(_mm256_xor_ps(_mm256_mul_ps(o->dmin, dx), sign), _mm256_cvtepi32_ps(M[c]),
@@ -517,7 +581,7 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
 INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                                  size_t xs, int nc, float *y, int64_t ldy) {
     const int64_t nb = n / LLMB_QK_K, br = nb < IL8K_DEC ? nb : IL8K_DEC;
-    const int parts = type == LLMB_TYPE_Q6_K ? 2 : 4, pv = type == LLMB_TYPE_Q6_K ? 32 : 16;
+    const int parts = il8k_16(type) ? 2 : 4, pv = il8k_16(type) ? 32 : 16;
     il8k_dec dec[IL8K_DEC];
     for (int64_t i0 = 0; i0 < nb; i0 += br) {
         const int64_t bn = nb - i0 < br ? nb - i0 : br;
@@ -552,6 +616,16 @@ IL_T static void IL(q6_K_il8)(int64_t n, const void *w, size_t ws, int nr, const
                               int64_t ldy, int stream) {
     (void)stream;
     IL(il8k_kernel)(LLMB_TYPE_Q6_K, n, w, ws, nr, x, xs, nc, y, ldy);
+}
+IL_T static void IL(q2_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
+                              int64_t ldy, int stream) {
+    (void)stream;
+    IL(il8k_kernel)(LLMB_TYPE_Q2_K, n, w, ws, nr, x, xs, nc, y, ldy);
+}
+IL_T static void IL(q3_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
+                              int64_t ldy, int stream) {
+    (void)stream;
+    IL(il8k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy);
 }
 // ---- IQ4_XS at the AVX2 level: 8 rows a group, super-blocks of 256 values as 8 IQ4_NL sub-blocks ----
 // Per output and super-block the steps of iq4_xs_body (vecdot_x86_body.h) on 8 rows at once: each sub-block's

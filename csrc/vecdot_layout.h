@@ -61,6 +61,8 @@ LLMB_IL_GROUP(llmb_il8_q8_0, llmb_rc_q8_0, 8);      // 8 words of values + 128
 LLMB_IL_GROUP(llmb_il8_q4_K, llmb_block_q4_K, 8);   // d|dmin, 3 words of scales, 32 of qs
 LLMB_IL_GROUP(llmb_il8_q6_K, llmb_rc_q6_K, 8);      // 48 words of values, 4 of scales
 LLMB_IL_GROUP(llmb_il8_iq4_xs, llmb_block_iq4_xs, 8);   // d|scales_h, scales_l, 32 words of indices
+LLMB_IL_GROUP(llmb_il8_q2_K, llmb_block_q2_K, 8);   // 4 words of scales, 16 of qs, d|dmin
+LLMB_IL_GROUP(llmb_il8_q3_K, llmb_block_q3_K, 8);   // 8 words of hmask, 16 of qs, 3 of scales
 // groups of 16 (vecdot_avx512_k.c: AVX-512 VNNI)
 LLMB_IL_GROUP(llmb_il16_q4_K, llmb_block_q4_K, 16);
 LLMB_IL_GROUP(llmb_il16_q6_K, llmb_rc_q6_K, 16);

@@ -11,7 +11,8 @@
 //     rows and tokens for several row panels and token blocks, and rows too long for a panel's
 //     stack buffer (its fallback to tiles);
 //   - interleaved weights (llmb_vec_dot_repack: Q4_K, Q6_K and Q8_0 with AVX-512 VNNI; Q4_0, Q4_1, Q5_0, Q5_1 with
-//     AVX2 and AVX-512 VNNI, Q4_K, Q6_K and Q8_0 with AVX2, in groups of 8): the layout round-trips, and their
+//     AVX2 and AVX-512 VNNI, Q2_K, Q3_K, Q4_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS with AVX2, in groups of 8: every type
+//     whose level has a layout, llmb_vec_dot_interleave): the layout round-trips, and their
 //     matmul at every token count of decode and batched decode and past the token blocks, on 1 and 2
 //     threads, bit-identical to the plain rows' single dot;
 //   - llmb_vec_dot_matmul_parts (Q4_K and Q6_K rows of 7 and 9 with one input, as Q, K, V) on 1 and 2
