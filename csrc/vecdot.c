@@ -575,6 +575,43 @@ static void q6_K_recode(const uint8_t *from, uint8_t *to, int pack) {
         }
 }
 
+// Interleaved Q3_K stores each value whole in 3 bits, u = q + 4 h (0..7, the kernel's operand: q its 2 bits of
+// qs, h its bit of hmask), in the order the kernel reads them: 3 bit fields where Q3_K's split every value over
+// two arrays, which cost the kernel 5 operations a vector of values (2.4 now). Let u(t, m) be the value
+// 128 h + 32 m + 4 t + l of half h (0, 1) of the block, l < 4. For t = 2 p, p < 4, the three words 12 h + 3 p,
+// + 1, + 2 hold in their byte l A = u(t, 0) | u(t, 1) << 3 | (u(t, 2) & 3) << 6, B the same of t + 1, and
+// C = u(t, 3) | u(t + 1, 3) << 3 | (u(t, 2) >> 2) << 6 | (u(t + 1, 2) >> 2) << 7: 96 bytes for hmask and qs's
+// 96. The scales and d stay where they are. from and to must not overlap.
+static void q3_K_recode(const uint8_t *from, uint8_t *to, int pack) {
+    const int qs = offsetof(llmb_block_q3_K, qs);
+    if (!pack) memset(to, 0, (size_t)qs + sizeof ((llmb_block_q3_K *)0)->qs);   // hmask and qs, set bit by bit
+    for (int h = 0; h < 2; h++)
+        for (int p = 0; p < 4; p++)
+            for (int l = 0; l < 4; l++) {
+                const int a = 4 * (12 * h + 3 * p) + l, b = a + 4, c = a + 8;   // recoded
+                int u[2][4];
+                if (!pack) {
+                    u[0][0] = from[a] & 7, u[0][1] = from[a] >> 3 & 7, u[0][2] = from[a] >> 6 | (from[c] >> 6 & 1) << 2;
+                    u[1][0] = from[b] & 7, u[1][1] = from[b] >> 3 & 7, u[1][2] = from[b] >> 6 | (from[c] >> 7) << 2;
+                    u[0][3] = from[c] & 7, u[1][3] = from[c] >> 3 & 7;
+                }
+                for (int e = 0; e < 2; e++)
+                    for (int m = 0; m < 4; m++) {
+                        const int L = 4 * (2 * p + e) + l;   // byte L of the half's qs, of hmask (bit 4 h + m)
+                        if (pack) u[e][m] = (from[qs + 32 * h + L] >> (2 * m) & 3) | (from[L] >> (4 * h + m) & 1) << 2;
+                        else {
+                            to[qs + 32 * h + L] |= (uint8_t)((u[e][m] & 3) << (2 * m));
+                            to[L] |= (uint8_t)((u[e][m] >> 2) << (4 * h + m));
+                        }
+                    }
+                if (pack) {
+                    to[a] = (uint8_t)(u[0][0] | u[0][1] << 3 | (u[0][2] & 3) << 6);
+                    to[b] = (uint8_t)(u[1][0] | u[1][1] << 3 | (u[1][2] & 3) << 6);
+                    to[c] = (uint8_t)(u[0][3] | u[1][3] << 3 | (u[0][2] >> 2) << 6 | (u[1][2] >> 2) << 7);
+                }
+            }
+}
+
 // Interleaved Q8_0 stores a block as its 32 values plus 128 (unsigned, vpdpbusd's first operand: the
 // kernel starts each block's sum from -128 sum x), then d: 8 whole words of values, d the 2-byte tail.
 static void q8_0_recode(const uint8_t *from, uint8_t *to, int pack) {
@@ -640,10 +677,11 @@ static void legacy_recode(int wtype, const uint8_t *from, uint8_t *to, int pack)
 // whether blocks of wtype are recoded before interleaving, and the recoding (pack) or its inverse
 static int recoded(int wtype) {
     return wtype == LLMB_TYPE_Q6_K || wtype == LLMB_TYPE_Q8_0 || wtype == LLMB_TYPE_Q4_0 || wtype == LLMB_TYPE_Q5_0 ||
-           wtype == LLMB_TYPE_Q5_1 || wtype == LLMB_TYPE_IQ4_NL;
+           wtype == LLMB_TYPE_Q5_1 || wtype == LLMB_TYPE_IQ4_NL || wtype == LLMB_TYPE_Q3_K;
 }
 static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
     if (wtype == LLMB_TYPE_Q6_K) q6_K_recode(from, to, pack);
+    else if (wtype == LLMB_TYPE_Q3_K) q3_K_recode(from, to, pack);
     else if (wtype == LLMB_TYPE_Q8_0) q8_0_recode(from, to, pack);
     else legacy_recode(wtype, from, to, pack);
 }
@@ -651,7 +689,8 @@ static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
 // of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row. Q6_K's,
-// Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode, q8_0_recode, legacy_recode).
+// Q3_K's, Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode, q3_K_recode,
+// q8_0_recode, legacy_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
     assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);

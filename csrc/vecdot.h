@@ -135,7 +135,8 @@ LLMB_API int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t ro
 // plain layout needs G streams or one reduction per row); a block's bytes past its last whole word
 // (Q6_K's d) follow all the group's words, block by block, row by row; Q6_K's blocks are recoded first
 // (values whole, in the kernel's reading order: vecdot.c, q6_K_recode), Q8_0's too (values + 128,
-// then d), Q4_0's, IQ4_NL's, Q5_0's and Q5_1's too (vecdot.c, legacy_recode). Same bytes in all: group g starts at
+// then d), Q4_0's, IQ4_NL's, Q5_0's and Q5_1's too (vecdot.c, legacy_recode), Q3_K's too (values whole in 3 bits,
+// then the scales and d: vecdot.c, q3_K_recode). Same bytes in all: group g starts at
 // g * G * row_bytes. Products over it (llmb_matmul_part.il
 // = G) give the plain layout's bits; should the active level be lowered later to one without the kernel,
 // they run at the best level this CPU has.

@@ -352,9 +352,9 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
 // maddubs against 4 activation bytes, summed in int16 while below 2^15 (Q4_K 8 of them, Q6_K 2, Q2_K and
 // Q3_K 4: their values are below 8), then one madd with the scale.
 // A group's super-block: Q4_K 36 vectors (d dmin, 3 of scales, 32 of qs); Q6_K 52 (48 of the values recoded
-// whole, vecdot.c q6_K_recode, then 4 of scales) and d after the group's last super-block; Q2_K and Q3_K their
-// plain blocks' words (Q2_K 4 of scales, 16 of qs, d dmin; Q3_K 8 of hmask, 16 of qs, 3 of scales, and d after
-// the group's last super-block).
+// whole, vecdot.c q6_K_recode, then 4 of scales) and d after the group's last super-block; Q2_K 21 (its plain
+// block: 4 of scales, 16 of qs, d dmin); Q3_K 27 (24 of the values recoded whole in 3 bits, vecdot.c
+// q3_K_recode, then 3 of scales) and d after the group's last super-block.
 
 typedef struct {
     __m256i q[64];   // Q4_K q[8 s + k], the others q[4 s + k], lane r: values 4 k .. 4 k + 3 of row r's sub-block s
@@ -442,23 +442,36 @@ INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int
 // of qs, low then high nibbles), 16 vectors; the others half j of 2 (sub-blocks 8 j .. 8 j + 7), 32 vectors
 INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int j, __m256i *q) {
     const uint8_t *v = g + (size_t)i * il8k_bytes(type);
-    if (type == LLMB_TYPE_Q2_K || type == LLMB_TYPE_Q3_K) {
-        // word t of the half's qs, bits 2 m, 2 m + 1 of its bytes: values 128 j + 32 m + 4 t .. (sub-block 2 m + t / 4
-        // of the half, vector t % 4); Q3_K's third bits (4 h): bit 4 j + m of the bytes of hmask word t
-        const int q3 = type == LLMB_TYPE_Q3_K;
-        const __m256i k03 = _mm256_set1_epi8(0x03), k04 = _mm256_set1_epi8(0x04);
+    // Q2_K, Q3_K: the values 128 j + 32 m + 4 t .. of the half go to q[4 (2 m + t / 4) + t % 4] (sub-block
+    // 2 m + t / 4 of the half, vector t % 4)
+    if (type == LLMB_TYPE_Q2_K) {   // word t of the half's qs: bits 2 m, 2 m + 1 of its bytes
+        const __m256i k03 = _mm256_set1_epi8(0x03);
         for (int t = 0; t < 8; t++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * ((q3 ? 8 : 4) + 8 * j + t)));
-            const __m256i hm = q3 ? _mm256_loadu_si256((const __m256i *)(v + 32 * t)) : _mm256_setzero_si256();
-            for (int m = 0; m < 4; m++) {
-                __m256i u = _mm256_and_si256(m ? _mm256_srli_epi16(raw, 2 * m) : raw, k03);
-                if (q3) {
-                    const int b = 4 * j + m;   // to bit 2
-                    const __m256i h = b >= 2 ? _mm256_srli_epi16(hm, b - 2) : _mm256_slli_epi16(hm, 2 - b);
-                    u = _mm256_or_si256(u, _mm256_and_si256(h, k04));
-                }
-                q[4 * (2 * m + t / 4) + t % 4] = u;
-            }
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * (4 + 8 * j + t)));
+            for (int m = 0; m < 4; m++)
+                q[4 * (2 * m + t / 4) + t % 4] = _mm256_and_si256(m ? _mm256_srli_epi16(raw, 2 * m) : raw, k03);
+        }
+        return;
+    }
+    if (type == LLMB_TYPE_Q3_K) {   // words 12 j + 3 p .. + 2: the values of t = 2 p, 2 p + 1 (vecdot.c, q3_K_recode)
+        const __m256i k07 = _mm256_set1_epi8(0x07), k03 = _mm256_set1_epi8(0x03), k04 = _mm256_set1_epi8(0x04);
+        for (int p = 0; p < 4; p++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(v + 32 * (12 * j + 3 * p)));
+            const __m256i b = _mm256_loadu_si256((const __m256i *)(v + 32 * (12 * j + 3 * p + 1)));
+            const __m256i c = _mm256_loadu_si256((const __m256i *)(v + 32 * (12 * j + 3 * p + 2)));
+            const int t0 = 2 * p, t1 = 2 * p + 1;
+#define IL8_Q3(t, m) q[4 * (2 * (m) + (t) / 4) + (t) % 4]
+            IL8_Q3(t0, 0) = _mm256_and_si256(a, k07);
+            IL8_Q3(t0, 1) = _mm256_and_si256(_mm256_srli_epi16(a, 3), k07);
+            IL8_Q3(t0, 2) = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 6), k03),
+                                            _mm256_and_si256(_mm256_srli_epi16(c, 4), k04));
+            IL8_Q3(t1, 0) = _mm256_and_si256(b, k07);
+            IL8_Q3(t1, 1) = _mm256_and_si256(_mm256_srli_epi16(b, 3), k07);
+            IL8_Q3(t1, 2) = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 6), k03),
+                                            _mm256_and_si256(_mm256_srli_epi16(c, 5), k04));
+            IL8_Q3(t0, 3) = _mm256_and_si256(c, k07);
+            IL8_Q3(t1, 3) = _mm256_and_si256(_mm256_srli_epi16(c, 3), k07);
+#undef IL8_Q3
         }
         return;
     }

@@ -4,7 +4,7 @@
 // A repacked matrix is a run of groups of G rows. For each block i of its rows, a group holds the G
 // blocks' whole 32-bit words as a words x G matrix: word k of row r at word[k][r], so one vector load
 // brings word k of every row of the group, one row per lane. After all its blocks come the blocks'
-// trailing bytes (type_size % 4: the d of Q4_0, Q5_0, IQ4_NL, Q8_0, Q6_K), block after block, row after
+// trailing bytes (type_size % 4: the d of Q4_0, Q5_0, IQ4_NL, Q8_0, Q6_K, Q3_K), block after block, row after
 // row. Some types' blocks are first recoded (vecdot.c) so that the kernels find whole values in reading
 // order and the d where it is a tail: llmb_rc_* below. Q4_1, Q4_K keep their plain block.
 #ifndef LLMB_VECDOT_LAYOUT_H
@@ -12,7 +12,7 @@
 
 #include "quants.h"
 
-// ---- recoded blocks (vecdot.c: legacy_recode, q8_0_recode, q6_K_recode) ----
+// ---- recoded blocks (vecdot.c: legacy_recode, q8_0_recode, q6_K_recode, q3_K_recode) ----
 typedef struct {                 // Q4_0, IQ4_NL: the values' nibbles first, d the tail
     uint8_t qs[LLMB_QK / 2];
     llmb_half d;
@@ -36,12 +36,18 @@ typedef struct {                 // Q6_K: each value whole in 6 bits of a byte, 
     int8_t scales[LLMB_QK_K / 16];
     llmb_half d;                 // the tail
 } llmb_rc_q6_K;
+typedef struct {                 // Q3_K: each value whole in 3 bits (q + 4 h), in reading order (q3_K_recode)
+    uint8_t u[LLMB_QK_K * 3 / 8];
+    uint8_t scales[12];
+    llmb_half d;                 // the tail
+} llmb_rc_q3_K;
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q4_0) == sizeof(llmb_block_q4_0), "recoded q4_0 block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q4_0) == sizeof(llmb_block_iq4_nl), "recoded iq4_nl block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q5_0) == sizeof(llmb_block_q5_0), "recoded q5_0 block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q5_1) == sizeof(llmb_block_q5_1), "recoded q5_1 block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q8_0) == sizeof(llmb_block_q8_0), "recoded q8_0 block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q6_K) == sizeof(llmb_block_q6_K), "recoded q6_K block size");
+LLMB_STATIC_ASSERT(sizeof(llmb_rc_q3_K) == sizeof(llmb_block_q3_K), "recoded q3_K block size");
 
 // ---- one block of a group: its words, G rows to a word ----
 #define LLMB_IL_WORDS(block) (sizeof(block) / 4)   // whole words of a block
@@ -62,7 +68,7 @@ LLMB_IL_GROUP(llmb_il8_q4_K, llmb_block_q4_K, 8);   // d|dmin, 3 words of scales
 LLMB_IL_GROUP(llmb_il8_q6_K, llmb_rc_q6_K, 8);      // 48 words of values, 4 of scales
 LLMB_IL_GROUP(llmb_il8_iq4_xs, llmb_block_iq4_xs, 8);   // d|scales_h, scales_l, 32 words of indices
 LLMB_IL_GROUP(llmb_il8_q2_K, llmb_block_q2_K, 8);   // 4 words of scales, 16 of qs, d|dmin
-LLMB_IL_GROUP(llmb_il8_q3_K, llmb_block_q3_K, 8);   // 8 words of hmask, 16 of qs, 3 of scales
+LLMB_IL_GROUP(llmb_il8_q3_K, llmb_rc_q3_K, 8);      // 24 words of values, 3 of scales
 // groups of 16 (vecdot_avx512_k.c: AVX-512 VNNI)
 LLMB_IL_GROUP(llmb_il16_q4_K, llmb_block_q4_K, 16);
 LLMB_IL_GROUP(llmb_il16_q6_K, llmb_rc_q6_K, 16);
