@@ -226,13 +226,32 @@ def test_refuses_existing_destination(tmp_path, capsys):
 
 
 def test_unsupported_source_type(tmp_path, capsys):
-    src = tmp_path / "iq2.gguf"
-    rows = np.random.default_rng(0).integers(0, 256, (4, 66), dtype=np.uint8)   # 4 rows of one IQ2_XXS block
-    write_gguf(src, {"general.architecture": "llama"}, {"blk.0.attn_q.weight": ("IQ2_XXS", rows)})
+    """every weight type dequantizes, so an integer matrix (I8) stands for a source llmbench cannot convert"""
+    src = tmp_path / "i8.gguf"
+    rows = np.random.default_rng(0).integers(0, 256, (4, 256), dtype=np.uint8)   # 4 rows of 256 int8 values
+    write_gguf(src, {"general.architecture": "llama"}, {"blk.0.attn_q.weight": ("I8", rows)})
     rc, _, err = _run(capsys, str(src), str(tmp_path / "out.gguf"), "--type", "Q4_K_M")
     assert rc == 2
-    assert "'blk.0.attn_q.weight' is IQ2_XXS" in err and "cannot convert" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["iq2.gguf"]
+    assert "'blk.0.attn_q.weight' is I8" in err and "cannot convert" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["i8.gguf"]
+
+
+def test_requantizes_an_i_quant_source(tmp_path, capsys):
+    """a downloaded I-quant file converts like any other: its rows dequantized, then quantized to the target"""
+    import gguf
+
+    rows = np.random.default_rng(0).integers(0, 256, (4, 2 * 66), dtype=np.uint8)   # 4 rows of 2 IQ2_XXS blocks
+    rows[:, [0, 66]] = 0   # fp16 d = 0x0800 = 2^-13: finite, modest
+    rows[:, [1, 67]] = 8
+    src = tmp_path / "iq2.gguf"
+    write_gguf(src, {"general.architecture": "llama"}, {"blk.0.attn_q.weight": ("IQ2_XXS", rows)})
+    rc, _, err = _run(capsys, str(src), str(tmp_path / "out.gguf"), "--type", "Q8_0")
+    assert rc == 0, err
+    want = gguf.quants.dequantize(rows, gguf.GGMLQuantizationType.IQ2_XXS)
+    with GGUFFile(tmp_path / "out.gguf") as f:
+        assert f.tensors["blk.0.attn_q.weight"].type == "Q8_0"
+        got = f.dequantize("blk.0.attn_q.weight")
+    assert got.shape == want.shape and np.abs(got - want).max() <= np.abs(want).max() / 127   # Q8_0's rounding
 
 
 def test_user_errors(tmp_path, capsys):
