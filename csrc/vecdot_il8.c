@@ -593,7 +593,8 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
 #define IL8K_DEC 8   // super-blocks of a group decoded at a time for prefill (8 x 2.9 KiB)
 INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                                  size_t xs, int nc, float *y, int64_t ldy) {
-    const int64_t nb = n / LLMB_QK_K, br = nb < IL8K_DEC ? nb : IL8K_DEC;
+    // ranges of IL8K_DEC super-blocks decoded once for several token tiles; one tile: all (one stream a group)
+    const int64_t nb = n / LLMB_QK_K, br = nc <= IL8_NC || nb < IL8K_DEC ? nb : IL8K_DEC;
     const int parts = il8k_16(type) ? 2 : 4, pv = il8k_16(type) ? 32 : 16;
     il8k_dec dec[IL8K_DEC];
     for (int64_t i0 = 0; i0 < nb; i0 += br) {
