@@ -84,9 +84,8 @@ static void cpu_destroy(llmb_backend *b) {
     free(b);
 }
 
-// A matrix whose type the active SIMD level runs interleaved (llmb_vec_dot_interleave: Q4_K, Q6_K, Q8_0 with
-// AVX-512 VNNI, 16 rows to a group; Q4_0, Q4_1, Q5_0, Q5_1 with AVX2 or AVX-512 VNNI and Q4_K, Q6_K, Q8_0 with AVX2,
-// 8 rows)
+// A matrix whose type the active SIMD level runs interleaved (llmb_vec_dot_interleave; which types, in groups of 8
+// or 16 rows, at which level: vecdot.h's kernel table)
 // is repacked once into the backend's memory, so that one sequential stream feeds a group's rows in the lanes
 // of every vector: the decode kernel of the plain layout is bounded by its per-row work, not by the memory
 // (benchmarks/bench_vecdot.py measures both layouts). Same bits as the plain rows. float_act mode reads plain

@@ -190,8 +190,8 @@ def test_batch_invariance_by_kernel(wtype, act):
 
 @pytest.mark.parametrize("mix, wtype", [("Q4_K_M", "Q4_K"), ("Q8_0", "Q8_0"), ("Q4_0", "Q4_0"), ("Q5_1", "Q5_1")])
 def test_interleaved_weights_give_the_plain_bits(mix, wtype):
-    """Where the SIMD level has an interleaved kernel (Q4_K, Q6_K and Q8_0 with AVX-512 VNNI, 16 rows to a group;
-    Q4_0, Q4_1, Q5_0, Q5_1 with AVX2 or VNNI and Q4_K, Q6_K, Q8_0 with AVX2, 8 rows), the CPU backend repacks those
+    """Where the SIMD level has an interleaved kernel (groups of 16 rows with AVX-512 VNNI, of 8 with AVX2 or VNNI:
+    csrc/vecdot.h's kernel table says which types), the CPU backend repacks those
     matrices at load; lowered to AVX2, groups of 8 or plain rows. The x86 levels give the same bits, so both
     engines' logits must be identical, at one token (decode), a few (batched decode's count) and many
     (prefill); an engine made at the top level still runs after the level is lowered."""
