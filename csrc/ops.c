@@ -168,111 +168,65 @@ void llmb_rope(float *v, int n_heads, int hd, const float *cs, int neox) {
     }
 }
 
-// silu(g) * u = g / (1 + exp(-g)) * u with vexp.h's exp: the AVX-512 loop, the AVX2 one and the scalar
-// one run the same operations per element (identical bits).
-static void swiglu_scalar(float *gate, const float *up, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + llmb_exp_scalar(-gate[i])) * up[i];
-}
-
-#if LLMB_VEXP_AVX512
-LLMB_A512 static void swiglu_avx512(float *gate, const float *up, int64_t n) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 g = _mm512_loadu_ps(gate + i);
-        const __m512 e = llmb_exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
-        _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
-    }
-    swiglu_scalar(gate + i, up + i, n - i);
-}
-#endif
-
-#if LLMB_VEXP_AVX2
-LLMB_A256 static void swiglu_avx2(float *gate, const float *up, int64_t n) {
-    const __m256 one = _mm256_set1_ps(1.0f);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 g = _mm256_loadu_ps(gate + i);
-        const __m256 e = llmb_exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
-    }
-    swiglu_scalar(gate + i, up + i, n - i);
-}
-#endif
-
-void llmb_swiglu(float *gate, const float *up, int64_t n) {
-#if LLMB_VEXP_AVX512
-    if (llmb_simd_active() >= LLMB_SIMD_AVX512) {
-        swiglu_avx512(gate, up, n);
-        return;
-    }
-#endif
-#if LLMB_VEXP_AVX2
-    if (llmb_simd_active() >= LLMB_SIMD_AVX2) {
-        swiglu_avx2(gate, up, n);
-        return;
-    }
-#endif
-    swiglu_scalar(gate, up, n);
-}
-
-void llmb_swiglu_ref(float *gate, const float *up, int64_t n) { swiglu_scalar(gate, up, n); }
-
-// gelu(g) * u with GELU's tanh approximation, 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)) with
-// 2u = g (c1 + c2 g^2), c1 = 2 sqrt(2/pi), c2 = 0.044715 c1: the same exp, and the same operations in
-// the same order in every version (identical bits). 0.5 g (1 + tanh(u)) and g sigmoid(2u) are equal
-// algebraically; this form needs no tanh.
+// Gated activations act(g) * u, both as g / (1 + exp(-z)) * u with vexp.h's exp: SwiGLU's silu with z = g, and
+// GeGLU's gelu (tanh approximation: 0.5 g (1 + tanh(u)) = g sigmoid(2u), no tanh needed) with
+// z = 2u = g (c1 + c2 g^2), c1 = 2 sqrt(2/pi), c2 = 0.044715 c1. The AVX-512 loop, the AVX2 one and the scalar
+// one run the same operations per element (identical bits); which activation is a branch outside the arithmetic.
 #define GELU_C1 1.5957691216057308f
 #define GELU_C2 0.07135481627260025f
-static void geglu_scalar(float *gate, const float *up, int64_t n) {
+static void gated_scalar(float *gate, const float *up, int64_t n, const int gelu) {
     for (int64_t i = 0; i < n; i++) {
-        const float g = gate[i], z = g * (GELU_C1 + GELU_C2 * (g * g));
+        const float g = gate[i], z = gelu ? g * (GELU_C1 + GELU_C2 * (g * g)) : g;
         gate[i] = g / (1.0f + llmb_exp_scalar(-z)) * up[i];
     }
 }
 
 #if LLMB_VEXP_AVX512
-LLMB_A512 static void geglu_avx512(float *gate, const float *up, int64_t n) {
+LLMB_A512 static void gated_avx512(float *gate, const float *up, int64_t n, const int gelu) {
     const __m512 one = _mm512_set1_ps(1.0f), c1 = _mm512_set1_ps(GELU_C1), c2 = _mm512_set1_ps(GELU_C2);
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m512 g = _mm512_loadu_ps(gate + i);
-        const __m512 z = _mm512_mul_ps(g, _mm512_add_ps(c1, _mm512_mul_ps(c2, _mm512_mul_ps(g, g))));
+        const __m512 z = gelu ? _mm512_mul_ps(g, _mm512_add_ps(c1, _mm512_mul_ps(c2, _mm512_mul_ps(g, g)))) : g;
         const __m512 e = llmb_exp16(_mm512_sub_ps(_mm512_setzero_ps(), z));
         _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), _mm512_loadu_ps(up + i)));
     }
-    geglu_scalar(gate + i, up + i, n - i);
+    gated_scalar(gate + i, up + i, n - i, gelu);
 }
 #endif
 
 #if LLMB_VEXP_AVX2
-LLMB_A256 static void geglu_avx2(float *gate, const float *up, int64_t n) {
+LLMB_A256 static void gated_avx2(float *gate, const float *up, int64_t n, const int gelu) {
     const __m256 one = _mm256_set1_ps(1.0f), c1 = _mm256_set1_ps(GELU_C1), c2 = _mm256_set1_ps(GELU_C2);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 g = _mm256_loadu_ps(gate + i);
-        const __m256 z = _mm256_mul_ps(g, _mm256_add_ps(c1, _mm256_mul_ps(c2, _mm256_mul_ps(g, g))));
+        const __m256 z = gelu ? _mm256_mul_ps(g, _mm256_add_ps(c1, _mm256_mul_ps(c2, _mm256_mul_ps(g, g)))) : g;
         const __m256 e = llmb_exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
     }
-    geglu_scalar(gate + i, up + i, n - i);
+    gated_scalar(gate + i, up + i, n - i, gelu);
 }
 #endif
 
-void llmb_geglu(float *gate, const float *up, int64_t n) {
+static void gated(float *gate, const float *up, int64_t n, const int gelu) {
 #if LLMB_VEXP_AVX512
     if (llmb_simd_active() >= LLMB_SIMD_AVX512) {
-        geglu_avx512(gate, up, n);
+        gated_avx512(gate, up, n, gelu);
         return;
     }
 #endif
 #if LLMB_VEXP_AVX2
     if (llmb_simd_active() >= LLMB_SIMD_AVX2) {
-        geglu_avx2(gate, up, n);
+        gated_avx2(gate, up, n, gelu);
         return;
     }
 #endif
-    geglu_scalar(gate, up, n);
+    gated_scalar(gate, up, n, gelu);
 }
 
-void llmb_geglu_ref(float *gate, const float *up, int64_t n) { geglu_scalar(gate, up, n); }
+void llmb_swiglu(float *gate, const float *up, int64_t n) { gated(gate, up, n, 0); }
+void llmb_swiglu_ref(float *gate, const float *up, int64_t n) { gated_scalar(gate, up, n, 0); }
+void llmb_geglu(float *gate, const float *up, int64_t n) { gated(gate, up, n, 1); }
+void llmb_geglu_ref(float *gate, const float *up, int64_t n) { gated_scalar(gate, up, n, 1); }
+
