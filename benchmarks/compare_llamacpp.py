@@ -28,6 +28,13 @@ such switch: F16 weights against F16 activations); its pp is measured against th
 Each measurement runs in a fresh subprocess (one model load, a warmup, then --reps timed runs of each
 test) so the engines never share caches or thread pools; the medians are over every timed run of every
 round (on a shared host one timed run per process let a single slow moment move a ratio by 20%).
+
+--ik-bench PATH adds ik_llama.cpp beside them: its own llama-bench binary (built from its source with
+cmake, `cmake --build build --target llama-bench`), run with run-time repacking (-rtr 1) and its other
+defaults (flash attention on) on the same file, threads and sizes, one process per round after the
+other two engines. Its columns give its medians and llmbench's ratio to it.
+
+    python benchmarks/compare_llamacpp.py --models FILE.gguf --ik-bench ~/ik_llama.cpp/build/bin/llama-bench
 """
 
 from __future__ import annotations
@@ -89,6 +96,37 @@ def measure(python: str, code: str, args: list[str]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def parse_llama_bench(text: str, pp: int, tg: int) -> dict:
+    """tokens/s samples of llama-bench's `-o json` report: {"pp": the prompt test's runs, "tg": the
+    generation test's}. Any other test in the report (another size, a prompt-and-generate test) is
+    an error: the caller asked for exactly these two."""
+    out: dict[str, list[float]] = {"pp": [], "tg": []}
+    for t in json.loads(text):
+        key = ("pp" if (t["n_prompt"], t["n_gen"]) == (pp, 0) else
+               "tg" if (t["n_prompt"], t["n_gen"]) == (0, tg) else None)
+        if key is None:
+            raise ValueError(f"llama-bench reported a test of {t['n_prompt']} prompt and {t['n_gen']} generated "
+                             f"tokens; asked for pp{pp} and tg{tg}")
+        out[key] += [float(v) for v in t["samples_ts"]]
+    if not out["pp"] or not out["tg"]:
+        raise ValueError(f"llama-bench's report lacks the {'pp' if not out['pp'] else 'tg'} test")
+    return out
+
+
+def measure_ik(bench: str, args: list[str]) -> dict:
+    """One process of ik_llama.cpp's llama-bench on args = [path, threads, pp, tg, reps], with run-time
+    repacking; its own warmup run precedes the timed ones."""
+    path, threads, pp, tg, reps = args
+    if not os.access(bench, os.X_OK):
+        raise RuntimeError(f"--ik-bench {bench}: not an executable; build ik_llama.cpp's llama-bench "
+                           "(cmake -B build && cmake --build build --target llama-bench) and pass build/bin/llama-bench")
+    cmd = [bench, "-m", path, "-t", threads, "-p", pp, "-n", tg, "-r", reps, "-rtr", "1", "-o", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+    return parse_llama_bench(r.stdout, int(pp), int(tg))
+
+
 def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[str, float],
               read_gbs: float | None = None) -> dict:
     """Medians over every timed run of every round (pp and tg tokens/s) of both engines, their ratios,
@@ -143,6 +181,13 @@ def with_types(models: list[str], types: list[str], tmpdir: str, split_spec) -> 
     return out
 
 
+def ik_cells(s: dict) -> str:
+    """The ik_llama.cpp columns of a row from summarize(ours, ik runs, ...), whose "llama.cpp" side is ik's."""
+    t, r, rr = s["llama.cpp"], s["ratio"], s["ratio_range"]
+    return (f" {t['pp']:.0f} / {t['tg']:.1f} | {r['pp']:.2f} / {r['tg']:.2f} | "
+            f"{rr['pp'][0]:.2f}–{rr['pp'][1]:.2f}; {rr['tg'][0]:.2f}–{rr['tg'][1]:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["llama-125m:F16", "llama-125m:Q8_0", "llama-125m:Q4_K_M"])
@@ -154,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the raw samples here")
     ap.add_argument("--types", nargs="+", default=[],
                     help="quantization mixes to cross every model with (llmbench quantize's --type names)")
+    ap.add_argument("--ik-bench", metavar="PATH", help="ik_llama.cpp's llama-bench binary: adds its columns")
     a = ap.parse_args(argv)
     for name in ("threads", "pp", "tg", "rounds", "reps"):
         if getattr(a, name) < 1:
@@ -185,15 +231,18 @@ def main(argv: list[str] | None = None) -> int:
     peaks, bw = peak.best(a.threads, kinds), membw.best(a.threads)
     print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
           f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling "
-          f"| ratio by round pp; tg |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"| ratio by round pp; tg |" + (f" ik_llama.cpp -rtr pp{a.pp} / tg{a.tg} | ratio to ik pp / tg "
+                                          "| to ik by round pp; tg |" if a.ik_bench else ""))
+    print("|---" * (12 if a.ik_bench else 9) + "|")
     raw = []
     for m, path, (_, act) in zip(a.models, paths, specs):
         args = [path, str(a.threads), str(a.pp), str(a.tg), str(a.reps)]
-        ours, theirs = [], []
+        ours, theirs, ik = [], [], []
         for _ in range(a.rounds):
             ours.append(measure(sys.executable, LLMBENCH, args + [here, act]))
             theirs.append(measure(llama_py, LLAMACPP, args))
+            if a.ik_bench:
+                ik.append(measure_ik(a.ik_bench, args))
         peaks, bw = peak.best(a.threads, kinds, seen=peaks), membw.best(a.threads, bw)
         s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw["read"])
         o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
@@ -203,10 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
               f"{s['ratio']['pp']:.2f} / {s['ratio']['tg']:.2f} | {fr['llmbench']:.0%} / {fr['llama.cpp']:.0%} | "
               f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%}{' †' if cached else ''} | "
-              f"{s['tg_ceiling']:.2f} | {rr['pp'][0]:.2f}–{rr['pp'][1]:.2f}; {rr['tg'][0]:.2f}–{rr['tg'][1]:.2f} |",
+              f"{s['tg_ceiling']:.2f} | {rr['pp'][0]:.2f}–{rr['pp'][1]:.2f}; {rr['tg'][0]:.2f}–{rr['tg'][1]:.2f} |"
+              + (ik_cells(summarize(ours, ik, a.pp, {k: p["gops"] for k, p in peaks.items()})) if ik else ""),
               flush=True)
         raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
-                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw["read"]})
+                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw["read"]}
+                   | ({"ik_llama.cpp": ik} if ik else {}))
     print(f"limits at {a.threads} thread(s), best of the measurements: "
           + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()) + f", read {bw['read']:.1f} GB/s")
     if any(r["summary"]["fits_in_cache"] for r in raw):

@@ -100,3 +100,41 @@ def test_types_cross_models(stories_path, tmp_path):
         cmp.with_types(["llama-125m"], ["Q9"], str(tmp_path), split_spec)
     with pytest.raises(FileNotFoundError, match="no such GGUF file"):
         cmp.with_types(["missing.gguf"], ["Q4_0"], str(tmp_path), split_spec)
+
+
+LLAMA_BENCH_JSON = """[
+  {
+    "build_commit": "8337e4cd", "model_filename": "m.gguf", "n_threads": 2, "n_prompt": 512, "n_gen": 0,
+    "avg_ts": 1500.5, "samples_ns": [ 340000000, 341000000 ],
+    "samples_ts": [ 1505.88, 1501.47 ]
+  },
+  {
+    "build_commit": "8337e4cd", "model_filename": "m.gguf", "n_threads": 2, "n_prompt": 0, "n_gen": 64,
+    "avg_ts": 300.0, "samples_ns": [ 213000000, 214000000 ],
+    "samples_ts": [ 300.47, 299.07 ]
+  }
+]
+"""
+
+
+def test_llama_bench_report_parsed():
+    """ik_llama.cpp's llama-bench -o json: each test's per-run tokens/s, by test kind; a report with
+    another size or without one of the two tests is refused, naming what it holds."""
+    assert cmp.parse_llama_bench(LLAMA_BENCH_JSON, 512, 64) == {"pp": [1505.88, 1501.47], "tg": [300.47, 299.07]}
+    with pytest.raises(ValueError, match="test of 512 prompt and 0 generated tokens; asked for pp256 and tg64"):
+        cmp.parse_llama_bench(LLAMA_BENCH_JSON, 256, 64)
+    import json
+    only_pp = json.dumps(json.loads(LLAMA_BENCH_JSON)[:1])
+    with pytest.raises(ValueError, match="lacks the tg test"):
+        cmp.parse_llama_bench(only_pp, 512, 64)
+
+
+def test_ik_bench_missing_binary(tmp_path, stories_path):
+    with pytest.raises(RuntimeError, match="not an executable; build ik_llama.cpp's llama-bench"):
+        cmp.measure_ik(str(tmp_path / "llama-bench"), [str(stories_path), "1", "16", "4", "1"])
+    # a binary that fails: its stderr is shown
+    fake = tmp_path / "fails"
+    fake.write_text("#!/bin/sh\necho 'error: failed to load model' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeError, match="failed to load model"):
+        cmp.measure_ik(str(fake), [str(stories_path), "1", "16", "4", "1"])
