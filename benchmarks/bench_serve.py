@@ -8,7 +8,8 @@ For each server in turn (``--servers``, default llmbench,llmbench-static,llamacp
 port (same GGUF, same threads, same context), wait for it, and for each rate run what ``llmbench bench
 --backend openai`` runs (its OpenAIClient, gamma arrivals and serving metrics: ``--requests`` streamed
 requests of ``--input-len`` random common words and ``--output-len`` tokens with ignore_eos, one
-warmup run, one measured run, greedy), then stop it and read its peak RSS (VmHWM). Reported per server and rate: request throughput, output tokens/s, TTFT
+warmup run, one measured run, greedy; with ``--range-ratio R`` each request's output length is drawn
+uniformly from [L(1 - R), L(1 + R)], vLLM's random dataset's rule, the same lengths for every server), then stop it and read its peak RSS (VmHWM). Reported per server and rate: request throughput, output tokens/s, TTFT
 and TPOT p50/p99, failed requests, peak RSS.
 
 llama-cpp-python's server runs one request at a time (requests queue behind a lock; started with
@@ -95,6 +96,15 @@ def _tokenizer(path: str):
     return Tokenizer.from_gguf(GGUFFile(path).metadata)
 
 
+def output_lengths(n: int, length: int, ratio: float, rng) -> list[int]:
+    """``n`` output lengths, uniform integers in [length (1 - ratio), length (1 + ratio)], at least 1
+    (vLLM's `--random-range-ratio`); ratio 0 gives ``length`` every time."""
+    if not 0 <= ratio < 1:
+        raise ValueError(f"--range-ratio must be in [0, 1), got {ratio}")
+    lo, hi = max(1, round(length * (1 - ratio))), max(1, round(length * (1 + ratio)))
+    return [int(v) for v in rng.integers(lo, hi + 1, n)]
+
+
 def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
     """One warmup and one measured run of ``--requests`` streamed requests at ``rate``: what
     ``llmbench bench --backend openai`` runs (its client, arrivals and metrics), except that a stream
@@ -112,15 +122,18 @@ def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
     rng = np.random.default_rng(0)
     tok = _tokenizer(args.model)
 
-    async def one_run(prompts: list[str]):
+    async def one_run(prompts: list[str], lengths: list[int]):
         async with OpenAIClient(url + "/v1", "m", max_tokens=args.output_len, temperature=0.0, ignore_eos=True,
                                 timeout=None, first_chunk_timeout=600, idle_timeout=120) as client:
             sched = gamma_arrivals(len(prompts), float(rate), 1.0, seed=0)
-            return await run_requests(client.send, prompts, sched, None, progress=False)
+
+            def send(prompt, *, index, scheduled_ns):
+                return client.send(prompt, index=index, scheduled_ns=scheduled_ns, max_tokens=lengths[index])
+            return await run_requests(send, prompts, sched, None, progress=False)
 
     for _warmup in (True, False):
         prompts = [synthetic_prompt(rng, args.input_len) for _ in range(args.requests)]
-        out = asyncio.run(one_run(prompts))
+        out = asyncio.run(one_run(prompts, output_lengths(args.requests, args.output_len, args.range_ratio, rng)))
     reqs, errors, counted = [], [], 0
     for r in out.results:
         if isinstance(r, BaseException) or r.error or r.first_token_ns is None:
@@ -244,11 +257,15 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=16, help="requests per rate (measured; one warmup run more)")
     ap.add_argument("--input-len", type=int, default=64, help="prompt words per request")
     ap.add_argument("--output-len", type=int, default=64, help="output tokens per request")
+    ap.add_argument("--range-ratio", type=float, default=0.0,
+                    help="output lengths uniform in [L(1-R), L(1+R)] (vLLM's --random-range-ratio; default 0: all L)")
     ap.add_argument("-o", "--output", help="write the JSON results here")
     ap.add_argument("--md", help="write the markdown table here")
     ap.add_argument("--overhead", type=int, metavar="ROUNDS",
                     help="instead: batch-1 TPOT through `llmbench serve` against the engine in process, ROUNDS rounds")
     args = ap.parse_args()
+    if not 0 <= args.range_ratio < 1:
+        ap.error(f"--range-ratio must be in [0, 1), got {args.range_ratio}")
     from llmbench.info import cpu_model
 
     if args.overhead:
