@@ -6,6 +6,7 @@ OpenAI-compatible test servers, one the model and one the judge (tests/eval_serv
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import signal
@@ -277,6 +278,25 @@ def test_ratings_of_zero_and_one_get_a_normal_interval():
 
 # ---- answers kept apart from judgments (partial records) ----
 
+# Fields a resumed multi-round task's results.json carries, each with a value of the wrong type.
+WRONG_TYPES = [("timing", "rounds_resumed", "6"), ("timing", "rounds_recomputed", -1), ("timing", "notes", "a note"),
+               ("timing", "notes", [3]), ("timing", "docs_failed", 1.5), ("timing", "errors", "HTTP 503"),
+               ("timing", "docs_per_s", "fast"), ("timing", "requests", None), ("timing", "wall_s", -1.0)]
+
+
+def _schema_holds(doc):
+    """results.json ``doc`` passes the schema, and fails once any of its timing fields (`WRONG_TYPES`),
+    its judge's name or its judge's environment has a value of the wrong type."""
+    jsonschema.validate(doc, SCHEMA)
+    name = next(iter(doc["tasks"]))
+    assert {k for _, k, _ in WRONG_TYPES} <= set(doc["tasks"][name]["timing"])
+    for where, key, bad in WRONG_TYPES + [("settings", "judge", 3), ("environment", "judge", "a judge")]:
+        broken = copy.deepcopy(doc)
+        node = broken["tasks"][name]["timing"] if where == "timing" else broken[where]
+        node[key] = bad
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, SCHEMA)
+
 class Counting(Adapter):
     """The engine adapter, counting what it is asked."""
 
@@ -354,6 +374,7 @@ def test_a_judge_failing_for_good_keeps_the_answers_and_resume_only_judges(stori
     assert (again.timing["rounds_resumed"], again.timing["rounds_recomputed"]) == (3, 1)
     assert again.timing["notes"] == ["writing #81: round 2's recorded requests differ from what the task asks now; "
                                      "recomputed from round 2"]
+    jsonschema.validate(json.loads(json.dumps(again.to_json())), SCHEMA["properties"]["tasks"]["additionalProperties"])
     assert again.to_json()["metrics"] == whole.to_json()["metrics"] and _same_records(again.records, whole.records)
 
 
@@ -395,6 +416,7 @@ def test_a_run_killed_in_the_judge_round_resumes_asking_the_judge_only(mt_data, 
         assert len(judge_srv.bodies("/v1/chat/completions")) == 18
         t = json.loads(r.stdout)["tasks"]["mt_bench"]
         assert t["timing"]["docs_computed"] == 3 and t["timing"]["rounds_resumed"] == 6
+        _schema_holds(json.loads((out / "results.json").read_text()))
         assert t["metrics"] == json.loads(json.dumps(whole["mt_bench"].to_json()))["metrics"]
         assert json.loads((out / "results.json").read_text())["tasks"]["mt_bench"]["metrics"] == t["metrics"]
         assert len(read_samples(out / "samples_mt_bench.jsonl")) == 3
