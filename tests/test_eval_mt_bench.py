@@ -435,3 +435,68 @@ def test_a_run_killed_in_the_judge_round_resumes_asking_the_judge_only(mt_data, 
     recs = read_samples(out / "samples_mt_bench.jsonl")
     assert len(recs) == 3 and all(x["ratings"] == [3.0, 3.0] for x in recs)
     assert json.loads((out / "run.json").read_text())["settings"]["judge"] == f"{MODEL}@{other.base_url}"
+
+    recorded_env = json.loads((out / "results.json").read_text())["environment"]
+    with EvalServer() as third:                      # the model's server is gone: nobody listens at its URL
+        third.gen_text = "Good. Rating: [[8]]"
+        r = subprocess.run([sys.executable, "-m", "llmbench", "eval", "--resume", str(out), "--rejudge", "--judge",
+                            f"{MODEL}@{third.base_url}", "--json"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert len(third.bodies("/v1/chat/completions")) == 6
+    doc = json.loads(r.stdout)
+    assert doc["environment"]["model_loaded"] is False and "server_error" not in doc["environment"]
+    assert {k: v for k, v in doc["environment"].items() if k not in ("judge", "model_loaded")} == \
+        {k: v for k, v in recorded_env.items() if k not in ("judge", "model_loaded")}     # the run's own block
+    assert doc["tasks"]["mt_bench"]["metrics"]["score"]["value"] == 8.0 and doc["adapter_stats"]["judge"]["requests"]
+
+
+# ---- grading again without the model ----
+
+def test_rejudge_with_the_model_file_gone_loads_no_model(stories_path, mt_data, tmp_path):
+    """`llmbench eval --resume DIR --rejudge --judge J` after the model's GGUF file was deleted: every
+    answer is recorded, so the model is not loaded; J grades the recorded turns (the same numbers as the
+    run's own judge, J being that judge, greedy) and results.json names the recorded model, with
+    model_loaded false. A run cut before one turn was answered: the rejudge says which answer is
+    missing and that the model did not load; with the file back, the model answers that turn only."""
+    model = tmp_path / "model.gguf"
+    shutil.copy(stories_path, model)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "llmbench", "eval"]
+    r = subprocess.run(cmd + ["mt_bench", "--model", str(model), "--judge", str(stories_path), "--limit", "1",
+                              "--subjects", "writing,math", "--threads", "2", "--data-dir", str(mt_data), "--out",
+                              str(out), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout)
+    turns = {x["doc_id"]: x["turns"] for x in read_samples(out / "samples_mt_bench.jsonl")}
+    model.unlink()
+    rejudge = cmd + ["--resume", str(out), "--rejudge", "--judge", str(stories_path), "--json"]
+    r = subprocess.run(rejudge, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    again = json.loads(r.stdout)
+    jsonschema.validate(again, SCHEMA)
+    assert again["environment"]["model_loaded"] is False and again["environment"]["model"] == first["environment"]["model"]
+    assert again["environment"]["judge"]["model"]["sha256"] == first["environment"]["judge"]["model"]["sha256"]
+    t = again["tasks"]["mt_bench"]
+    assert (t["timing"]["docs_computed"], t["timing"]["rounds_resumed"]) == (2, 4) and t["timing"]["notes"] == []
+    assert t["metrics"] == first["tasks"]["mt_bench"]["metrics"]
+    assert {x["doc_id"]: x["turns"] for x in read_samples(out / "samples_mt_bench.jsonl")} == turns
+    assert json.loads((out / "results.json").read_text())["environment"]["model_loaded"] is False
+
+    # cut before math #111's second turn was answered: no record, only its first turn
+    for name, keep in (("samples_mt_bench.jsonl", lambda x: x["doc_id"] != 111),
+                       ("partial_mt_bench.jsonl", lambda x: (x["doc_id"], x["round"]) != (111, 2))):
+        f = out / name
+        f.write_text("".join(json.dumps(x) + "\n" for x in read_samples(f) if keep(x)))
+    r = subprocess.run(rejudge, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert "lacks 1 of the model's answers (mt_bench math #111: round 2 not recorded)" in r.stderr
+    assert "did not load" in r.stderr and "--model PATH" in r.stderr
+    shutil.copy(stories_path, model)
+    r = subprocess.run(rejudge, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "math #111: rejudged, but round 2 was not recorded: the model answered it" in r.stderr
+    done = json.loads(r.stdout)
+    assert "model_loaded" not in done["environment"] and done["tasks"]["mt_bench"]["timing"]["rounds_resumed"] == 3
+    assert done["tasks"]["mt_bench"]["metrics"] == first["tasks"]["mt_bench"]["metrics"]       # greedy: same turn
+    assert {x["doc_id"]: x["turns"] for x in read_samples(out / "samples_mt_bench.jsonl")} == turns

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import LLMBenchError
 from .api import Adapter, Task
+from .recorded import RecordedModel
 from .results import EvalResults
 
 # name -> (module, class); each class takes (shots, limit, subjects, data_dir)
@@ -149,8 +150,10 @@ def _check_resume(out: Path, settings: dict[str, Any], env: dict[str, Any], reju
     before = json.loads(path.read_text())
     a, b = _comparable(before["settings"], before["environment"]), _comparable(settings, env)
     if rejudge:                                   # grading again, perhaps with another judge
-        a.pop("judge", None)
-        b.pop("judge", None)
+        for x in (a, b):
+            x.pop("judge", None)
+            if "zero_shot_chat_template" in x:        # the judge's part goes with the judge
+                x["zero_shot_chat_template"] = [w for w in x["zero_shot_chat_template"] if w != "judge"] or None
     diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
     if diff:
         what = "; ".join(f"{k}: {a.get(k)!r} there, {b.get(k)!r} now" for k in diff)
@@ -188,10 +191,11 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
     them (llmbench.eval.cot); default 20, capped to what the adapter gives (OpenAI's completions API: 5);
     0 for none. ``rejudge=True`` (with ``resume``) grades the answers recorded in ``out`` again with
     ``judge``, which may differ from the run's: the judged records are replaced, the model's answers
-    (llmbench.eval.runner's partial records) reused. ``progress(task, done, total)`` is called as
-    documents finish."""
+    (llmbench.eval.runner's partial records) reused; where every answer is recorded the model is not
+    loaded (`llmbench.eval.recorded.RecordedModel` stands for it), else it loads to answer the missing
+    ones first. ``progress(task, done, total)`` is called as documents finish."""
     from .runner import precision_check as run_check
-    from .runner import run_task
+    from .runner import run_task, unrecorded_answers
 
     names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
     if not names:
@@ -215,20 +219,42 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
                          "engine, or NAME@URL of an OpenAI-compatible server (e.g. gpt-4o@https://api.openai.com/v1)")
     if "humaneval" in names and not allow_code_execution:
         make_task("humaneval")                         # refuses, saying why, before a model loads
-    judge_adapter = make_judge(judge, model, threads=threads, activations=activations) \
+    out_dir = Path(out) if out is not None else None
+    # --rejudge where the run's folder says what the model was: it is loaded only if some answer is missing
+    recorded: RecordedModel | None = None
+    if rejudge and out_dir is not None and (out_dir / "run.json").exists() and not isinstance(model, Adapter) \
+            and not any(n in TEXT_TASKS for n in names):
+        recorded = RecordedModel(out_dir)
+    judge_adapter = make_judge(judge, None if recorded else model, threads=threads, activations=activations) \
         if judge is not None and "mt_bench" in names else None
     llm_options: dict[str, Any] = {"activations": activations}
     if threads is not None:
         llm_options["threads"] = threads
     if ctx is not None and not any(n in TEXT_TASKS for n in names):
         llm_options["ctx"] = ctx
-    adapter = make_adapter(model, backend=backend, base_url=base_url, api_key=api_key,
-                           share_prefix=share_prefix, **llm_options)
+
+    def load() -> Adapter:
+        return make_adapter(model, backend=backend, base_url=base_url, api_key=api_key, share_prefix=share_prefix,
+                            **llm_options)
+
+    adapter = recorded or load()
     if judge_adapter is _SAME_MODEL:
         judge_adapter = adapter
     top_note = None
-    if any(n in TASK_OPTIONS["top_logprobs"] for n in names):
+    if recorded is not None and "top_logprobs" in recorded.settings and \
+            top_logprobs in (None, recorded.settings["top_logprobs"]):
+        top_logprobs, top_note = recorded.settings["top_logprobs"], recorded.settings.get("top_logprobs_capped")
+    elif any(n in TASK_OPTIONS["top_logprobs"] for n in names):
         top_logprobs, top_note = _top_logprobs(top_logprobs, adapter)
+    task_objs = [make_task(n, shots=shots, limit=limit, subjects=subjects, data_dir=data_dir,
+                           allow_code_execution=allow_code_execution, samples=samples,
+                           judge_max_tokens=_judge_max_tokens(judge_adapter), top_logprobs=top_logprobs)
+                 for n in names if n in TASKS]
+    if recorded is not None and out_dir is not None:
+        missing = [f"{t.name} {m}" for t in task_objs for m in unrecorded_answers(t, out_dir)]
+        if missing:                               # the model answers those first, as a resume would
+            adapter = _load_for(missing, load, out_dir)
+            recorded = None
     fallback = []
     if "mt_bench" in names:
         from .tasks.mt_bench import give_chat_template
@@ -236,12 +262,11 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         fallback = [who for who, a in (("model", adapter), ("judge", judge_adapter)) if give_chat_template(a)]
         if judge_adapter is adapter and fallback == ["model"]:
             fallback.append("judge")
-    task_objs = [make_task(n, shots=shots, limit=limit, subjects=subjects, data_dir=data_dir,
-                           allow_code_execution=allow_code_execution, samples=samples,
-                           judge_max_tokens=_judge_max_tokens(judge_adapter), top_logprobs=top_logprobs)
-                 for n in names if n in TASKS]
+        if recorded is not None and "model" in (recorded.settings.get("zero_shot_chat_template") or ()):
+            fallback.insert(0, "model")           # as the run gave it (the model is not loaded now)
     if precision_check is None:
-        precision_check = AUTO_CHECK if _rounds_activations(adapter) else 0
+        precision_check = recorded.settings.get("precision_check", 0) if recorded is not None else \
+            AUTO_CHECK if _rounds_activations(adapter) else 0
     from ..perf.bench import header
 
     settings = {"tasks": names, "shots": shots, "limit": limit, "subjects": list(subjects) if subjects else None,
@@ -261,7 +286,6 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         settings.update({"ctx": ctx or 512, "text": str(text) if text else "wikitext2", "base_model": base_model,
                          "max_chunks": max_chunks})
     env = adapter.environment()
-    out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         if resume:
@@ -284,6 +308,8 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         if precision_check and getattr(adapter, "llm", None) is not None:
             results.precision_check[t.name] = run_check(t, results.tasks[t.name].records,
                                                         _f32_twin(adapter), precision_check, seed)
+        elif recorded is not None and t.name in (recorded.results.get("precision_check") or {}):
+            results.precision_check[t.name] = recorded.results["precision_check"][t.name]   # the same records
     for n in names:
         if n in TEXT_TASKS:
             results.extra[n] = _text_task(n, adapter, base_model, text, data_dir, ctx or 512, max_chunks, llm_options)
@@ -298,6 +324,20 @@ def evaluate(model: Any, tasks: str | Sequence[str], *, shots: int | None = None
         tmp.write_text(json.dumps(results.to_json(), indent=1, ensure_ascii=False, default=str))
         tmp.replace(out_dir / "results.json")
     return results
+
+
+def _load_for(missing: list[str], load: Callable[[], Adapter], out_dir: Path) -> Adapter:
+    """The model, loaded for --rejudge because the run in ``out_dir`` lacks some of its answers
+    (``missing``: `runner.unrecorded_answers`); a model that does not load is an error naming them."""
+    shown = "; ".join(missing[:5]) + (f"; and {len(missing) - 5} more" if len(missing) > 5 else "")
+    try:
+        return load()
+    except (OSError, LLMBenchError, ValueError) as e:
+        raise LLMBenchError(
+            f"--rejudge: {out_dir} lacks {len(missing)} of the model's answers ({shown}): the run was cut before "
+            f"the model finished them, so the model must answer them before the judge grades, and it did not "
+            f"load: {e}. Give the model that made the run (--model PATH, or --backend openai --base-url URL "
+            "--model NAME)") from e
 
 
 def _top_logprobs(n: int | None, adapter: Adapter) -> tuple[int, str | None]:

@@ -76,7 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "server (e.g. gpt-4o@https://api.openai.com/v1; a bare URL takes its first listed model)")
     e.add_argument("--rejudge", action="store_true",
                    help="with --resume DIR: grade the answers recorded there again, with --judge (may be another "
-                        "judge); the model is asked nothing where its answers are in DIR/partial_TASK.jsonl")
+                        "judge); where every answer is in DIR/partial_TASK.jsonl the model is not even loaded "
+                        "(its file or server may be gone), else it loads to answer the missing ones first")
     e.add_argument("--allow-code-execution", action="store_true",
                    help="humaneval: run the model's code (each sample in a sandboxed subprocess; see "
                         "docs/evaluations.md for what the sandbox does and does not stop)")
@@ -190,6 +191,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return 130
     if res.settings.get("top_logprobs_capped"):
         print(f"llmbench eval: {res.settings['top_logprobs_capped']}", file=sys.stderr)
+    for name, t in res.tasks.items():          # rounds resumed otherwise than asked, answers rejudging lacked
+        for note in t.timing.get("notes") or ():
+            print(f"llmbench eval: {name}: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(res.to_json(), indent=1, ensure_ascii=False, default=str))
         return 0

@@ -106,7 +106,11 @@ SCHEMA: dict[str, Any] = {
                             "model": {"type": "object", "required": ["name"],
                                       "description": "the model as named, with its file's identity on the engine"},
                             "judge": {"type": "object", "required": ["backend", "model"],
-                                      "description": "mt_bench: the judge's block, with the same keys"}}},
+                                      "description": "mt_bench: the judge's block, with the same keys"},
+                            "model_loaded": {"const": False,
+                                             "description": "--rejudge graded recorded answers without loading "
+                                                            "the model: the block is the recorded run's "
+                                                            "(llmbench.eval.recorded); absent where it loaded"}}},
         "settings": _SETTINGS,
         "tasks": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["version", "settings", "timing", "subjects", "groups", "metrics"],

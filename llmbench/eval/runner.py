@@ -24,7 +24,8 @@ note in ``timing["notes"]``; ``timing["rounds_resumed"]`` and ``timing["rounds_r
 them (present where partial records were found). As FastChat keeps model answers apart from judgments,
 the partial file outlives the run: its answers are what a judge sees. ``rejudge`` (``--resume DIR
 --rejudge --judge OTHER``) drops the records of documents a judge graded and reuses their rounds up to
-the first one that asks the judge: the same answers graded again, the model asked nothing.
+the first one that asks the judge: the same answers graded again, the model asked nothing (and, where
+`unrecorded_answers` finds every answer recorded, not even loaded: llmbench.eval.recorded).
 
 A generation that failed for good (a server's every retry: ``Generation.failed``) ends its document
 without a record: the document is counted in ``timing["docs_failed"]`` (its error in
@@ -144,6 +145,50 @@ def resumed_rounds(task: Task, doc: Doc, recorded: dict[int, dict[str, Any]], re
     return reqs, got, asks, k - 1, None
 
 
+def _judged(record: dict[str, Any]) -> bool:
+    return any(isinstance(q, dict) and q.get("kind") == ForJudge.kind for q in record.get("requests") or ())
+
+
+def _read_run(task: Task, docs: Sequence[Doc], out_dir: Path, rejudge: bool
+              ) -> tuple[dict[tuple[str, int], dict[str, Any]], dict[tuple[str, int], dict[int, dict[str, Any]]],
+                         list[dict[str, Any]]]:
+    """What DIR holds of ``task``: the records kept, by (subject, doc_id) of ``docs`` (with ``rejudge``,
+    those a judge graded are left out); the partial records of the documents without one, by round;
+    and every kept record, in file order (what the samples file holds once rejudging drops the rest)."""
+    wanted = {(d.subject, d.id) for d in docs}
+    old: dict[tuple[str, int], dict[str, Any]] = {}
+    kept = []
+    for r in read_samples(out_dir / SAMPLES.format(task.name)):
+        if rejudge and _judged(r):
+            continue                                          # graded again
+        kept.append(r)
+        if (r.get("subject"), r.get("doc_id")) in wanted:
+            old.setdefault((r["subject"], r["doc_id"]), r)   # recorded twice: the first one stands
+    recorded: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+    for r in read_samples(out_dir / PARTIAL.format(task.name)):
+        key = (r.get("subject"), r.get("doc_id"))
+        if key in wanted and key not in old and isinstance(r.get("round"), int):
+            recorded.setdefault(key, {})[r["round"]] = r     # a round recomputed: the last one stands
+    return old, recorded, kept
+
+
+def unrecorded_answers(task: Task, out_dir: Path) -> list[str]:
+    """What rejudging the run in ``out_dir`` would ask the model for: each document whose record a judge
+    graded, or that has none, and whose recorded rounds stop before the first round that asks the judge,
+    as ``"SUBJECT #ID: round K ..."`` (why, where a recorded round no longer holds). [] when the
+    judge alone finishes the task (as far as its rounds up to the judge's show)."""
+    docs = task.docs()
+    old, recorded, _ = _read_run(task, docs, out_dir, rejudge=True)
+    out = []
+    for d in docs:
+        if (d.subject, d.id) in old:
+            continue
+        _, _, asks, k, why = resumed_rounds(task, d, recorded.get((d.subject, d.id), {}), rejudge=True)
+        if any(not isinstance(r, ForJudge) for r in asks):
+            out.append(f"{d.subject or task.name} #{d.id}: round {k + 1}" + (f" ({why})" if why else " not recorded"))
+    return out
+
+
 def _chunks(docs: list[Doc], size: int, by_subject: bool = True) -> list[list[Doc]]:
     out: list[list[Doc]] = []
     for d in docs:
@@ -188,23 +233,12 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
     ppath = out_dir / PARTIAL.format(task.name) if out_dir else None
     old: dict[tuple[str, int], dict[str, Any]] = {}
     recorded: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
-    if path is not None and ppath is not None and resume:
-        wanted = {(d.subject, d.id) for d in docs}
-        unjudged = []
-        for r in read_samples(path):
-            if rejudge and any(isinstance(q, dict) and q.get("kind") == ForJudge.kind for q in r.get("requests") or ()):
-                continue                                          # graded again below
-            unjudged.append(r)
-            if (r.get("subject"), r.get("doc_id")) in wanted:
-                old.setdefault((r["subject"], r["doc_id"]), r)   # recorded twice: the first one stands
+    if path is not None and out_dir is not None and resume:
+        old, recorded, unjudged = _read_run(task, docs, out_dir, rejudge)
         if rejudge:
             tmp = path.with_name(path.name + ".tmp")
             tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in unjudged), encoding="utf-8")
             tmp.replace(path)
-        for r in read_samples(ppath):
-            key = (r.get("subject"), r.get("doc_id"))
-            if key in wanted and key not in old and isinstance(r.get("round"), int):
-                recorded.setdefault(key, {})[r["round"]] = r     # a round recomputed: the last one stands
     elif path is not None and ppath is not None:
         for p in (path, ppath):
             if p.exists():
@@ -232,6 +266,9 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
                 if why is not None:
                     rounds_dropped += sum(1 for k in was if k > rounds[i])
                     notes.append(f"{d.subject or task.name} #{d.id}: {why}; recomputed from round {rounds[i] + 1}")
+                elif rejudge and any(not isinstance(r, ForJudge) for r in pending[i]):
+                    notes.append(f"{d.subject or task.name} #{d.id}: rejudged, but round {rounds[i] + 1} was not "
+                                 "recorded: the model answered it")
 
             def finish(i: int, d: Doc, answers: list[Answer]) -> list[Request]:
                 """A document's round is answered: its next round's requests (the round recorded as a
@@ -293,7 +330,7 @@ def run_task(task: Task, adapter: Adapter, out_dir: Path | None, *, chunk: int =
               "docs_per_s": len(new) / wall if wall > 0 and new else None,
               "docs_failed": len(errors), "errors": [f"{s or task.name} #{i}: {e}" for (s, i), e in errors.items()][:MAX_ERRORS],
               "requests": sum(len(r["requests"]) for r in records)}
-    if recorded or rounds_resumed:
+    if recorded or rounds_resumed or notes:
         timing.update({"rounds_resumed": rounds_resumed, "rounds_recomputed": rounds_dropped,
                        "notes": notes[:MAX_ERRORS]})
     return TaskResult(task.name, task.version, task.settings(), agg, records, timing, task.extra_results(records))
