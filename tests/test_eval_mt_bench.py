@@ -500,3 +500,89 @@ def test_rejudge_with_the_model_file_gone_loads_no_model(stories_path, mt_data, 
     assert "model_loaded" not in done["environment"] and done["tasks"]["mt_bench"]["timing"]["rounds_resumed"] == 3
     assert done["tasks"]["mt_bench"]["metrics"] == first["tasks"]["mt_bench"]["metrics"]       # greedy: same turn
     assert {x["doc_id"]: x["turns"] for x in read_samples(out / "samples_mt_bench.jsonl")} == turns
+
+
+# ---- a run against `llmbench serve`, killed after the first turn ----
+
+def _serve(model, port: int, template, step_delay: float):
+    """`llmbench serve MODEL` on ``port`` with FastChat's zero-shot chat template, once /health answers;
+    a context of 4096 tokens holds a second turn after a first answer of 1024."""
+    import httpx
+
+    p = subprocess.Popen([sys.executable, "-m", "llmbench", "serve", str(model), "--port", str(port), "--threads",
+                          "1", "--served-model-name", "stories", "--chat-template", str(template), "--step-delay",
+                          str(step_delay), "--ctx", "4096"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while True:
+        assert p.poll() is None, p.stderr.read() if p.stderr else ""
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                return p
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "llmbench serve did not start"
+        time.sleep(0.1)
+
+
+def _finished(port: int) -> dict[str, float]:
+    """The server's finished sequences by reason (its /metrics' vllm:request_success_total)."""
+    import re
+
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    return {m.group(1): float(m.group(2)) for m in
+            re.finditer(r'^vllm:request_success_total\{.*finished_reason="(\w+)"\} (\S+)$', text, re.M)}
+
+
+def test_a_run_killed_after_the_first_turn_keeps_every_first_answer(stories_path, mt_data, tmp_path):
+    """`llmbench eval mt_bench` against a live `llmbench serve` on stories260K (the judge a test server),
+    killed once every first turn is answered and the second turns are decoding: each first answer the
+    server finished is in partial_mt_bench.jsonl already (nothing waits for the judge round), no record
+    yet; `--resume` asks the server for the second turns only and the records keep the recorded first
+    answers."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from eval_server import MODEL, EvalServer
+    from test_serve import free_port
+
+    template = tmp_path / "zero_shot.jinja"
+    template.write_text(ZERO_SHOT_TEMPLATE)
+    port = free_port()
+    server = _serve(stories_path, port, template, step_delay=0.005)
+    out = tmp_path / "run"
+    partial = out / "partial_mt_bench.jsonl"
+    try:
+        with EvalServer() as judge_srv:
+            judge_srv.gen_text = "Fair. Rating: [[5]]"
+            args = [sys.executable, "-m", "llmbench", "eval", "mt_bench", "--backend", "openai", "--base-url",
+                    f"http://127.0.0.1:{port}/v1", "--model", "stories", "--judge", f"{MODEL}@{judge_srv.base_url}",
+                    "--limit", "1", "--subjects", "writing,math,reasoning", "--data-dir", str(mt_data), "--out",
+                    str(out)]
+            p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and p.poll() is None and \
+                    len(read_samples(partial) if partial.exists() else []) < 3:
+                time.sleep(0.01)
+            p.send_signal(signal.SIGKILL)              # every first turn recorded; the second ones in flight
+            p.wait()
+            parts = read_samples(partial)
+            assert sorted((x["doc_id"], x["round"]) for x in parts) == [(81, 1), (101, 1), (111, 1)]
+            assert read_samples(out / "samples_mt_bench.jsonl") == [] and judge_srv.bodies("/v1/chat/completions") == []
+            time.sleep(0.5)                            # the server aborts the killed client's requests
+            done = _finished(port)
+            assert done.get("stop", 0) + done.get("length", 0) == 3   # finished there: the three first turns
+            r = subprocess.run([sys.executable, "-m", "llmbench", "eval", "--resume", str(out), "--json"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stderr
+            assert len(judge_srv.bodies("/v1/chat/completions")) == 6
+        again = _finished(port)
+        assert again.get("stop", 0) + again.get("length", 0) == 6         # the second turns only
+    finally:
+        server.kill()
+        server.wait()
+    t = json.loads(r.stdout)["tasks"]["mt_bench"]
+    assert (t["timing"]["docs_computed"], t["timing"]["rounds_resumed"]) == (3, 3) and t["metrics"]["score"]["value"] == 5.0
+    first = {x["doc_id"]: x["answers"][0]["text"] for x in parts}
+    recs = read_samples(out / "samples_mt_bench.jsonl")
+    assert {x["doc_id"]: x["answers"][0]["text"] for x in recs} == first
+    assert all(len(x["answers"]) == 4 for x in recs)

@@ -6,7 +6,8 @@ adapter together, so the engine shares their prefixes and batches them. A docume
 is appended to ``DIR/samples_TASK.jsonl`` (and flushed to the OS) as soon as its last request is
 answered (`Adapter.answer`'s ``on_answer``: the engine and the server adapter hand over each generation
 as it finishes, while the rest of the chunk decodes), so a killed run loses only the requests in
-flight; the file is fsynced at the end of each chunk. ``resume=DIR`` reads those records back (a last
+flight and the finished ones of a document still waiting for another (the unit recorded is a
+document's round); the file is fsynced at the end of each chunk. ``resume=DIR`` reads those records back (a last
 line cut by a kill is dropped and recomputed; a document recorded twice keeps its first record), runs
 only the documents not there, and aggregates old and new records as one run would: same final numbers.
 
