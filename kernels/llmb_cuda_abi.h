@@ -116,8 +116,8 @@ typedef struct {
     llmb_status (*phase_ms)(llmb_cuda_ctx *c, int id, float *ms);
 
     // ---- version 2: matrix products, y[t * ldy + r] = sum_k W[r, k] * x[t * ldx + k] ----
-    // Decode: 1 <= ntok <= LLMB_CUDA_MATVEC_MAX straight from the blocks of Q4_0, Q8_0, Q4_K,
-    // Q5_K, Q6_K, F16, BF16 or F32 (dequantized in registers, FP32 accumulation); each weight row
+    // Decode: 1 <= ntok <= LLMB_CUDA_MATVEC_MAX straight from the blocks of a type kernels/quant.cuh
+    // decodes (llmb_cu_dispatch_type; dequantized in registers, FP32 accumulation); each weight row
     // is read once for all tokens. cols a multiple of the type's block size.
     llmb_status (*matvec)(llmb_cuda_ctx *c, int wtype, const void *w, int64_t rows, int64_t cols, const float *x,
                           int64_t ldx, int ntok, float *y, int64_t ldy);

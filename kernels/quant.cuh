@@ -53,6 +53,15 @@ __device__ __forceinline__ void k4_scales(llmb_half dh, llmb_half dminh, const u
     d2 = d * sc, m2 = dmin * m;
 }
 
+// Block size of the types the device kernels read (1: the float types)
+__host__ __device__ constexpr int64_t llmb_cu_blck(int t) {
+    return t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q4_1 || t == LLMB_TYPE_Q5_0 || t == LLMB_TYPE_Q5_1 ||
+                   t == LLMB_TYPE_Q8_0
+               ? LLMB_QK
+           : t == LLMB_TYPE_Q4_K || t == LLMB_TYPE_Q5_K || t == LLMB_TYPE_Q6_K ? LLMB_QK_K
+                                                                                 : 1;
+}
+
 // Decode lane `lane`'s 8 values of chunk `ch` of a row of `cols` elements of type T. Returns how
 // many are valid: 8, 0 (a block-format row whose last chunk has fewer than 8 blocks), or for the
 // float types 0..8 at the row's end (then e1 = e0 + 4 and the values are contiguous).
@@ -113,7 +122,7 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
         e0 = base + 128 * h + 32 * pair + 4 * u;
         e1 = e0 + 64;
         return 8;
-    } else if (T == LLMB_TYPE_Q8_0 || T == LLMB_TYPE_Q4_0) {
+    } else if (llmb_cu_blck(T) == LLMB_QK) {
         // 8 blocks of 32 per chunk: lane -> block lane/4, quarter lane%4
         const int64_t blk = ch * (CHUNK / LLMB_QK) + (lane >> 2);
         if (blk >= cols / LLMB_QK) return 0;
@@ -129,7 +138,12 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
             }
             e0 = blk * LLMB_QK + 8 * qq;
             e1 = e0 + 4;
-        } else {
+            return 8;
+        }
+        // the 4-bit layouts: bytes 4qq .. 4qq+3 of qs hold elements 4qq+k (low nibbles) and 16+4qq+k (high)
+        e0 = blk * LLMB_QK + 4 * qq;
+        e1 = e0 + LLMB_QK / 2;
+        if (T == LLMB_TYPE_Q4_0) {
             const llmb_block_q4_0 *b = (const llmb_block_q4_0 *)((const uint8_t *)row + blk * sizeof(llmb_block_q4_0));
             const float d = h2f(b->d);
             const uint32_t q = ld_u32_a2(b->qs + 4 * qq);
@@ -138,8 +152,35 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
                 v[k] = (float)((int)((q >> (8 * k)) & 0xF) - 8) * d;
                 v[4 + k] = (float)((int)((q >> (8 * k + 4)) & 0xF) - 8) * d;
             }
-            e0 = blk * LLMB_QK + 4 * qq;
-            e1 = e0 + LLMB_QK / 2;
+        } else if (T == LLMB_TYPE_Q4_1) {
+            const llmb_block_q4_1 *b = (const llmb_block_q4_1 *)((const uint8_t *)row + blk * sizeof(llmb_block_q4_1));
+            const float d = h2f(b->d), m = h2f(b->m);
+            const uint32_t q = ld_u32_a2(b->qs + 4 * qq);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                v[k] = (float)((q >> (8 * k)) & 0xF) * d + m;
+                v[4 + k] = (float)((q >> (8 * k + 4)) & 0xF) * d + m;
+            }
+        } else if (T == LLMB_TYPE_Q5_0 || T == LLMB_TYPE_Q5_1) {
+            // Q5_1's block is Q5_0's with the min m after d: the same offsets from qh on
+            typedef typename std::conditional<T == LLMB_TYPE_Q5_0, llmb_block_q5_0, llmb_block_q5_1>::type blk_t;
+            const blk_t *b = (const blk_t *)((const uint8_t *)row + blk * sizeof(blk_t));
+            const float d = h2f(b->d);
+            const uint32_t q = ld_u32_a2(b->qs + 4 * qq), h = ld_u32_a2(b->qh); // fifth bit of element j: bit j
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int j = 4 * qq + k;
+                const int lo = (int)(((q >> (8 * k)) & 0xF) | (((h >> j) & 1) << 4));
+                const int hi = (int)(((q >> (8 * k + 4)) & 0xF) | (((h >> (j + 16)) & 1) << 4));
+                if (T == LLMB_TYPE_Q5_0) {
+                    v[k] = (float)(lo - 16) * d;
+                    v[4 + k] = (float)(hi - 16) * d;
+                } else {
+                    const float m = h2f(((const llmb_block_q5_1 *)b)->m);
+                    v[k] = (float)lo * d + m;
+                    v[4 + k] = (float)hi * d + m;
+                }
+            }
         }
         return 8;
     } else { // F16, BF16, F32: 8 consecutive elements per lane
@@ -180,16 +221,16 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
 // Row element of value k (0..7) of a lane
 __device__ __forceinline__ int64_t elem_of(int k, int64_t e0, int64_t e1) { return k < 4 ? e0 + k : e1 + k - 4; }
 
-// Block size and bytes of a row of the types the device kernels read (0 bytes: unsupported).
-static inline int64_t llmb_cu_blck(int t) {
-    return t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q8_0 ? LLMB_QK : t == LLMB_TYPE_Q4_K || t == LLMB_TYPE_Q5_K || t == LLMB_TYPE_Q6_K ? LLMB_QK_K : 1;
-}
+// Bytes of a row of cols elements (0: a type without device kernels)
 static inline int64_t llmb_cu_row_bytes(int t, int64_t cols) {
     switch (t) {
     case LLMB_TYPE_F32: return cols * 4;
     case LLMB_TYPE_F16:
     case LLMB_TYPE_BF16: return cols * 2;
     case LLMB_TYPE_Q4_0: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q4_0);
+    case LLMB_TYPE_Q4_1: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q4_1);
+    case LLMB_TYPE_Q5_0: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q5_0);
+    case LLMB_TYPE_Q5_1: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q5_1);
     case LLMB_TYPE_Q8_0: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q8_0);
     case LLMB_TYPE_Q4_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q4_K);
     case LLMB_TYPE_Q5_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q5_K);
@@ -207,6 +248,9 @@ static inline int llmb_cu_dispatch_type(int t, F &&f) {
     case LLMB_TYPE_F16: f(std::integral_constant<int, LLMB_TYPE_F16>{}); return 1;
     case LLMB_TYPE_BF16: f(std::integral_constant<int, LLMB_TYPE_BF16>{}); return 1;
     case LLMB_TYPE_Q4_0: f(std::integral_constant<int, LLMB_TYPE_Q4_0>{}); return 1;
+    case LLMB_TYPE_Q4_1: f(std::integral_constant<int, LLMB_TYPE_Q4_1>{}); return 1;
+    case LLMB_TYPE_Q5_0: f(std::integral_constant<int, LLMB_TYPE_Q5_0>{}); return 1;
+    case LLMB_TYPE_Q5_1: f(std::integral_constant<int, LLMB_TYPE_Q5_1>{}); return 1;
     case LLMB_TYPE_Q8_0: f(std::integral_constant<int, LLMB_TYPE_Q8_0>{}); return 1;
     case LLMB_TYPE_Q4_K: f(std::integral_constant<int, LLMB_TYPE_Q4_K>{}); return 1;
     case LLMB_TYPE_Q5_K: f(std::integral_constant<int, LLMB_TYPE_Q5_K>{}); return 1;

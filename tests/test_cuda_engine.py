@@ -91,8 +91,8 @@ def test_stories_logits_match_cpu(stories_path, kv):
 
 # every weight type with the default KV cache; the other KV types once (their kernels have their own
 # tests in test_cuda_kernels.py)
-DUMMY_CASES = [("F32", "f16"), ("F16", "f16"), ("Q8_0", "f16"), ("Q4_K_M", "f16"), ("Q4_K_M", "f32"),
-               ("Q4_K_M", "q8_0")]
+DUMMY_CASES = [("F32", "f16"), ("F16", "f16"), ("Q8_0", "f16"), ("Q4_1", "f16"), ("Q5_0", "f16"), ("Q5_1", "f16"),
+               ("Q4_K_M", "f16"), ("Q4_K_M", "f32"), ("Q4_K_M", "q8_0")]
 
 
 @gpu
@@ -294,27 +294,10 @@ def test_bench_backend_cuda_says_why_without_a_device(stories_path):
 
 
 @gpu
-def test_weight_type_without_a_cuda_kernel_is_named(tmp_path):
-    """A type the CPU engine runs but the device has no kernel for (here Q5_0, the fallback of
-    llmbench quantize for rows that are not whole K-quant blocks) raises, naming tensor and type."""
-    gguf = pytest.importorskip("gguf")
-    from llmbench.models.weight_types import quantize
-
-    src = llmbench.dummy_model("tiny", "F32")
-    up = next(t for t in gguf.GGUFReader(src).tensors if t.name == "blk.1.ffn_up.weight")
-    data = np.ascontiguousarray(up.data, np.float32)
-    with_tensor_replaced(src, tmp_path / "q5.gguf", up.name, quantize(data, "Q5_0").reshape(data.shape[0], -1),
-                         gguf.GGMLQuantizationType.Q5_0)
-    toks = [1, 2, 3]
-    assert LLM(tmp_path / "q5.gguf", threads=1).logits(toks).shape == (3, 1024)   # the CPU runs it
-    with pytest.raises(llmbench.UnsupportedError, match=r"blk\.1\.ffn_up\.weight is Q5_0.*no CUDA kernel"):
-        LLM(tmp_path / "q5.gguf", backend="cuda")
-
-
-@gpu
-@pytest.mark.parametrize("type_name", ["Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"])
-def test_low_bit_types_are_named(tmp_path, type_name):
-    """The types the CPU engine runs without CUDA kernels yet (tests/lowbit.py writes them) are named too."""
+@pytest.mark.parametrize("type_name", ["IQ2_XXS", "IQ3_S", "IQ1_M", "TQ2_0", "MXFP4", "NVFP4", "Q1_0"])
+def test_weight_type_without_a_cuda_kernel_is_named(tmp_path, type_name):
+    """A type the CPU engine runs but the device has no kernel for (tests/lowbit.py writes them) raises,
+    naming tensor and type."""
     gguf = pytest.importorskip("gguf")
     from lowbit import QUANTIZERS
 

@@ -26,14 +26,17 @@ import pytest
 import llmbench
 from llmbench import _core
 from llmbench.backends import cuda
-from llmbench.models.weight_types import dequantize, quantize, type_id
+from llmbench.models.weight_types import dequantize, quantize, row_bytes, type_id
 
 HAVE_GPU, WHY = cuda.available()
 gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no usable CUDA device: {WHY}")
 LIB = cuda.library_path()
 
-WTYPES = ["F32", "F16", "BF16", "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
-BLOCK = {"Q4_0": 32, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
+WTYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+BLOCK = {"Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256}
+# bytes per block and the offsets of its FP16 scales (d, and the min or dmin where there is one)
+LAYOUT = {"Q4_0": (18, [0]), "Q4_1": (20, [0, 2]), "Q5_0": (22, [0]), "Q5_1": (24, [0, 2]), "Q8_0": (34, [0]),
+          "Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]), "Q6_K": (210, [208])}
 
 
 # ---- the library's table (runs without a device) ----
@@ -161,8 +164,8 @@ def test_matmul_switches_paths_at_the_crossover(ctx):
     close_products(ctx.matmul(type_id("Q4_K"), raw, x), w64, x, 1e-5)  # now matvec
     with pytest.raises(ValueError, match="at most 16"):
         ctx.matmul(type_id("Q4_K"), raw, activations(17, 512, rng), path="matvec")
-    with pytest.raises(llmbench.UnsupportedError, match="no CUDA kernel"):
-        ctx.matmul(type_id("Q4_1"), quantize(np.ones((2, 32), np.float32), "Q4_1"), x[:, :32], path="matvec")
+    with pytest.raises(llmbench.UnsupportedError, match="no CUDA kernel"):   # a type the device still lacks
+        ctx.matmul(type_id("TQ2_0"), np.zeros((2, row_bytes("TQ2_0", 256)), np.uint8), x[:, :256], path="matvec")
 
 
 @pytest.mark.parametrize("t", WTYPES)
@@ -180,6 +183,34 @@ def test_dequantize_and_row_lookup(ctx, t):
     ref = np.where((ids >= 0) & (ids < 11), 1, 0)[:, None] * w64[np.clip(ids, 0, 10)]
     np.testing.assert_allclose(got.astype(np.float64), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
     assert not got[3].any() and not got[4].any()  # ids outside the table: zeros
+
+
+def random_blocks(t: str, rows: int, nb: int, rng) -> np.ndarray:
+    """Rows of nb blocks of random bytes, every bit pattern of quants and sub-block scales (which a
+    quantizer's output may never hold), with finite FP16 scales of varied sign and size."""
+    size, halves = LAYOUT[t]
+    raw = rng.integers(0, 256, (rows, nb, size), dtype=np.uint8)
+    for off in halves:
+        h = (rng.standard_normal((rows, nb)) * np.exp2(rng.integers(-12, 4, (rows, nb)))).astype(np.float16)
+        raw[:, :, off:off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
+    return raw.reshape(rows, nb * size)
+
+
+@pytest.mark.parametrize("t", list(LAYOUT))
+@pytest.mark.parametrize("rows,nb", [(1, 1), (5, 3), (13, 9), (3, 17)])
+def test_random_blocks_decode_as_on_the_cpu(ctx, t, rows, nb):
+    """Random block bytes decode to the CPU's values (in emulation bit for bit), in dequantize and in
+    matvec; row lengths of 1, 3, 9 and 17 blocks end chunks of 256 elements whole and part-way."""
+    rng = np.random.default_rng(rows * 100 + nb)
+    cols = nb * BLOCK[t]
+    raw = random_blocks(t, rows, nb, rng)
+    w64 = dequantize(raw, t, (rows, cols)).astype(np.float64)
+    out = ctx.dequantize(type_id(t), raw, cols)
+    if EMULATED:
+        np.testing.assert_array_equal(out, w64.astype(np.float32))
+    np.testing.assert_allclose(out, w64, rtol=2e-7, atol=2e-7 * np.abs(w64).max())
+    x = activations(3, cols, rng)
+    close_products(ctx.matmul(type_id(t), raw, x, path="matvec"), w64, x, 1e-5)
 
 
 # ---- elementwise ----
