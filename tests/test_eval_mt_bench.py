@@ -586,3 +586,52 @@ def test_a_run_killed_after_the_first_turn_keeps_every_first_answer(stories_path
     recs = read_samples(out / "samples_mt_bench.jsonl")
     assert {x["doc_id"]: x["answers"][0]["text"] for x in recs} == first
     assert all(len(x["answers"]) == 4 for x in recs)
+
+
+def test_a_judgment_finished_beside_a_failed_one_is_kept(mt_data, tmp_path):
+    """Two questions through two test servers; the judge fails one of the four judgments for good: the
+    other judgment of that question is kept in a piece of its round (partial record with ``index``), so
+    `--resume` asks the judge for the failed one only (the model nothing) and the record holds the kept
+    rating beside the new one. `--rejudge` with another judge drops the old judge's piece and asks for
+    all four."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from eval_server import MODEL, EvalServer
+
+    from llmbench.eval.openai_adapter import OpenAIAdapter
+
+    out = tmp_path / "run"
+    opts = dict(limit=1, subjects=["writing", "math"], data_dir=mt_data, out=out)
+    with EvalServer() as model_srv, EvalServer() as judge_srv:
+        model_srv.gen_text = "My answer."
+        judge_srv.gen_text = "Good. Rating: [[6]]"
+        judge_srv.faults = ["503"]
+        model = OpenAIAdapter(model_srv.base_url, MODEL)
+        cut = evaluate(model, "mt_bench", judge=OpenAIAdapter(judge_srv.base_url, MODEL, retries=0), **opts)
+        assert cut["mt_bench"].timing["docs_failed"] == 1 and len(cut["mt_bench"].records) == 1
+        failed = next(d for d in (81, 111) if d not in [r["doc_id"] for r in cut["mt_bench"].records])
+        pieces = [x for x in read_samples(out / "partial_mt_bench.jsonl") if "index" in x]
+        mine = [x for x in pieces if x["doc_id"] == failed]
+        assert len(mine) == 1 and mine[0]["round"] == 3 and [q["kind"] for q in mine[0]["requests"]] == ["judge"] * 2
+        assert mine[0]["answers"][0]["text"] == "Good. Rating: [[6]]"
+        shutil.copytree(out, tmp_path / "copy")
+        asked = len(model_srv.bodies("/v1/chat/completions"))
+
+        judge_srv.gen_text = "Weak. Rating: [[3]]"
+        again = evaluate(model, "mt_bench", judge=OpenAIAdapter(judge_srv.base_url, MODEL), resume=True, **opts)
+        t = again["mt_bench"]
+        assert len(model_srv.bodies("/v1/chat/completions")) == asked and len(judge_srv.bodies("/v1/chat/completions")) == 5
+        assert (t.timing["docs_computed"], t.timing["answers_resumed"], t.timing["rounds_resumed"]) == (1, 1, 2)
+        rec = next(r for r in read_samples(out / "samples_mt_bench.jsonl") if r["doc_id"] == failed)
+        assert sorted(rec["ratings"]) == [3.0, 6.0] and mine[0]["index"] == [rec["ratings"].index(6.0)]
+        jsonschema.validate(json.loads((out / "results.json").read_text()), SCHEMA)
+
+        with EvalServer() as other:
+            other.gen_text = "Fine. Rating: [[8]]"
+            r = evaluate(model, "mt_bench", judge=OpenAIAdapter(other.base_url, MODEL), resume=True, rejudge=True,
+                         **{**opts, "out": tmp_path / "copy"})
+            assert len(other.bodies("/v1/chat/completions")) == 4
+    assert len(model_srv.bodies("/v1/chat/completions")) == asked
+    assert [x["ratings"] for x in read_samples(tmp_path / "copy" / "samples_mt_bench.jsonl")] == [[8.0, 8.0]] * 2
+    assert r["mt_bench"].timing["answers_resumed"] == 0
+    left = [x["answers"][0]["text"] for x in read_samples(tmp_path / "copy" / "partial_mt_bench.jsonl") if "index" in x]
+    assert left and set(left) == {"Fine. Rating: [[8]]"}              # the new judge's pieces only

@@ -52,8 +52,10 @@ _TIMING = {
                                                     "model not asked again"},
         "rounds_recomputed": {**_COUNT, "description": "recorded rounds that no longer matched what the task asks "
                                                        "(other data or task version) and were asked again"},
+        "answers_resumed": {**_COUNT, "description": "answers reused from pieces of rounds a kill or a failure "
+                                                     "cut short (one judgment of two, ...), beside whole rounds"},
         "notes": {**_TEXTS, "description": "why rounds were recomputed, as `SUBJECT #ID: reason; recomputed "
-                                           "from round K` (at most 5)"},
+                                           "from round K`, or asked of the model in a rejudge (at most 5)"},
     }}
 _SETTINGS = {
     "type": "object", "required": ["tasks"],
