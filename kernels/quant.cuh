@@ -56,10 +56,17 @@ __device__ __forceinline__ void k4_scales(llmb_half dh, llmb_half dminh, const u
 // Block size of the types the device kernels read (1: the float types)
 __host__ __device__ constexpr int64_t llmb_cu_blck(int t) {
     return t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q4_1 || t == LLMB_TYPE_Q5_0 || t == LLMB_TYPE_Q5_1 ||
-                   t == LLMB_TYPE_Q8_0
+                   t == LLMB_TYPE_Q8_0 || t == LLMB_TYPE_IQ4_NL
                ? LLMB_QK
-           : t == LLMB_TYPE_Q4_K || t == LLMB_TYPE_Q5_K || t == LLMB_TYPE_Q6_K ? LLMB_QK_K
-                                                                                 : 1;
+           : t == LLMB_TYPE_Q4_K || t == LLMB_TYPE_Q5_K || t == LLMB_TYPE_Q6_K || t == LLMB_TYPE_IQ4_XS
+               ? LLMB_QK_K
+               : 1;
+}
+
+// llmb_kvalues_iq4nl[q] (q 0..15) from registers: byte q % 8 of the table's first or second 8 values
+__device__ __forceinline__ int iq4nl_value(uint32_t q) {
+    const uint64_t lo = 0xF6EADDCFBFAD9881ull, hi = 0x7159453526190D01ull; // -127 .. -10, 1 .. 113
+    return (int)(int8_t)((q < 8 ? lo : hi) >> (8 * (q & 7)));
 }
 
 // Decode lane `lane`'s 8 values of chunk `ch` of a row of `cols` elements of type T. Returns how
@@ -122,6 +129,21 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
         e0 = base + 128 * h + 32 * pair + 4 * u;
         e1 = e0 + 64;
         return 8;
+    } else if (T == LLMB_TYPE_IQ4_XS) {
+        // 8 sub-blocks of 32 laid out as IQ4_NL blocks: lane -> sub-block lane/4, quarter lane%4
+        const llmb_block_iq4_xs *b = (const llmb_block_iq4_xs *)((const uint8_t *)row + ch * sizeof(llmb_block_iq4_xs));
+        const int j = lane >> 2, qq = lane & 3;
+        const int ls = (int)(((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
+        const float dl = h2f(b->d) * (float)ls;
+        const uint32_t q = ld_u32_a2(b->qs + 16 * j + 4 * qq);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[k] = dl * (float)iq4nl_value((q >> (8 * k)) & 0xF);
+            v[4 + k] = dl * (float)iq4nl_value((q >> (8 * k + 4)) & 0xF);
+        }
+        e0 = base + 32 * j + 4 * qq;
+        e1 = e0 + 16;
+        return 8;
     } else if (llmb_cu_blck(T) == LLMB_QK) {
         // 8 blocks of 32 per chunk: lane -> block lane/4, quarter lane%4
         const int64_t blk = ch * (CHUNK / LLMB_QK) + (lane >> 2);
@@ -151,6 +173,15 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
             for (int k = 0; k < 4; k++) {
                 v[k] = (float)((int)((q >> (8 * k)) & 0xF) - 8) * d;
                 v[4 + k] = (float)((int)((q >> (8 * k + 4)) & 0xF) - 8) * d;
+            }
+        } else if (T == LLMB_TYPE_IQ4_NL) {
+            const llmb_block_iq4_nl *b = (const llmb_block_iq4_nl *)((const uint8_t *)row + blk * sizeof(llmb_block_iq4_nl));
+            const float d = h2f(b->d);
+            const uint32_t q = ld_u32_a2(b->qs + 4 * qq);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                v[k] = d * (float)iq4nl_value((q >> (8 * k)) & 0xF);
+                v[4 + k] = d * (float)iq4nl_value((q >> (8 * k + 4)) & 0xF);
             }
         } else if (T == LLMB_TYPE_Q4_1) {
             const llmb_block_q4_1 *b = (const llmb_block_q4_1 *)((const uint8_t *)row + blk * sizeof(llmb_block_q4_1));
@@ -235,6 +266,8 @@ static inline int64_t llmb_cu_row_bytes(int t, int64_t cols) {
     case LLMB_TYPE_Q4_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q4_K);
     case LLMB_TYPE_Q5_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q5_K);
     case LLMB_TYPE_Q6_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q6_K);
+    case LLMB_TYPE_IQ4_NL: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_iq4_nl);
+    case LLMB_TYPE_IQ4_XS: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_iq4_xs);
     default: return 0;
     }
 }
@@ -255,6 +288,8 @@ static inline int llmb_cu_dispatch_type(int t, F &&f) {
     case LLMB_TYPE_Q4_K: f(std::integral_constant<int, LLMB_TYPE_Q4_K>{}); return 1;
     case LLMB_TYPE_Q5_K: f(std::integral_constant<int, LLMB_TYPE_Q5_K>{}); return 1;
     case LLMB_TYPE_Q6_K: f(std::integral_constant<int, LLMB_TYPE_Q6_K>{}); return 1;
+    case LLMB_TYPE_IQ4_NL: f(std::integral_constant<int, LLMB_TYPE_IQ4_NL>{}); return 1;
+    case LLMB_TYPE_IQ4_XS: f(std::integral_constant<int, LLMB_TYPE_IQ4_XS>{}); return 1;
     default: return 0;
     }
 }

@@ -92,6 +92,7 @@ def test_stories_logits_match_cpu(stories_path, kv):
 # every weight type with the default KV cache; the other KV types once (their kernels have their own
 # tests in test_cuda_kernels.py)
 DUMMY_CASES = [("F32", "f16"), ("F16", "f16"), ("Q8_0", "f16"), ("Q4_1", "f16"), ("Q5_0", "f16"), ("Q5_1", "f16"),
+               ("IQ4_NL", "f16"), ("IQ4_XS", "f16"),
                ("Q4_K_M", "f16"), ("Q4_K_M", "f32"), ("Q4_K_M", "q8_0")]
 
 
