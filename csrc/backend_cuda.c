@@ -148,9 +148,9 @@ static void note_peak(llmb_backend *b) {
 
 // ---- create: weights uploaded once ----
 
-static const int SUPPORTED[] = {LLMB_TYPE_F32,  LLMB_TYPE_F16,  LLMB_TYPE_BF16, LLMB_TYPE_Q4_0, LLMB_TYPE_Q4_1,
-                                LLMB_TYPE_Q5_0, LLMB_TYPE_Q5_1, LLMB_TYPE_Q8_0, LLMB_TYPE_Q4_K, LLMB_TYPE_Q5_K,
-                                LLMB_TYPE_Q6_K, LLMB_TYPE_IQ4_NL, LLMB_TYPE_IQ4_XS};
+static const int SUPPORTED[] = {LLMB_TYPE_F32,  LLMB_TYPE_F16,  LLMB_TYPE_BF16, LLMB_TYPE_Q4_0,   LLMB_TYPE_Q4_1,
+                                LLMB_TYPE_Q5_0, LLMB_TYPE_Q5_1, LLMB_TYPE_Q8_0, LLMB_TYPE_IQ4_NL, LLMB_TYPE_Q2_K,
+                                LLMB_TYPE_Q3_K, LLMB_TYPE_Q4_K, LLMB_TYPE_Q5_K, LLMB_TYPE_Q6_K,   LLMB_TYPE_IQ4_XS};
 
 static llmb_status check_weight(const llmb_weight *w, const char *name, int layer) {
     int ok = 0;
@@ -161,7 +161,7 @@ static llmb_status check_weight(const llmb_weight *w, const char *name, int laye
     else snprintf(where, sizeof where, "%s", name);
     if (!ok)
         return llmb_fail(LLMB_E_UNSUPPORTED, "cuda backend: %s is %s, which has no CUDA kernel (F32, F16, BF16, Q4_0, "
-                                             "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS); requantize it (llmbench quantize) or use "
+                                             "Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS); requantize it (llmbench quantize) or use "
                                              "backend='cpu'", where, tt && tt->name ? tt->name : "an unknown type");
     if (w->ne0 % tt->blck_size)
         return llmb_fail(LLMB_E_UNSUPPORTED, "cuda backend: %s has rows of %lld, not a multiple of %s's block of %lld",

@@ -18,7 +18,7 @@ static llmb_status check_matmul(const char *op, int wtype, const void *w, int64_
                                 int64_t ldx, int ntok, float *y, int64_t ldy) {
     if (!llmb_cu_row_bytes(wtype, LLMB_QK_K))
         return llmb_cu_fail(LLMB_E_UNSUPPORTED, "%s: weight type %d has no CUDA kernel (F32, F16, BF16, Q4_0, Q4_1, "
-                                                "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)", op, wtype);
+                                                "Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS)", op, wtype);
     if (rows < 0 || cols < 1 || cols % llmb_cu_blck(wtype) || cols > INT_MAX || rows > INT_MAX)
         return llmb_cu_fail(LLMB_E_ARG, "%s: a %lld x %lld matrix of type %d: columns must be a positive multiple of %lld",
                             op, (long long)rows, (long long)cols, wtype, (long long)llmb_cu_blck(wtype));

@@ -58,7 +58,8 @@ __host__ __device__ constexpr int64_t llmb_cu_blck(int t) {
     return t == LLMB_TYPE_Q4_0 || t == LLMB_TYPE_Q4_1 || t == LLMB_TYPE_Q5_0 || t == LLMB_TYPE_Q5_1 ||
                    t == LLMB_TYPE_Q8_0 || t == LLMB_TYPE_IQ4_NL
                ? LLMB_QK
-           : t == LLMB_TYPE_Q4_K || t == LLMB_TYPE_Q5_K || t == LLMB_TYPE_Q6_K || t == LLMB_TYPE_IQ4_XS
+           : t == LLMB_TYPE_Q2_K || t == LLMB_TYPE_Q3_K || t == LLMB_TYPE_Q4_K || t == LLMB_TYPE_Q5_K ||
+                   t == LLMB_TYPE_Q6_K || t == LLMB_TYPE_IQ4_XS
                ? LLMB_QK_K
                : 1;
 }
@@ -67,6 +68,12 @@ __host__ __device__ constexpr int64_t llmb_cu_blck(int t) {
 __device__ __forceinline__ int iq4nl_value(uint32_t q) {
     const uint64_t lo = 0xF6EADDCFBFAD9881ull, hi = 0x7159453526190D01ull; // -127 .. -10, 1 .. 113
     return (int)(int8_t)((q < 8 ? lo : hi) >> (8 * (q & 7)));
+}
+
+// llmb_q3_K_scale on the device: the 6-bit scale of sub-block j (0..15) of Q3_K, minus 32
+__device__ __forceinline__ int q3k_scale(int j, const uint8_t *s) {
+    const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | hi << 4) - 32;
 }
 
 // Decode lane `lane`'s 8 values of chunk `ch` of a row of `cols` elements of type T. Returns how
@@ -128,6 +135,40 @@ __device__ __forceinline__ int load8(const uint8_t *row, int64_t cols, int64_t c
         }
         e0 = base + 128 * h + 32 * pair + 4 * u;
         e1 = e0 + 64;
+        return 8;
+    } else if (T == LLMB_TYPE_Q2_K || T == LLMB_TYPE_Q3_K) {
+        // 2-bit quants: element 128h + 32s + l in bits 2s of qs[32h + l]. Lane: half h, bytes 4u .. 4u+3,
+        // shifts s = 2p (e0: elements 128h + 64p + 4u ..) and 2p + 1 (e1 = e0 + 32); sub-blocks of 16
+        // j0 = 8h + 4p + u/4 and j0 + 2
+        const int h = lane >> 4, p = (lane >> 3) & 1, u = lane & 7, j0 = 8 * h + 4 * p + (u >> 2);
+        typedef typename std::conditional<T == LLMB_TYPE_Q2_K, llmb_block_q2_K, llmb_block_q3_K>::type blk_t;
+        const blk_t *b = (const blk_t *)((const uint8_t *)row + ch * sizeof(blk_t));
+        const uint32_t q = ld_u32_a2(b->qs + 32 * h + 4 * u);
+        const float d = h2f(b->d);
+        if (T == LLMB_TYPE_Q2_K) {
+            const llmb_block_q2_K *b2 = (const llmb_block_q2_K *)b;
+            const float dmin = h2f(b2->dmin);
+            const float dl0 = d * (float)(b2->scales[j0] & 0xF), ml0 = dmin * (float)(b2->scales[j0] >> 4);
+            const float dl1 = d * (float)(b2->scales[j0 + 2] & 0xF), ml1 = dmin * (float)(b2->scales[j0 + 2] >> 4);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                v[k] = dl0 * (float)((q >> (8 * k + 4 * p)) & 3) - ml0;
+                v[4 + k] = dl1 * (float)((q >> (8 * k + 4 * p + 2)) & 3) - ml1;
+            }
+        } else {
+            // the third bit of element 128h + 32s + l: bit 4h + s of hmask[l]; missing, the value is q - 4
+            const llmb_block_q3_K *b3 = (const llmb_block_q3_K *)b;
+            const uint32_t hm = ld_u32_a2(b3->hmask + 4 * u);
+            const float dl0 = d * (float)q3k_scale(j0, b3->scales), dl1 = d * (float)q3k_scale(j0 + 2, b3->scales);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int lo = (int)((q >> (8 * k + 4 * p)) & 3), hi = (int)((q >> (8 * k + 4 * p + 2)) & 3);
+                v[k] = dl0 * (float)(lo - (((hm >> (8 * k + 4 * h + 2 * p)) & 1) ? 0 : 4));
+                v[4 + k] = dl1 * (float)(hi - (((hm >> (8 * k + 4 * h + 2 * p + 1)) & 1) ? 0 : 4));
+            }
+        }
+        e0 = base + 128 * h + 64 * p + 4 * u;
+        e1 = e0 + 32;
         return 8;
     } else if (T == LLMB_TYPE_IQ4_XS) {
         // 8 sub-blocks of 32 laid out as IQ4_NL blocks: lane -> sub-block lane/4, quarter lane%4
@@ -263,6 +304,8 @@ static inline int64_t llmb_cu_row_bytes(int t, int64_t cols) {
     case LLMB_TYPE_Q5_0: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q5_0);
     case LLMB_TYPE_Q5_1: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q5_1);
     case LLMB_TYPE_Q8_0: return cols / LLMB_QK * (int64_t)sizeof(llmb_block_q8_0);
+    case LLMB_TYPE_Q2_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q2_K);
+    case LLMB_TYPE_Q3_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q3_K);
     case LLMB_TYPE_Q4_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q4_K);
     case LLMB_TYPE_Q5_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q5_K);
     case LLMB_TYPE_Q6_K: return cols / LLMB_QK_K * (int64_t)sizeof(llmb_block_q6_K);
@@ -285,6 +328,8 @@ static inline int llmb_cu_dispatch_type(int t, F &&f) {
     case LLMB_TYPE_Q5_0: f(std::integral_constant<int, LLMB_TYPE_Q5_0>{}); return 1;
     case LLMB_TYPE_Q5_1: f(std::integral_constant<int, LLMB_TYPE_Q5_1>{}); return 1;
     case LLMB_TYPE_Q8_0: f(std::integral_constant<int, LLMB_TYPE_Q8_0>{}); return 1;
+    case LLMB_TYPE_Q2_K: f(std::integral_constant<int, LLMB_TYPE_Q2_K>{}); return 1;
+    case LLMB_TYPE_Q3_K: f(std::integral_constant<int, LLMB_TYPE_Q3_K>{}); return 1;
     case LLMB_TYPE_Q4_K: f(std::integral_constant<int, LLMB_TYPE_Q4_K>{}); return 1;
     case LLMB_TYPE_Q5_K: f(std::integral_constant<int, LLMB_TYPE_Q5_K>{}); return 1;
     case LLMB_TYPE_Q6_K: f(std::integral_constant<int, LLMB_TYPE_Q6_K>{}); return 1;

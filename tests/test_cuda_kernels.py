@@ -32,12 +32,13 @@ HAVE_GPU, WHY = cuda.available()
 gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no usable CUDA device: {WHY}")
 LIB = cuda.library_path()
 
-WTYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]
-BLOCK = {"Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32, "IQ4_NL": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256,
-         "IQ4_XS": 256}
+WTYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+          "IQ4_XS"]
+BLOCK = {**{t: 32 for t in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL"]},
+         **{t: 256 for t in ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]}}
 # bytes per block and the offsets of its FP16 scales (d, and the min or dmin where there is one)
 LAYOUT = {"Q4_0": (18, [0]), "Q4_1": (20, [0, 2]), "Q5_0": (22, [0]), "Q5_1": (24, [0, 2]), "Q8_0": (34, [0]),
-          "IQ4_NL": (18, [0]), "Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]), "Q6_K": (210, [208]), "IQ4_XS": (136, [0])}
+          "IQ4_NL": (18, [0]), "Q2_K": (84, [80, 82]), "Q3_K": (110, [108]), "Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]), "Q6_K": (210, [208]), "IQ4_XS": (136, [0])}
 
 
 # ---- the library's table (runs without a device) ----
