@@ -88,3 +88,19 @@ def test_out_of_memory_is_clear_and_recoverable():
     with cuda.DeviceBuffer(1 << 20) as buf:  # the process stays usable
         buf.upload(np.ones(16, np.uint8))
         assert buf.download(16).sum() == 16
+
+
+def test_weight_rows_checked_before_the_device_reads_them():
+    """A raw weight buffer whose rows are shorter (or longer) than the type's row size, or not raw bytes,
+    is refused naming the sizes: the device would read each row's full byte count past the buffer."""
+    from llmbench.models.weight_types import row_bytes, type_id
+
+    q4k = type_id("Q4_K")
+    good = np.zeros((3, row_bytes(q4k, 512)), np.uint8)
+    assert cuda.weight_rows(q4k, good, 512) == 3
+    with pytest.raises(ValueError, match="rows are 143 bytes; 512 elements of Q4_K take 288"):
+        cuda.weight_rows(q4k, good[:, :143], 512)
+    with pytest.raises(ValueError, match="2-D uint8"):
+        cuda.weight_rows(q4k, good.view(np.int8), 512)
+    with pytest.raises(ValueError, match="whole blocks of 256"):
+        cuda.weight_rows(q4k, good, 500)

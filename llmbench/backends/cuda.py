@@ -140,6 +140,21 @@ _KV_TYPES = {"f32": _F32, "f16": _F16, "q8_0": _Q8_0}
 SAMPLING_DTYPE = np.dtype([("temperature", "<f4"), ("top_p", "<f4"), ("min_p", "<f4"), ("u", "<f4"), ("top_k", "<i4")])
 
 
+def weight_rows(wtype: int, w_raw: np.ndarray, cols: int) -> int:
+    """The number of rows of ``w_raw``, after checking that it holds whole rows of ``cols`` elements of
+    ggml type ``wtype`` (uint8, (rows, row bytes)): the device reads that many bytes a row, and a shorter
+    buffer would be read past its end."""
+    from ..models.weight_types import _TRAITS, row_bytes
+
+    if w_raw.ndim != 2 or w_raw.dtype != np.uint8:
+        raise ValueError(f"w_raw must be a 2-D uint8 array of raw rows, got {w_raw.ndim}-D {w_raw.dtype}")
+    need = row_bytes(wtype, cols)
+    if w_raw.shape[1] != need:
+        raise ValueError(f"w_raw rows are {w_raw.shape[1]} bytes; {cols} elements of {_TRAITS[wtype][0]} "
+                         f"take {need}")
+    return w_raw.shape[0]
+
+
 def sampling_params(params: list[tuple[float, int, float, float, float]]) -> np.ndarray:
     """Rows of (temperature, top_k, top_p, min_p, u) as the device's parameter array (SAMPLING_DTYPE)."""
     out = np.zeros(len(params), SAMPLING_DTYPE)
@@ -315,7 +330,7 @@ class Context:
         path "matvec" (1..16 tokens), "gemm" (cuBLAS) or "auto"."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         ntok, cols = x.shape
-        rows = w_raw.shape[0]
+        rows = weight_rows(wtype, w_raw, cols)
         keep: list = []
         try:
             wp, xp = self._up(w_raw, keep), self._up(x, keep)
@@ -329,7 +344,7 @@ class Context:
     def dequantize(self, wtype: int, w_raw: np.ndarray, cols: int, ids: np.ndarray | None = None,
                    dtype=np.float32) -> np.ndarray:
         """Rows of w_raw (or the rows ``ids`` picks; ids outside give zeros) as float32 or float16."""
-        rows = w_raw.shape[0]
+        rows = weight_rows(wtype, w_raw, cols)
         n = rows if ids is None else len(ids)
         keep: list = []
         try:
