@@ -674,14 +674,39 @@ static void legacy_recode(int wtype, const uint8_t *from, uint8_t *to, int pack)
     }
 }
 
+// Interleaved Q5_K keeps its plain block but for qh, which becomes qh' as the legacy types' (qh_recode) for each
+// 4 words of qs: for part j (values 64 j .., words 8 j .. 8 j + 7 of qs) and h = 0, 1, bit 8 b + k of qh' word
+// 2 j + h is the fifth bit of the low nibble of qs byte 32 j + 16 h + 4 k + b (value 64 j + 16 h + 4 k + b: bit
+// 2 j of qh[16 h + 4 k + b]), bit 8 b + 4 + k that of its high nibble (value 64 j + 32 + 16 h + 4 k + b: bit
+// 2 j + 1), for b, k < 4. Word 8 j + 4 h + k of qs then finds its 8 fifth bits in place (bit 4 of each byte)
+// after one shift of that qh' word: left by 4 - k for the low nibbles, right by k for the high ones (vecdot_il8.c).
+// Still 8 words: 5.5 bits a value, as the plain block. from and to must not overlap.
+static void q5_K_recode(const uint8_t *from, uint8_t *to, int pack) {
+    const size_t qh = offsetof(llmb_block_q5_K, qh);
+    memcpy(to, from, sizeof(llmb_block_q5_K));
+    memset(to + qh, 0, LLMB_QK_K / 8);
+    for (int j = 0; j < 4; j++)
+        for (int h = 0; h < 2; h++)
+            for (int b = 0; b < 4; b++)
+                for (int k = 0; k < 4; k++)
+                    for (int hi = 0; hi < 2; hi++) {
+                        const int plain_byte = 16 * h + 4 * k + b, plain_bit = 2 * j + hi;
+                        const int coded_byte = 4 * (2 * j + h) + b, coded_bit = 4 * hi + k;
+                        const int fb = pack ? plain_byte : coded_byte, fbit = pack ? plain_bit : coded_bit;
+                        const int tb = pack ? coded_byte : plain_byte, tbit = pack ? coded_bit : plain_bit;
+                        to[qh + tb] |= (uint8_t)(((from[qh + fb] >> fbit) & 1) << tbit);
+                    }
+}
+
 // whether blocks of wtype are recoded before interleaving, and the recoding (pack) or its inverse
 static int recoded(int wtype) {
     return wtype == LLMB_TYPE_Q6_K || wtype == LLMB_TYPE_Q8_0 || wtype == LLMB_TYPE_Q4_0 || wtype == LLMB_TYPE_Q5_0 ||
-           wtype == LLMB_TYPE_Q5_1 || wtype == LLMB_TYPE_IQ4_NL || wtype == LLMB_TYPE_Q3_K;
+           wtype == LLMB_TYPE_Q5_1 || wtype == LLMB_TYPE_IQ4_NL || wtype == LLMB_TYPE_Q3_K || wtype == LLMB_TYPE_Q5_K;
 }
 static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
     if (wtype == LLMB_TYPE_Q6_K) q6_K_recode(from, to, pack);
     else if (wtype == LLMB_TYPE_Q3_K) q3_K_recode(from, to, pack);
+    else if (wtype == LLMB_TYPE_Q5_K) q5_K_recode(from, to, pack);
     else if (wtype == LLMB_TYPE_Q8_0) q8_0_recode(from, to, pack);
     else legacy_recode(wtype, from, to, pack);
 }
@@ -689,8 +714,8 @@ static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
 // of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row. Q6_K's,
-// Q3_K's, Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode, q3_K_recode,
-// q8_0_recode, legacy_recode).
+// Q3_K's, Q5_K's, Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode, q3_K_recode,
+// q5_K_recode, q8_0_recode, legacy_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
     assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);

@@ -136,7 +136,7 @@ LLMB_API int llmb_vec_dot_to_bf16(int wtype, int64_t n, const void *w, size_t ro
 // (Q6_K's d) follow all the group's words, block by block, row by row; Q6_K's blocks are recoded first
 // (values whole, in the kernel's reading order: vecdot.c, q6_K_recode), Q8_0's too (values + 128,
 // then d), Q4_0's, IQ4_NL's, Q5_0's and Q5_1's too (vecdot.c, legacy_recode), Q3_K's too (values whole in 3 bits,
-// then the scales and d: vecdot.c, q3_K_recode). Same bytes in all: group g starts at
+// then the scales and d: vecdot.c, q3_K_recode), Q5_K's fifth bits too (vecdot.c, q5_K_recode). Same bytes in all: group g starts at
 // g * G * row_bytes. Products over it (llmb_matmul_part.il
 // = G) give the plain layout's bits; should the active level be lowered later to one without the kernel,
 // they run at the best level this CPU has.
@@ -187,7 +187,7 @@ typedef struct {
 //        (vecdot_iq.c)                 dot, tile, panel (4)   IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M
 //                                                  (also the AVX-512 level's)
 //        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL IQ4_XS Q2_K Q3_K
-//                                                  Q4_K Q6_K
+//                                                  Q4_K Q5_K Q6_K (Q5_K not at the VNNI level)
 //   AVX-512 with VNNI (vecdot_x86.c)   dot, tile   the 16 above, vpdpbusd on 256 bits (the AVX2 bits)
 //        (vecdot_avx512_k.c)           panel (16)  Q4_K Q5_K Q6_K
 //                                      il (16)     Q4_K Q6_K Q8_0
@@ -205,7 +205,7 @@ typedef struct {
 // kernel for SIMD level `lvl` on this CPU; the rest keep the scalar reference.
 void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (vecdot_il8.c): the interleaved kernels of Q4_0, Q4_1, Q5_0 and Q5_1 (groups of 8 rows) at AVX2 and
-// AVX-512 VNNI, and of Q2_K, Q3_K, Q4_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS at AVX2
+// AVX-512 VNNI, and of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS at AVX2
 void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (quants_simd.c): Q8_1 activations with AVX2, byte-identical to the reference
 void llmb_quant_q8_1_avx2(const float *x, void *xq, int64_t n);

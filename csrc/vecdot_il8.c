@@ -3,7 +3,7 @@
 // AVX-512 VNNI (vpdpbusd on 256 bits), one source compiled for both (this file includes itself), the
 // same bits at both levels and the same bits as the scalar reference (vecdot.c, dot_q*_ref); and Q8_0 at
 // the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q2_K, Q3_K,
-// Q4_K and Q6_K at the AVX2 level (the steps of q2_K_body, q3_K_body, q45_K_body and q6_K_body; the VNNI level's
+// Q4_K, Q5_K and Q6_K at the AVX2 level (the steps of q2_K_body, q3_K_body, q45_K_body and q6_K_body; the VNNI level's
 // groups of 16 of Q4_K and Q6_K are in vecdot_avx512_k.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble
 // looked up in the 16 values, then as Q8_0: |w| against x sign(w), the reference's (d_x d_w) s per block, as
 // iq4_nl_body), and IQ4_XS at the AVX2 level (its sub-blocks as IQ4_NL's blocks, then the reference's
@@ -114,10 +114,13 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         t[LLMB_TYPE_Q8_0].il = q8_0_il8_avx2, t[LLMB_TYPE_Q8_0].il_r = IL8_G;
         t[LLMB_TYPE_IQ4_NL].il = iq4_nl_il8_avx2, t[LLMB_TYPE_IQ4_NL].il_r = IL8_G;
         t[LLMB_TYPE_Q4_K].il = q4_K_il8_avx2, t[LLMB_TYPE_Q4_K].il_r = IL8_G;
+        t[LLMB_TYPE_Q5_K].il = q5_K_il8_avx2, t[LLMB_TYPE_Q5_K].il_r = IL8_G;
         t[LLMB_TYPE_Q6_K].il = q6_K_il8_avx2, t[LLMB_TYPE_Q6_K].il_r = IL8_G;
         t[LLMB_TYPE_IQ4_XS].il = iq4_xs_il8_avx2, t[LLMB_TYPE_IQ4_XS].il_r = IL8_G;
         t[LLMB_TYPE_Q2_K].il = q2_K_il8_avx2, t[LLMB_TYPE_Q2_K].il_r = IL8_G;
         t[LLMB_TYPE_Q3_K].il = q3_K_il8_avx2, t[LLMB_TYPE_Q3_K].il_r = IL8_G;
+    } else {   // (the VNNI table starts from the AVX2 one:) Q5_K keeps its 16-row panels and one-token rows there
+        t[LLMB_TYPE_Q5_K].il = NULL, t[LLMB_TYPE_Q5_K].il_r = 0;
     }
 }
 #else
@@ -342,35 +345,38 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
 }
 
 #if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_avx512_k.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
-// ---- Q2_K, Q3_K, Q4_K and Q6_K at the AVX2 level: 8 rows a group, super-blocks of 256 values ----
+// ---- Q2_K, Q3_K, Q4_K, Q5_K and Q6_K at the AVX2 level: 8 rows a group, super-blocks of 256 values ----
 // Per output and super-block the steps of q2_K_body / q3_K_body / q45_K_body / q6_K_body (vecdot_x86_body.h)
-// on 8 rows at once: the exact integer sums, then Q4_K acc = fma(d d_x, S, acc), acc = fma(-(dmin d_x), M, acc)
-// with S = sum_s sc_s sum q x and M = sum_s min_s bsum_s; Q6_K acc = fma(d d_x, S, acc) with S = sum_s sc_s
+// on 8 rows at once: the exact integer sums, then Q4_K (and Q5_K) acc = fma(d d_x, S, acc), acc = fma(-(dmin d_x),
+// M, acc) with S = sum_s sc_s sum q x and M = sum_s min_s bsum_s; Q6_K acc = fma(d d_x, S, acc) with S = sum_s sc_s
 // sum (q - 32) x, taken as sum_s sc_s sum q x - 32 sum_s sc_s bsum_s; Q3_K the same with u = q + 4 h for q and
 // 4 for 32; Q2_K acc += (d_x d) S - (d_x dmin) M (no fma, as q2_K_body) with S and M as Q4_K's over sub-blocks
-// of 16. The values of a sub-block (Q4_K: 32, 8 vectors of 4 a row; the others: 16, 4 vectors) go through
-// maddubs against 4 activation bytes, summed in int16 while below 2^15 (Q4_K 8 of them, Q6_K 2, Q2_K and
-// Q3_K 4: their values are below 8), then one madd with the scale.
-// A group's super-block: Q4_K 36 vectors (d dmin, 3 of scales, 32 of qs); Q6_K 52 (48 of the values recoded
+// of 16. The values of a sub-block (Q4_K, Q5_K: 32, 8 vectors of 4 a row; the others: 16, 4 vectors) go through
+// maddubs against 4 activation bytes, summed in int16 while below 2^15 (Q4_K 8 of them, Q5_K 4: its values are
+// below 32, Q6_K 2, Q2_K and Q3_K 4: their values are below 8), then one madd with the scale.
+// A group's super-block: Q4_K 36 vectors (d dmin, 3 of scales, 32 of qs); Q5_K 44 (d dmin, 3 of scales, 8 of
+// the fifth bits recoded as qh', vecdot.c q5_K_recode, 32 of qs: 5.5 bits a value, as its plain block); Q6_K 52 (48 of the values recoded
 // whole, vecdot.c q6_K_recode, then 4 of scales) and d after the group's last super-block; Q2_K 21 (its plain
 // block: 4 of scales, 16 of qs, d dmin); Q3_K 27 (24 of the values recoded whole in 3 bits, vecdot.c
 // q3_K_recode, then 3 of scales) and d after the group's last super-block.
 
 typedef struct {
-    __m256i q[64];   // Q4_K q[8 s + k], the others q[4 s + k], lane r: values 4 k .. 4 k + 3 of row r's sub-block s
-    __m256i sc[16];  // lane r: row r's scale of sub-block s in both int16 halves (Q4_K: 8 sub-blocks)
-    __m256i mn[8];   // lane r as int16: Q4_K, Q2_K the mins of sub-blocks 2 k, 2 k + 1; Q6_K, Q3_K their scales
+    __m256i q[64];   // Q4_K, Q5_K q[8 s + k], the others q[4 s + k], lane r: values 4 k .. 4 k + 3 of row r's sub-block s
+    __m256i sc[16];  // lane r: row r's scale of sub-block s in both int16 halves (Q4_K, Q5_K: 8 sub-blocks)
+    __m256i mn[8];   // lane r as int16: Q4_K, Q5_K, Q2_K the mins of sub-blocks 2 k, 2 k + 1; Q6_K, Q3_K their scales
     __m256 d, dmin;
 } il8k_dec;
 
 INLINE size_t il8k_bytes(const int type) {   // bytes of a group's super-block (its words)
     return type == LLMB_TYPE_Q4_K   ? sizeof(llmb_il8_q4_K)
+           : type == LLMB_TYPE_Q5_K ? sizeof(llmb_il8_q5_K)
            : type == LLMB_TYPE_Q2_K ? sizeof(llmb_il8_q2_K)
            : type == LLMB_TYPE_Q3_K ? sizeof(llmb_il8_q3_K)
                                     : sizeof(llmb_il8_q6_K);
 }
 // 1 for the types of 16 sub-blocks of 16 (Q2_K, Q3_K, Q6_K: pairs of sub-blocks against the bsums), 0 for Q4_K
-INLINE int il8k_16(const int type) { return type != LLMB_TYPE_Q4_K; }
+// and Q5_K (8 sub-blocks of 32)
+INLINE int il8k_16(const int type) { return type != LLMB_TYPE_Q4_K && type != LLMB_TYPE_Q5_K; }
 
 // bytes (b, b + 1) or (b, b) of each lane as its two int16 (hi: into the high bytes, for a sign-extending shift)
 INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
@@ -383,7 +389,7 @@ INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
     return _mm256_shuffle_epi8(v, _mm256_loadu_si256((const __m256i *)i));
 }
 
-// the scales, mins, d and dmin of the group's super-block i at g (Q4_K: ggml's kmask unpacking, lane by lane)
+// the scales, mins, d and dmin of the group's super-block i at g (Q4_K, Q5_K: ggml's kmask unpacking, lane by lane)
 INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8k_dec *o) {
     const uint8_t *v = g + (size_t)i * il8k_bytes(type);
     if (type == LLMB_TYPE_Q2_K) {   // byte b of scales word w: sub-block 4 w + b's scale (low nibble) and min
@@ -438,7 +444,7 @@ INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int
     for (int k = 0; k < 4; k++) o->mn[k] = IL(il8k_pick)(k < 2 ? mn_lo : mn_hi, 2 * k % 4, 2 * k % 4 + 1, 0);
 }
 
-// the values of part j of super-block i into q: Q4_K chunk j of 4 (sub-blocks 2 j, 2 j + 1: words 8 j .. 8 j + 7
+// the values of part j of super-block i into q: Q4_K, Q5_K chunk j of 4 (sub-blocks 2 j, 2 j + 1: words 8 j .. 8 j + 7
 // of qs, low then high nibbles), 16 vectors; the others half j of 2 (sub-blocks 8 j .. 8 j + 7), 32 vectors
 INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int j, __m256i *q) {
     const uint8_t *v = g + (size_t)i * il8k_bytes(type);
@@ -494,6 +500,17 @@ INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int 
         return;
     }
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (type == LLMB_TYPE_Q5_K) {   // word 8 j + k of qs, its fifth bits in qh' word 2 j + k / 4 (vecdot.c, q5_K_recode)
+        const __m256i b4 = _mm256_set1_epi8(0x10);
+        for (int k = 0; k < 8; k++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * (12 + 8 * j + k)));
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(v + 32 * (4 + 2 * j + k / 4)));
+            q[k] = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4 - k % 4), b4));
+            q[8 + k] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(h, k % 4), b4));
+        }
+        return;
+    }
     for (int k = 0; k < 8; k++) {
         const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 128 + 32 * (8 * j + k)));
         q[k] = _mm256_and_si256(raw, m4);
@@ -505,7 +522,9 @@ INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int 
 // token c's values of the part's first sub-block)
 INLINE IL_T void IL(il8k_sums)(const int type, const __m256i *q, const __m256i *sc, const int8_t *const *xq,
                                __m256i *S, const int NC) {
-    const int k16 = il8k_16(type), subs = k16 ? 8 : 2, vecs = k16 ? 4 : 8, run = type == LLMB_TYPE_Q6_K ? 2 : k16 ? 4 : 8;
+    // values below 2^v against |x| <= 127: 2 (2^v - 1) 127 a maddubs, so Q4_K 8 a run, Q5_K 4, Q6_K 2, Q2_K Q3_K 4
+    const int k16 = il8k_16(type), subs = k16 ? 8 : 2, vecs = k16 ? 4 : 8;
+    const int run = type == LLMB_TYPE_Q6_K ? 2 : type == LLMB_TYPE_Q4_K ? 8 : 4;
     for (int sb = 0; sb < subs; sb++)
         for (int r0 = 0; r0 < vecs; r0 += run) {   // int16 sums of `run` maddubs, then a madd with the scale
             __m256i h16[IL8_NC];
@@ -541,7 +560,7 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
         }
         const llmb_block_q8_K *xb[IL8_NC];
         __m256i S[IL8_NC], M[IL8_NC];
-        for (int c = 0; c < NC; c++) {   // M: the mins (Q4_K, Q2_K) or scales (Q6_K, Q3_K) against the sums of x
+        for (int c = 0; c < NC; c++) {   // M: the mins (Q4_K, Q5_K, Q2_K) or scales (Q6_K, Q3_K) against the sums of x
             xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
             const __m256i bs = _mm256_loadu_si256((const __m256i *)xb[c]->bsums);   // 16 sums of 16 values
             M[c] = _mm256_setzero_si256();
@@ -625,6 +644,11 @@ IL_T static void IL(q4_K_il8)(int64_t n, const void *w, size_t ws, int nr, const
                               int64_t ldy, int stream) {
     (void)stream;
     IL(il8k_kernel)(LLMB_TYPE_Q4_K, n, w, ws, nr, x, xs, nc, y, ldy);
+}
+IL_T static void IL(q5_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
+                              int64_t ldy, int stream) {
+    (void)stream;
+    IL(il8k_kernel)(LLMB_TYPE_Q5_K, n, w, ws, nr, x, xs, nc, y, ldy);
 }
 IL_T static void IL(q6_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
                               int64_t ldy, int stream) {

@@ -10,9 +10,11 @@
 #ifndef LLMB_VECDOT_LAYOUT_H
 #define LLMB_VECDOT_LAYOUT_H
 
+#include <stddef.h>
+
 #include "quants.h"
 
-// ---- recoded blocks (vecdot.c: legacy_recode, q8_0_recode, q6_K_recode, q3_K_recode) ----
+// ---- recoded blocks (vecdot.c: legacy_recode, q8_0_recode, q6_K_recode, q3_K_recode, q5_K_recode) ----
 typedef struct {                 // Q4_0, IQ4_NL: the values' nibbles first, d the tail
     uint8_t qs[LLMB_QK / 2];
     llmb_half d;
@@ -41,6 +43,12 @@ typedef struct {                 // Q3_K: each value whole in 3 bits (q + 4 h), 
     uint8_t scales[12];
     llmb_half d;                 // the tail
 } llmb_rc_q3_K;
+typedef struct {                 // Q5_K: the plain order, with qh' for qh (vecdot.c, q5_K_recode)
+    llmb_half d, dmin;
+    uint8_t scales[LLMB_K_SCALE_SIZE];
+    uint8_t qh[LLMB_QK_K / 8];   // qh': word 2 j + h the fifth bits of words 8 j + 4 h .. + 3 of qs
+    uint8_t qs[LLMB_QK_K / 2];
+} llmb_rc_q5_K;
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q4_0) == sizeof(llmb_block_q4_0), "recoded q4_0 block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q4_0) == sizeof(llmb_block_iq4_nl), "recoded iq4_nl block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q5_0) == sizeof(llmb_block_q5_0), "recoded q5_0 block size");
@@ -48,6 +56,9 @@ LLMB_STATIC_ASSERT(sizeof(llmb_rc_q5_1) == sizeof(llmb_block_q5_1), "recoded q5_
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q8_0) == sizeof(llmb_block_q8_0), "recoded q8_0 block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q6_K) == sizeof(llmb_block_q6_K), "recoded q6_K block size");
 LLMB_STATIC_ASSERT(sizeof(llmb_rc_q3_K) == sizeof(llmb_block_q3_K), "recoded q3_K block size");
+LLMB_STATIC_ASSERT(sizeof(llmb_rc_q5_K) == sizeof(llmb_block_q5_K) &&
+                       offsetof(llmb_rc_q5_K, qh) == offsetof(llmb_block_q5_K, qh),
+                   "recoded q5_K block: qh' in qh's place");
 
 // ---- one block of a group: its words, G rows to a word ----
 #define LLMB_IL_WORDS(block) (sizeof(block) / 4)   // whole words of a block
@@ -65,6 +76,7 @@ LLMB_IL_GROUP(llmb_il8_q5_0, llmb_rc_q5_0, 8);      // qh', 4 words of qs
 LLMB_IL_GROUP(llmb_il8_q5_1, llmb_rc_q5_1, 8);      // d|m, qh', 4 words of qs
 LLMB_IL_GROUP(llmb_il8_q8_0, llmb_rc_q8_0, 8);      // 8 words of values + 128
 LLMB_IL_GROUP(llmb_il8_q4_K, llmb_block_q4_K, 8);   // d|dmin, 3 words of scales, 32 of qs
+LLMB_IL_GROUP(llmb_il8_q5_K, llmb_rc_q5_K, 8);      // d|dmin, 3 words of scales, 8 of qh', 32 of qs
 LLMB_IL_GROUP(llmb_il8_q6_K, llmb_rc_q6_K, 8);      // 48 words of values, 4 of scales
 LLMB_IL_GROUP(llmb_il8_iq4_xs, llmb_block_iq4_xs, 8);   // d|scales_h, scales_l, 32 words of indices
 LLMB_IL_GROUP(llmb_il8_q2_K, llmb_block_q2_K, 8);   // 4 words of scales, 16 of qs, d|dmin

@@ -188,7 +188,9 @@ def test_batch_invariance_by_kernel(wtype, act):
         assert got.logprobs == alone.logprobs and got.top_logprobs == alone.top_logprobs, f"batch of {b}"
 
 
-@pytest.mark.parametrize("mix, wtype", [("Q4_K_M", "Q4_K"), ("Q8_0", "Q8_0"), ("Q4_0", "Q4_0"), ("Q5_1", "Q5_1")])
+@pytest.mark.parametrize(
+    "mix, wtype", [("Q4_K_M", "Q4_K"), ("Q5_K_M", "Q5_K"), ("Q8_0", "Q8_0"), ("Q4_0", "Q4_0"), ("Q5_1", "Q5_1")]
+)
 def test_interleaved_weights_give_the_plain_bits(mix, wtype):
     """Where the SIMD level has an interleaved kernel (groups of 16 rows with AVX-512 VNNI, of 8 with AVX2 or VNNI:
     csrc/vecdot.h's kernel table says which types), the CPU backend repacks those

@@ -11,10 +11,11 @@
 //     rows and tokens for several row panels and token blocks, and rows too long for a panel's
 //     stack buffer (its fallback to tiles);
 //   - interleaved weights (llmb_vec_dot_repack: Q4_K, Q6_K and Q8_0 with AVX-512 VNNI; Q4_0, Q4_1, Q5_0, Q5_1 with
-//     AVX2 and AVX-512 VNNI, Q2_K, Q3_K, Q4_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS with AVX2, in groups of 8: every type
+//     AVX2 and AVX-512 VNNI, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS with AVX2, in groups of 8: every type
 //     whose level has a layout, llmb_vec_dot_interleave): the layout round-trips, and their
 //     matmul at every token count of decode and batched decode and past the token blocks, on 1 and 2
-//     threads, bit-identical to the plain rows' single dot;
+//     threads, bit-identical to the plain rows' single dot, also with every weight value at its largest against
+//     activations all +-127 (the largest sums: Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K);
 //   - llmb_vec_dot_matmul_parts (Q4_K and Q6_K rows of 7 and 9 with one input, as Q, K, V) on 1 and 2
 //     threads bit-identical to one llmb_vec_dot_matmul per part, at 1 and 70 tokens;
 //   - llmb_matmul_n (ops.c) over weights of mixed activation types (Q4_0, Q4_K, Q8_0, Q6_K: the input
@@ -299,13 +300,34 @@ static void check_small_long(int t, int64_t n) {
     free(w), free(xq), free(x);
 }
 
+// Every value of the blocks at its largest (all the value bytes' bits set, the scales as they are): the bytes
+// [from, to) of each block of the types below; 0 for the other types
+static int max_values(int t, uint8_t *w, int64_t n) {
+    int from, to;
+    switch (t) {
+    case LLMB_TYPE_Q4_0: from = offsetof(llmb_block_q4_0, qs), to = sizeof(llmb_block_q4_0); break;
+    case LLMB_TYPE_Q4_1: from = offsetof(llmb_block_q4_1, qs), to = sizeof(llmb_block_q4_1); break;
+    case LLMB_TYPE_Q5_0: from = offsetof(llmb_block_q5_0, qh), to = sizeof(llmb_block_q5_0); break;
+    case LLMB_TYPE_Q5_1: from = offsetof(llmb_block_q5_1, qh), to = sizeof(llmb_block_q5_1); break;
+    case LLMB_TYPE_Q4_K: from = offsetof(llmb_block_q4_K, qs), to = sizeof(llmb_block_q4_K); break;
+    case LLMB_TYPE_Q5_K: from = offsetof(llmb_block_q5_K, qh), to = sizeof(llmb_block_q5_K); break;
+    case LLMB_TYPE_Q6_K: from = offsetof(llmb_block_q6_K, ql), to = offsetof(llmb_block_q6_K, scales); break;
+    default: return 0;
+    }
+    const llmb_type_traits *tt = llmb_type_traits_get(t);
+    for (int64_t b = 0; b < n / tt->blck_size; b++) memset(w + b * tt->type_size + from, 0xFF, (size_t)(to - from));
+    return 1;
+}
+
 // Interleaved weights (llmb_vec_dot_repack), where a level has them: unpack(repack(w)) == w; matmul over
 // IR rows (several groups: 2 threads take 2 and 3; Q8_0 at one token on one thread runs 4 side by side,
 // then 1) at every token count of decode and batched decode, past a token tile, and past the longest pass
 // of token blocks, bit-identical to the plain rows' single dot, also as one part among plain parts of
-// llmb_vec_dot_matmul_parts
+// llmb_vec_dot_matmul_parts. maxed: every weight value at its largest (max_values; other types return) against
+// activations all +127 or all -127 (tokens of +1 and -1), the largest integer sums: the kernels' int16 partial
+// sums must hold them
 #define IR 80
-static void check_interleaved(int t, int64_t n) {
+static void check_interleaved(int t, int64_t n, int maxed) {
     const llmb_simd_level levels[] = {LLMB_SIMD_SCALAR, LLMB_SIMD_NEON, LLMB_SIMD_AVX2, LLMB_SIMD_AVX512};
     const llmb_type_traits *tt = llmb_type_traits_get(t);
     const size_t ws = (size_t)(n / tt->blck_size * tt->type_size), xs = llmb_vec_dot_row_bytes(t, n);
@@ -314,6 +336,12 @@ static void check_interleaved(int t, int64_t n) {
     float *y2 = malloc(sizeof(float) * IR * PT);
     random_weights(t, w, n * IR);
     random_x(x, n * PT);
+    if (maxed && !max_values(t, w, n * IR)) {
+        free(w), free(wi), free(back), free(xq), free(x), free(one), free(y), free(y2);
+        return;
+    }
+    if (maxed)
+        for (int64_t i = 0; i < n * PT; i++) x[i] = i / n % 2 ? -1.0f : 1.0f;
     for (int c = 0; c < PT; c++) llmb_vec_dot_quantize_x(t, x + c * n, xq + c * xs, n);
     for (size_t k = 0; k < sizeof levels / sizeof levels[0]; k++) {
         if (llmb_simd_set(levels[k]) != LLMB_OK) continue;
@@ -334,8 +362,9 @@ static void check_interleaved(int t, int64_t n) {
                     llmb_vec_dot_matmul_parts(n, parts, 2, xq, xs, ntok, nt);
                     CHECK(memcmp(y, one, sizeof(float) * IR * ntok) == 0 &&
                               memcmp(y2, one, sizeof(float) * IR * ntok) == 0,
-                          "%s %s n=%lld: interleaved matmul of %d x %d on %d threads (stream %d) differs from the "
-                          "single dot", llmb_simd_name(levels[k]), tname(t), (long long)n, IR, ntok, nt, st);
+                          "%s %s n=%lld%s: interleaved matmul of %d x %d on %d threads (stream %d) differs from the "
+                          "single dot", llmb_simd_name(levels[k]), tname(t), (long long)n, maxed ? " (largest values)" : "",
+                          IR, ntok, nt, st);
                 }
     }
     llmb_simd_set(llmb_simd_detected());
@@ -546,14 +575,16 @@ int main(void) {
             check_panels(t, 256 * 65);   // beyond a panel's 64 decoded super-blocks
             check_small_long(t, 256 * 257);
             check_small_long(t, 256 * 513);
-            check_interleaved(t, 256 * 3);
-            check_interleaved(t, 256 * 65);
+            check_interleaved(t, 256 * 3, 0);
+            check_interleaved(t, 256 * 65, 0);
+            check_interleaved(t, 256 * 3, 1);
         } else {
             const int64_t ks[] = {1, 3, 8, 37, 64}, b = bs == 1 ? 32 : bs;   // blocks of 32 (NVFP4: 64)
             for (size_t k = 0; k < 5; k++) check_type(ti, b * ks[k]);
             check_panels(t, b * 13);
-            check_interleaved(t, b * 13);
-            check_interleaved(t, b * 257);
+            check_interleaved(t, b * 13, 0);
+            check_interleaved(t, b * 257, 0);
+            check_interleaved(t, b * 13, 1);
             if (bs == 1) check_panels(t, 8192 + 29), check_panels(t, 8 * 9 + 5);   // many float-panel chunks; tails
             if (bs == 1) {   // tails of the float kernels
                 const int64_t odd[] = {1, 7, 13, 45, 133};
