@@ -169,6 +169,21 @@ int llmb_max_threads(void) {
 #endif
 }
 
+// libgomp keeps a pool of workers for every thread that has started a parallel region, and counts all of
+// them: once they outnumber the CPUs, a thread waiting at a barrier spins 100 rounds before it sleeps
+// instead of GOMP_SPINCOUNT's (a futex wake at every barrier, about 25 us in a VM). A model loaded on one
+// thread (the load's parallel loops leave that thread a pool) and stepped on another, as `llmbench
+// serve`'s engine thread does, then decoded 2.1x slower on 2 threads (SmolLM2-135M Q4_1: 11.8 against
+// 5.6 ms a token); regions started from a second thread cost 22-26 us against 3 (a C loop of 20,000).
+// The engine frees the loading thread's pool when the load is done (OpenMP 5.0's omp_pause_resource_all,
+// soft: the threads exit, the pool is made again by the next region there), so whichever thread steps
+// holds the only one.
+void llmb_omp_release(void) {
+#if defined(_OPENMP) && (_OPENMP >= 201811 || (defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9))
+    if (!omp_in_parallel()) omp_pause_resource_all(omp_pause_soft);
+#endif
+}
+
 uint64_t llmb_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -311,6 +311,7 @@ llmb_status llmb_engine_create(const llmb_gguf *g, const llmb_engine_params *p, 
                             .max_blocks = e->max_blocks, .rows = e->rows};
     for (int64_t b = 0; b < p->n_blocks; b++) e->free_list[b] = (int32_t)(p->n_blocks - 1 - b);
     e->n_free = p->n_blocks;
+    llmb_omp_release();   // the steps may run on another thread than this one (cpu.c, llmb_omp_release)
     *out = e;
     return LLMB_OK;
 }

@@ -27,6 +27,9 @@ void llmb_clear_error(void);
 // prefetchers stop at). Freed with free(); NULL when out of memory.
 void *llmb_alloc_stream(size_t bytes);
 
+// Frees the calling thread's idle OpenMP workers (cpu.c says why the engine does so after loading).
+void llmb_omp_release(void);
+
 // This thread's number in the OpenMP region it runs (0 outside one, or without OpenMP).
 static inline int llmb_thread_id(void) {
 #ifdef _OPENMP

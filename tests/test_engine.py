@@ -535,6 +535,41 @@ def test_thread_pools_do_not_spin_against_each_other():
     assert out.stdout.split() == ["100000", "20"]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts the process's threads in /proc")
+def test_loading_frees_the_loading_threads_openmp_workers():
+    """libgomp counts the workers of every thread's pool, and once they outnumber the CPUs its barriers spin
+    100 rounds instead of GOMP_SPINCOUNT's: a model loaded on one thread and stepped on another (serve's
+    engine thread) decoded 2.1x slower. Creating an LLM frees the creating thread's idle workers (here a
+    pool of 2 made by a 3-thread quantization), and the thread that steps makes its own."""
+    import subprocess
+
+    code = """if True:
+        import os, threading, time
+        import llmbench, numpy as np
+        from llmbench.models.weight_types import quantize
+        def count(want):   # freed workers exit on their own time
+            for _ in range(200):
+                if len(os.listdir('/proc/self/task')) == want:
+                    break
+                time.sleep(0.01)
+            return len(os.listdir('/proc/self/task'))
+        base = count(-1)
+        quantize(np.ones((512, 1024), np.float32), 'Q8_0', nthreads=3)
+        pool = count(base + 2)
+        llm = llmbench.LLM(llmbench.dummy_model('tiny', 'Q8_0'), threads=3, ctx=64, max_seqs=1)
+        loaded = count(base)
+        seen = []
+        def step():
+            llm.generate('Lily', llmbench.SamplingParams(max_tokens=3, temperature=0))
+            seen.append(len(os.listdir('/proc/self/task')))
+        t = threading.Thread(target=step); t.start(); t.join()
+        print(pool - base, loaded - base, seen[0] - base)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # the quantization's pool: 2 workers; after the load: none; the stepping thread and its 2 workers
+    assert out.stdout.split() == ["2", "0", "3"], out.stdout + out.stderr
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("llama.attention.head_count", 0, "'llama.attention.head_count' is 0, expected a size from 1"),
     ("llama.attention.head_count_kv", 0, "'llama.attention.head_count_kv' is 0"),
