@@ -17,15 +17,19 @@
 // before they sleep) lose nothing while the engine has the cores to itself. When other processes want
 // them, a thread waits for one that the OS took off its core (a scheduler slice, milliseconds), and a
 // spinning waiter holds the core its partner needs. Linux counts the time a thread was ready to run but
-// waited for a CPU (run_delay, /proc/thread-self/schedstat): over a tenth of the time since the last
+// waited for a CPU (run_delay, /proc/thread-self/schedstat): over a quarter of the time since the last
 // reading, at the end of two steps in a row, sends the next steps to one thread (the same bits on any
 // thread count) for SOLO_MIN_NS; the first step after that tries all of them again, and if it waited as
 // long, the steps go back to one thread at once, for twice as long as before (at most SOLO_MAX_NS): a step
 // on contended cores with spinning waiters costs tens of milliseconds (docs/engine-measurements.md#contention).
+// Why a quarter: two threads decode 1.6x as fast as one (SmolLM2-135M Q4_1: 5.6 against 9 ms a token), so
+// they stay ahead while they wait up to about a third of the time. `llmbench serve` with its client on the
+// same 2 cores waits under a tenth in 95% of steps but over it in 4.4% (p99 0.21), enough at a tenth to send
+// it to one thread for seconds (TPOT 6.6 against 5.9 ms); beside one busy process each thread waited 31-49%.
 #define SOLO_MIN_NS 500000000ull
 #define SOLO_MAX_NS 8000000000ull
 uint64_t llmb_cpu_contended(llmb_cpu_load *s, uint64_t delay_ns, uint64_t wall_ns) {
-    if (delay_ns * 10 <= wall_ns) {
+    if (delay_ns * 4 <= wall_ns) {
         s->stalled = 0, s->solo_ns = 0;
         return 0;
     }

@@ -340,15 +340,15 @@ static void test_decode_allocates_nothing(const llmb_gguf *g, int threads) {
 #endif
 }
 
-// The contention rule: two steps in a row whose thread waited over a tenth of the time for a CPU send the
+// The contention rule: two steps in a row whose thread waited over a quarter of the time for a CPU send the
 // steps to one thread for half a second; each stalled step right after that doubles it (up to 8 s); one
-// stalled step alone, or a tenth exactly, changes nothing, and a clean step starts over.
+// stalled step alone, or a quarter exactly, changes nothing, and a clean step starts over.
 static void test_contention_rule(void) {
     llmb_cpu_load s = {0, 0};
-    CHECK(llmb_cpu_contended(&s, 2000, 10000) == 0, "one stalled step");
-    CHECK(llmb_cpu_contended(&s, 100, 10000) == 0 && s.stalled == 0, "a clean step resets the count");
-    CHECK(llmb_cpu_contended(&s, 1000, 10000) == 0 && s.stalled == 0, "a tenth is not over a tenth");
-    CHECK(llmb_cpu_contended(&s, 1001, 10000) == 0 && llmb_cpu_contended(&s, 5000, 10000) == 500000000ull,
+    CHECK(llmb_cpu_contended(&s, 3000, 10000) == 0, "one stalled step");
+    CHECK(llmb_cpu_contended(&s, 2000, 10000) == 0 && s.stalled == 0, "a fifth is a clean step: resets the count");
+    CHECK(llmb_cpu_contended(&s, 2500, 10000) == 0 && s.stalled == 0, "a quarter is not over a quarter");
+    CHECK(llmb_cpu_contended(&s, 2501, 10000) == 0 && llmb_cpu_contended(&s, 5000, 10000) == 500000000ull,
           "two stalled steps in a row: half a second on one thread");
     uint64_t t = 0;
     for (int k = 0; k < 6; k++) t = llmb_cpu_contended(&s, 9000, 10000);
