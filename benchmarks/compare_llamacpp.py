@@ -118,8 +118,8 @@ def measure_ik(bench: str, args: list[str]) -> dict:
     repacking; its own warmup run precedes the timed ones."""
     path, threads, pp, tg, reps = args
     if not os.access(bench, os.X_OK):
-        raise RuntimeError(f"--ik-bench {bench}: not an executable; build ik_llama.cpp's llama-bench "
-                           "(cmake -B build && cmake --build build --target llama-bench) and pass build/bin/llama-bench")
+        raise RuntimeError(f"--ik-bench {bench}: not an executable; build ik_llama.cpp's llama-bench (cmake -B "
+                           "build && cmake --build build --target llama-bench) and pass build/bin/llama-bench")
     cmd = [bench, "-m", path, "-t", threads, "-p", pp, "-n", tg, "-r", reps, "-rtr", "1", "-o", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if r.returncode != 0:

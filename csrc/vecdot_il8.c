@@ -355,13 +355,14 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
 // maddubs against 4 activation bytes, summed in int16 while below 2^15 (Q4_K 8 of them, Q5_K 4: its values are
 // below 32, Q6_K 2, Q2_K and Q3_K 4: their values are below 8), then one madd with the scale.
 // A group's super-block: Q4_K 36 vectors (d dmin, 3 of scales, 32 of qs); Q5_K 44 (d dmin, 3 of scales, 8 of
-// the fifth bits recoded as qh', vecdot.c q5_K_recode, 32 of qs: 5.5 bits a value, as its plain block); Q6_K 52 (48 of the values recoded
-// whole, vecdot.c q6_K_recode, then 4 of scales) and d after the group's last super-block; Q2_K 21 (its plain
-// block: 4 of scales, 16 of qs, d dmin); Q3_K 27 (24 of the values recoded whole in 3 bits, vecdot.c
-// q3_K_recode, then 3 of scales) and d after the group's last super-block.
+// the fifth bits recoded as qh', vecdot.c q5_K_recode, 32 of qs: 5.5 bits a value, as its plain block); Q6_K 52
+// (48 of the values recoded whole, vecdot.c q6_K_recode, then 4 of scales) and d after the group's last
+// super-block; Q2_K 21 (its plain block: 4 of scales, 16 of qs, d dmin); Q3_K 27 (24 of the values recoded
+// whole in 3 bits, vecdot.c q3_K_recode, then 3 of scales) and d after the group's last super-block.
 
 typedef struct {
-    __m256i q[64];   // Q4_K, Q5_K q[8 s + k], the others q[4 s + k], lane r: values 4 k .. 4 k + 3 of row r's sub-block s
+    __m256i q[64];   // Q4_K, Q5_K q[8 s + k], the others q[4 s + k]; lane r: values 4 k .. 4 k + 3 of row r's
+                     // sub-block s
     __m256i sc[16];  // lane r: row r's scale of sub-block s in both int16 halves (Q4_K, Q5_K: 8 sub-blocks)
     __m256i mn[8];   // lane r as int16: Q4_K, Q5_K, Q2_K the mins of sub-blocks 2 k, 2 k + 1; Q6_K, Q3_K their scales
     __m256 d, dmin;
