@@ -25,24 +25,12 @@ import numpy as np
 import llmbench
 from llmbench import LLM, SamplingParams
 from llmbench.backends import cuda
-from llmbench.models.weight_types import dequantize, quantize, type_id
+from llmbench.models.weight_types import block_size, dequantize, quantize, random_blocks, type_id
 
-BLOCK = {"Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32, "IQ4_NL": 32,
-         "Q2_K": 256, "Q3_K": 256, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "IQ4_XS": 256}
-# bytes per block and the offsets of its FP16 scales
-LAYOUT = {"Q4_0": (18, [0]), "Q4_1": (20, [0, 2]), "Q5_0": (22, [0]), "Q5_1": (24, [0, 2]), "Q8_0": (34, [0]),
-          "IQ4_NL": (18, [0]), "Q2_K": (84, [80, 82]), "Q3_K": (110, [108]), "Q4_K": (144, [0, 2]),
-          "Q5_K": (176, [0, 2]), "Q6_K": (210, [208]), "IQ4_XS": (136, [0])}
+# the block types the device decodes, and their block sizes
+BLOCK = {t: block_size(t) for t in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                                    "Q6_K", "IQ4_XS")}
 MIX = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}   # dummy model file type of a tensor type
-
-
-def random_blocks(t: str, rows: int, nb: int, rng) -> np.ndarray:
-    size, halves = LAYOUT[t]
-    raw = rng.integers(0, 256, (rows, nb, size), dtype=np.uint8)
-    for off in halves:
-        h = (rng.standard_normal((rows, nb)) * np.exp2(rng.integers(-12, 4, (rows, nb)))).astype(np.float16)
-        raw[:, :, off:off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
-    return raw.reshape(rows, nb * size)
 
 
 def kernel_errors(ctx: cuda.Context, t: str, rng) -> dict:
@@ -50,7 +38,7 @@ def kernel_errors(ctx: cuda.Context, t: str, rng) -> dict:
     w = (rng.standard_normal((37, cols)) * np.exp2(rng.integers(-4, 2, (37, 1)))).astype(np.float32)
     raw = quantize(w, t).reshape(37, -1)
     w64 = dequantize(raw, t, (37, cols)).astype(np.float64)
-    rb = random_blocks(t, 13, 9, rng)
+    rb = random_blocks(t, 13 * 9, rng).reshape(13, -1)
     rw = dequantize(rb, t, (13, 9 * BLOCK[t]))
     out = {"dequant_max_abs": float(np.abs(ctx.dequantize(type_id(t), raw, cols) - w64.astype(np.float32)).max()),
            "dequant_random_blocks_max_abs": float(np.abs(ctx.dequantize(type_id(t), rb, 9 * BLOCK[t]) - rw).max())}

@@ -26,7 +26,7 @@ import pytest
 import llmbench
 from llmbench import _core
 from llmbench.backends import cuda
-from llmbench.models.weight_types import dequantize, quantize, row_bytes, type_id
+from llmbench.models.weight_types import block_size, dequantize, quantize, random_blocks, row_bytes, type_id
 
 HAVE_GPU, WHY = cuda.available()
 gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no usable CUDA device: {WHY}")
@@ -34,11 +34,8 @@ LIB = cuda.library_path()
 
 WTYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
           "IQ4_XS"]
-BLOCK = {**{t: 32 for t in ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL"]},
-         **{t: 256 for t in ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]}}
-# bytes per block and the offsets of its FP16 scales (d, and the min or dmin where there is one)
-LAYOUT = {"Q4_0": (18, [0]), "Q4_1": (20, [0, 2]), "Q5_0": (22, [0]), "Q5_1": (24, [0, 2]), "Q8_0": (34, [0]),
-          "IQ4_NL": (18, [0]), "Q2_K": (84, [80, 82]), "Q3_K": (110, [108]), "Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]), "Q6_K": (210, [208]), "IQ4_XS": (136, [0])}
+# block size of each block type (the rest are float types)
+BLOCK = {t: block_size(t) for t in WTYPES if block_size(t) > 1}
 
 
 # ---- the library's table (runs without a device) ----
@@ -187,25 +184,14 @@ def test_dequantize_and_row_lookup(ctx, t):
     assert not got[3].any() and not got[4].any()  # ids outside the table: zeros
 
 
-def random_blocks(t: str, rows: int, nb: int, rng) -> np.ndarray:
-    """Rows of nb blocks of random bytes, every bit pattern of quants and sub-block scales (which a
-    quantizer's output may never hold), with finite FP16 scales of varied sign and size."""
-    size, halves = LAYOUT[t]
-    raw = rng.integers(0, 256, (rows, nb, size), dtype=np.uint8)
-    for off in halves:
-        h = (rng.standard_normal((rows, nb)) * np.exp2(rng.integers(-12, 4, (rows, nb)))).astype(np.float16)
-        raw[:, :, off:off + 2] = h.view(np.uint8).reshape(rows, nb, 2)
-    return raw.reshape(rows, nb * size)
-
-
-@pytest.mark.parametrize("t", list(LAYOUT))
+@pytest.mark.parametrize("t", list(BLOCK))
 @pytest.mark.parametrize("rows,nb", [(1, 1), (5, 3), (13, 9), (3, 17)])
 def test_random_blocks_decode_as_on_the_cpu(ctx, t, rows, nb):
     """Random block bytes decode to the CPU's values (in emulation bit for bit), in dequantize and in
     matvec; row lengths of 1, 3, 9 and 17 blocks end chunks of 256 elements whole and part-way."""
     rng = np.random.default_rng(rows * 100 + nb)
     cols = nb * BLOCK[t]
-    raw = random_blocks(t, rows, nb, rng)
+    raw = random_blocks(t, rows * nb, rng).reshape(rows, -1)   # finite scales of every size
     w64 = dequantize(raw, t, (rows, cols)).astype(np.float64)
     out = ctx.dequantize(type_id(t), raw, cols)
     if EMULATED:

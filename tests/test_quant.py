@@ -35,6 +35,7 @@ from llmbench.models.weight_types import (
     block_size,
     dequantize,
     quantize,
+    random_blocks,
     row_bytes,
     type_size,
 )
@@ -83,33 +84,6 @@ RMSE_TABLE = {
 def bits(a: np.ndarray) -> np.ndarray:
     """float32 values as their bit patterns, so NaN payloads and signed zeros compare too"""
     return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
-
-
-def random_blocks(type_name: str, nblocks: int, rng: np.random.Generator) -> np.ndarray:
-    """nblocks random blocks of a type as (nblocks, type_size) uint8, with finite fp16 scales"""
-    blocks = rng.integers(0, 256, (nblocks, type_size(type_name)), dtype=np.uint8)
-    def finite_half() -> np.ndarray:
-        return (rng.integers(0, 0x7C00, nblocks) | (rng.integers(0, 2, nblocks) << 15)).astype(np.uint16)
-
-    scale_fields = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2],
-                    "Q5_K": [0, 2], "Q6_K": [208], "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0],
-                    **dict.fromkeys(["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "Q1_0"], [0])}
-    for off in scale_fields.get(type_name, []):
-        blocks[:, off:off + 2] = finite_half().view(np.uint8).reshape(nblocks, 2)
-    if type_name == "IQ1_M":   # d's 4 nibbles are the top nibbles of the 4 scale words (bytes 48..55)
-        words = blocks[:, 48:56].copy().view(np.uint16)
-        d = finite_half()
-        for k in range(4):
-            words[:, k] = (words[:, k] & 0x0FFF) | ((d >> (4 * k)) & 0xF) << 12
-        blocks[:, 48:56] = words.view(np.uint8)
-    if type_name in ("TQ1_0", "TQ2_0"):   # d is the block's last 2 bytes
-        blocks[:, -2:] = finite_half().view(np.uint8).reshape(nblocks, 2)
-    if type_name == "MXFP4":   # E8M0 exponents keeping 12 * 2^(e - 128) finite (e <= 252), subnormal ones (0, 1) too
-        blocks[:, 0] = rng.integers(0, 253, nblocks)
-        blocks[:3, 0] = [0, 1, 252][:nblocks]
-    if type_name == "Q8_K":
-        blocks[:, 0:4] = rng.standard_normal(nblocks, dtype=np.float32).view(np.uint8).reshape(nblocks, 4)
-    return blocks
 
 
 def gaussian_rows(nrows: int, ncols: int, seed: int) -> np.ndarray:

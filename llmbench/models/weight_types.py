@@ -114,6 +114,40 @@ IMATRIX_TYPES: tuple[str, ...] = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K"
                                   "IQ4_XS")
 
 
+# byte offsets of each block's FP16 scales (d, and the min or dmin where there is one)
+_HALF_SCALES = {"Q4_0": [0], "Q5_0": [0], "Q8_0": [0], "Q4_1": [0, 2], "Q5_1": [0, 2], "Q4_K": [0, 2], "Q5_K": [0, 2],
+                "Q6_K": [208], "Q2_K": [80, 82], "Q3_K": [108], "IQ4_NL": [0], "IQ4_XS": [0],
+                **dict.fromkeys(["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "Q1_0"], [0])}
+
+
+def random_blocks(type: str | int, nblocks: int, rng: np.random.Generator) -> np.ndarray:
+    """``nblocks`` blocks of random bytes of a block type as (nblocks, type_size) uint8: every bit pattern
+    of quants and sub-block scales (which a quantizer may never write), with finite scales of any sign
+    and size, subnormal ones included. For testing a kernel against :func:`dequantize`."""
+    name = _TRAITS[type_id(type)][0]
+    blocks = rng.integers(0, 256, (nblocks, type_size(name)), dtype=np.uint8)
+
+    def finite_half() -> np.ndarray:
+        return (rng.integers(0, 0x7C00, nblocks) | (rng.integers(0, 2, nblocks) << 15)).astype(np.uint16)
+
+    for off in _HALF_SCALES.get(name, []):
+        blocks[:, off:off + 2] = finite_half().view(np.uint8).reshape(nblocks, 2)
+    if name == "IQ1_M":   # d's 4 nibbles are the top nibbles of the 4 scale words (bytes 48..55)
+        words = blocks[:, 48:56].copy().view(np.uint16)
+        d = finite_half()
+        for k in range(4):
+            words[:, k] = (words[:, k] & 0x0FFF) | ((d >> (4 * k)) & 0xF) << 12
+        blocks[:, 48:56] = words.view(np.uint8)
+    if name in ("TQ1_0", "TQ2_0"):   # d is the block's last 2 bytes
+        blocks[:, -2:] = finite_half().view(np.uint8).reshape(nblocks, 2)
+    if name == "MXFP4":   # E8M0 exponents keeping 12 * 2^(e - 128) finite (e <= 252), subnormal ones (0, 1) too
+        blocks[:, 0] = rng.integers(0, 253, nblocks)
+        blocks[:3, 0] = [0, 1, 252][:nblocks]
+    if name == "Q8_K":
+        blocks[:, 0:4] = rng.standard_normal(nblocks, dtype=np.float32).view(np.uint8).reshape(nblocks, 4)
+    return blocks
+
+
 def quantize(array: np.ndarray, type: str | int, *, nthreads: int = 0, imatrix: np.ndarray | None = None) -> np.ndarray:
     """Encode the rows (last axis) of ``array`` as ``type``: a new uint8 array of shape
     ``(*array.shape[:-1], row_bytes)``, as ``gguf.quants.quantize`` lays it out. Values are converted
