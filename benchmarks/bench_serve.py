@@ -24,6 +24,15 @@ starlette-context, pydantic-settings): ``--llama-python`` names a Python that ha
 The client runs on the same machine as the server, and wall times on a shared machine are noisy:
 compare servers within one run, and repeat before trusting a difference under about 20%.
 
+``--dataset FILE`` sends real prompts instead (any file `llmbench bench --dataset` reads: MT-Bench's
+question.jsonl, ShareGPT, JSONL; drawn with a fixed seed, the same for every server), through ``--api chat``
+(the server applies the model's chat template) or completions. ``--until-eos`` lets each answer end where
+the model ends it, ``--output-len`` then being only the cap: the output lengths are the model's own, long-tailed
+as real traffic is, which is where a static batch waits longest for its last sequence. Greedy answers are the
+same under both of llmbench's batching policies (its batches are invariant); llama.cpp's answers may differ in
+length, so compare its output tokens/s, not its request throughput, with them. A chat stream without usage
+(llama-cpp-python's) counts its prompt tokens on the raw prompt text, without the template's tokens.
+
 ``--overhead ROUNDS``: instead, the server's own cost at batch 1, TPOT of one streamed request through
 `llmbench serve` against the same prompt on the engine in this process, alternated (overhead()).
 """
@@ -118,13 +127,16 @@ def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
     from llmbench.backends.openai import OpenAIClient
     from llmbench.perf.arrivals import gamma_arrivals, run_requests
     from llmbench.perf.bench import synthetic_prompt
+    from llmbench.perf.dataset import load_prompts, sample
     from llmbench.perf.metrics import RequestTiming, serving_metrics
 
     rng = np.random.default_rng(0)
     tok = _tokenizer(args.model)
+    dataset = load_prompts(args.dataset) if args.dataset else None
 
     async def one_run(prompts: list[str], lengths: list[int]):
-        async with OpenAIClient(url + "/v1", "m", max_tokens=args.output_len, temperature=0.0, ignore_eos=True,
+        async with OpenAIClient(url + "/v1", "m", api=args.api, max_tokens=args.output_len, temperature=0.0,
+                                ignore_eos=not args.until_eos,
                                 timeout=None, first_chunk_timeout=600, idle_timeout=120) as client:
             sched = gamma_arrivals(len(prompts), float(rate), 1.0, seed=0)
 
@@ -133,9 +145,10 @@ def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
             return await run_requests(send, prompts, sched, None, progress=False)
 
     for _warmup in (True, False):
-        prompts = [synthetic_prompt(rng, args.input_len) for _ in range(args.requests)]
+        prompts = ([p.text for p in sample(dataset, args.requests, rng)] if dataset
+                   else [synthetic_prompt(rng, args.input_len) for _ in range(args.requests)])
         out = asyncio.run(one_run(prompts, output_lengths(args.requests, args.output_len, args.range_ratio, rng)))
-    reqs, errors, counted = [], [], 0
+    reqs, errors, lengths, counted = [], [], [], 0
     for r in out.results:
         if isinstance(r, BaseException) or r.error or r.first_token_ns is None:
             err = repr(r) if isinstance(r, BaseException) else (r.error or "no text")
@@ -147,12 +160,15 @@ def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
             n_out, counted = len(r.token_ns), counted + 1
             n_in = len(tok.encode(prompts[r.index]))
         reqs.append(RequestTiming(r.arrival_ns, r.first_token_ns, r.token_ns, r.finish_ns, n_in, n_out))
+        lengths.append((r.index, n_out))
     m = serving_metrics(reqs, [50, 99], None, duration_s=out.duration_s)
     return {"request_throughput": m["request_throughput"], "output_throughput": m["output_throughput"],
             "ttft_ms": {"p50": m["median_ttft_ms"], "p99": m["p99_ttft_ms"]},
             "tpot_ms": {"p50": m["median_tpot_ms"], "p99": m["p99_tpot_ms"]},
             "failed": len(errors), "errors": sorted(set(errors))[:3], "completed": m["completed"],
-            "output_tokens": m["total_output_tokens"], "tokens_counted_by_chunk": counted,
+            "input_tokens": m["total_input_tokens"], "output_tokens": m["total_output_tokens"],
+            "tokens_counted_by_chunk": counted,
+            "output_lengths": [n for _, n in sorted(lengths)],   # of the completed requests, in request order
             "duration_s": out.duration_s}
 
 
@@ -228,18 +244,19 @@ def pct(d: dict | None, p: str) -> str:
 
 
 def markdown(results: list[dict], args: argparse.Namespace, host: str) -> str:
-    lines = ["| server | rate (req/s) | req/s | output tok/s | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) | failed "
-             "| peak RSS (MiB) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| server | rate (req/s) | req/s | output tok/s | tokens / request | TTFT p50 / p99 (ms) | TPOT p50 / p99 (ms) "
+             "| failed | peak RSS (MiB) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         if "error" in r and not r["rates"]:
-            lines.append(f"| {r['server']} | — | {r['error']} | | | | | |")
+            lines.append(f"| {r['server']} | — | {r['error']} | | | | | | |")
             continue
         rss = f"{r['peak_rss'] / 2**20:.0f}" if r.get("peak_rss") else "—"
         for rate, m in r["rates"].items():
             if "error" in m:
-                lines.append(f"| {r['server']} | {rate} | {m['error']} | | | | | {rss} |")
+                lines.append(f"| {r['server']} | {rate} | {m['error']} | | | | | | {rss} |")
                 continue
-            lines.append(f"| {r['server']} | {rate} | {m['request_throughput']:.2f} | {m['output_throughput']:.1f} | "
+            per = f"{m['output_tokens'] / m['completed']:.0f}" if m.get("completed") else "—"
+            lines.append(f"| {r['server']} | {rate} | {m['request_throughput']:.2f} | {m['output_throughput']:.1f} | {per} | "
                          f"{pct(m['ttft_ms'], 'p50')} / {pct(m['ttft_ms'], 'p99')} | "
                          f"{pct(m['tpot_ms'], 'p50')} / {pct(m['tpot_ms'], 'p99')} | {m['failed']} | {rss} |")
     return "\n".join(lines) + "\n"
@@ -260,6 +277,11 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=64, help="output tokens per request")
     ap.add_argument("--range-ratio", type=float, default=0.0,
                     help="output lengths uniform in [L(1-R), L(1+R)] (vLLM's --random-range-ratio; default 0: all L)")
+    ap.add_argument("--dataset", help="prompts from this file (MT-Bench, ShareGPT, JSONL) instead of random words")
+    ap.add_argument("--api", choices=("completions", "chat"), default="completions",
+                    help="chat: the server applies the model's chat template")
+    ap.add_argument("--until-eos", action="store_true",
+                    help="answers end at the model's end of sequence; --output-len is only the cap")
     ap.add_argument("-o", "--output", help="write the JSON results here")
     ap.add_argument("--md", help="write the markdown table here")
     ap.add_argument("--overhead", type=int, metavar="ROUNDS",
@@ -267,6 +289,13 @@ def main() -> int:
     args = ap.parse_args()
     if not 0 <= args.range_ratio < 1:
         ap.error(f"--range-ratio must be in [0, 1), got {args.range_ratio}")
+    if args.dataset:
+        from llmbench.perf.dataset import load_prompts
+
+        try:
+            load_prompts(args.dataset)
+        except (OSError, ValueError) as e:
+            ap.error(f"--dataset: {e}")
     from llmbench.info import cpu_model
 
     if args.overhead:
