@@ -69,8 +69,9 @@ double llmb_uniform(uint64_t *state) {
 // by vexp.h's float exp (within 2 ulp of expf; the AVX-512 loop and the scalar one give the same bits
 // per element), summed in double in 16 lanes (element i into lane i % 16, in order), the lanes then
 // added in order: the same result at every SIMD level, and every row (alone or batched, host sampler,
-// prompt scores) goes through this one function. A double exp per entry in series was ~1 ms a step
-// for a 128256-entry vocabulary (llama-1b shape), ~3% of a one-thread decode step.
+// prompt scores) goes through this one function, and the AVX-512 and AVX2 loops give the scalar one's bits.
+// A double exp per entry in series was ~1 ms a step for a 128256-entry vocabulary (llama-1b shape), ~3% of
+// a one-thread decode step.
 static void lse_lanes_scalar(const float *x, int i, int n, float mx, double lanes[16]) {
     for (; i < n; i++) lanes[i % 16] += (double)llmb_exp_scalar(x[i] - mx);
 }
@@ -91,6 +92,25 @@ LLMB_A512 static void lse_lanes_avx512(const float *x, int n, float mx, double l
 }
 #endif
 
+#if LLMB_VEXP_AVX2
+// The same lanes with exp8 (the same bits as the scalar exp): element i + 8 h of a 16-element step into lane
+// 8 h + (i % 8), as in the scalar loop. Without it an AVX2 host took ~1 ms a token on a 49,152-entry
+// vocabulary (SmolLM2), a fifth of its one-token decode step (docs/engine-measurements.md#lse).
+LLMB_A256 static void lse_lanes_avx2(const float *x, int n, float mx, double lanes[16]) {
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    const __m256 m = _mm256_set1_ps(mx);
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int h = 0; h < 2; h++) {
+            const __m256 ex = llmb_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * h), m));
+            acc[2 * h] = _mm256_add_pd(acc[2 * h], _mm256_cvtps_pd(_mm256_castps256_ps128(ex)));
+            acc[2 * h + 1] = _mm256_add_pd(acc[2 * h + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(ex, 1)));
+        }
+    for (int k = 0; k < 4; k++) _mm256_storeu_pd(lanes + 4 * k, acc[k]);
+    lse_lanes_scalar(x, i, n, mx, lanes);
+}
+#endif
+
 double llmb_row_lse(const float *x, int n, int *argmax) {
     float mx = x[0];
     int am = 0;
@@ -99,6 +119,10 @@ double llmb_row_lse(const float *x, int n, int *argmax) {
     double lanes[16] = {0};
 #if LLMB_VEXP_AVX512
     if (llmb_simd_active() >= LLMB_SIMD_AVX512) lse_lanes_avx512(x, n, mx, lanes);
+    else
+#endif
+#if LLMB_VEXP_AVX2
+    if (llmb_simd_active() >= LLMB_SIMD_AVX2) lse_lanes_avx2(x, n, mx, lanes);
     else
 #endif
         lse_lanes_scalar(x, 0, n, mx, lanes);

@@ -15,7 +15,9 @@
 //     vs its scalar version, and that vs to_float row by row;
 //   - SwiGLU (same exp) SIMD vs scalar bit for bit at odd lengths, and vs float64 within 1e-6 relative;
 //   - llmb_attend_window (sliding windows): SIMD vs scalar, tile vs alone, keys shifted by 16 or 64 places
-//     bit for bit, and vs a float64 softmax over each window (test_window).
+//     bit for bit, and vs a float64 softmax over each window (test_window);
+//   - llmb_row_lse (the sampler's log-sum-exp and argmax, same exp): every SIMD level's bits equal the scalar
+//     level's at odd lengths, with ties and far-below-max entries, and within 1e-6 of a float64 log-sum-exp.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #include "internal.h"
 #include "ops.h"
 #include "quants.h"
+#include "sampler.h"
 #include "vexp.h"
 
 #define ATOL 1e-6
@@ -386,7 +389,45 @@ static void test_rope_table(void) {
         }
 }
 
+// llmb_row_lse at the current SIMD level against the scalar level's bits (lse_ref, argmax_ref per case)
+// and a float64 log-sum-exp. Rows: normal logits scaled by up to 30, some entries 200 below the max (exp
+// underflows to 0), and a tie for the max at the last entry, which must not win (the first argmax does).
+#define LSE_CASES 9
+static const int lse_n[LSE_CASES] = {1, 7, 15, 16, 17, 33, 1000, 49152, 49157};
+static void test_row_lse(double lse_ref[LSE_CASES], int argmax_ref[LSE_CASES], int record) {
+    for (int c = 0; c < LSE_CASES; c++) {
+        const int n = lse_n[c];
+        float *x = malloc((size_t)n * sizeof *x);
+        rng_state = 0x1234567ull + (uint64_t)c;
+        const float scale = 1.0f + 29.0f * (float)(c % 3) / 2.0f;
+        for (int i = 0; i < n; i++) x[i] = scale * rng_normal() - (i % 11 == 5 ? 200.0f : 0.0f);
+        int am0 = 0;
+        for (int i = 1; i < n; i++)
+            if (x[i] > x[am0]) am0 = i;
+        if (n > 1 && am0 != n - 1) x[n - 1] = x[am0];
+        int am = -1;
+        const double lse = llmb_row_lse(x, n, &am);
+        double s = 0;
+        for (int i = 0; i < n; i++) s += exp((double)x[i] - (double)x[am0]);
+        const double ref64 = (double)x[am0] + log(s);
+        CHECK(fabs(lse - ref64) <= 1e-6 * fmax(1.0, fabs(ref64)), "lse n %d: %.17g vs float64 %.17g", n, lse, ref64);
+        CHECK(am == am0, "lse n %d: argmax %d, expected the first maximum %d", n, am, am0);
+        if (record) lse_ref[c] = lse, argmax_ref[c] = am;
+        else CHECK(memcmp(&lse, &lse_ref[c], sizeof lse) == 0 && am == argmax_ref[c],
+                   "lse n %d at SIMD level %d: %.17g (argmax %d) vs the scalar level's %.17g (%d)", n,
+                   (int)llmb_simd_active(), lse, am, lse_ref[c], argmax_ref[c]);
+        free(x);
+    }
+}
+
 int main(void) {
+    double lse_ref[LSE_CASES];
+    int argmax_ref[LSE_CASES];
+    llmb_simd_set(LLMB_SIMD_SCALAR);
+    test_row_lse(lse_ref, argmax_ref, 1);
+    for (int lvl = llmb_simd_detected(); lvl > 0; lvl--)
+        if (llmb_simd_set((llmb_simd_level)lvl) == LLMB_OK) test_row_lse(lse_ref, argmax_ref, 0);
+    llmb_simd_set(llmb_simd_detected());
     const int hds[] = {64, 128, 80, 48, 8, 24, 40, 20};   // 24, 40: the 8-lane tail; 20: scalar only
     const int keys[] = {1, 2, 15, 16, 17, 63, 64, 65, 130, 301};
     test_exp_simd();
