@@ -5,9 +5,9 @@
 // the AVX2 level (|w| against x sign(w), as q8_0_body; the VNNI level has its own groups of 16), and Q2_K, Q3_K,
 // Q4_K, Q5_K and Q6_K at the AVX2 level (the steps of q2_K_body, q3_K_body, q45_K_body and q6_K_body; the VNNI level's
 // groups of 16 of Q4_K and Q6_K are in vecdot_avx512_k.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble
-// looked up in the 16 values, then as Q8_0: |w| against x sign(w), the reference's (d_x d_w) s per block, as
-// iq4_nl_body), and IQ4_XS at the AVX2 level (its sub-blocks as IQ4_NL's blocks, then the reference's
-// (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body).
+// looked up in the 16 values; one token |x| against v sign(x), |x| made once per call, several tokens |v| against
+// x sign(v); the reference's (d_x d_w) s per block, as iq4_nl_body), and IQ4_XS at the AVX2 level (its sub-blocks as
+// IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -64,21 +64,21 @@ _Static_assert(LLMB_IL8_TOKS >= IL8_DEC, "a chunk of the activation sums holds a
 typedef struct {
     __m256i q[8];   // word k's values: q[2k] values 4k..4k+3, q[2k+1] values 16+4k..16+4k+3 of each row
                     // (Q8_0: q[k] |values 4k..4k+3|)
-    __m256i w[8];   // Q8_0, IQ4_NL (never in the prefill buffer): the signed values of q[k] (|w|), for sign_epi8
+    __m256i w[8];   // Q8_0 (never in the prefill buffer): the signed values of q[k] (|w|), for sign_epi8
     __m256 d, m;    // lane r: row r's d (and m for Q4_1 / Q5_1)
 } il8_dec;
 
-// words of a group's block (vecdot_layout.h; its tail, the d of Q4_0 / Q5_0 / Q8_0 / IQ4_NL, after the
+// words of a group's block (vecdot_layout.h; its tail, the d of Q4_0 / Q5_0 / Q8_0, after the
 // group's last block)
 INLINE int il8_words(const int type) {
-    return type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_IQ4_NL ? (int)LLMB_IL_WORDS(llmb_rc_q4_0)
-           : type == LLMB_TYPE_Q5_1                             ? (int)LLMB_IL_WORDS(llmb_rc_q5_1)
-           : type == LLMB_TYPE_Q8_0                             ? (int)LLMB_IL_WORDS(llmb_rc_q8_0)
-           : type == LLMB_TYPE_Q5_0                             ? (int)LLMB_IL_WORDS(llmb_rc_q5_0)
-                                                                : (int)LLMB_IL_WORDS(llmb_block_q4_1);
+    return type == LLMB_TYPE_Q4_0   ? (int)LLMB_IL_WORDS(llmb_rc_q4_0)
+           : type == LLMB_TYPE_Q5_1 ? (int)LLMB_IL_WORDS(llmb_rc_q5_1)
+           : type == LLMB_TYPE_Q8_0 ? (int)LLMB_IL_WORDS(llmb_rc_q8_0)
+           : type == LLMB_TYPE_Q5_0 ? (int)LLMB_IL_WORDS(llmb_rc_q5_0)
+                                    : (int)LLMB_IL_WORDS(llmb_block_q4_1);
 }
-// 1 where the kernel takes |w| against x sign(w) (signed values: Q8_0, IQ4_NL), 0 for unsigned values u
-INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0 || type == LLMB_TYPE_IQ4_NL; }
+// 1 where the kernel takes |w| against x sign(w) (signed values: Q8_0), 0 for unsigned values u
+INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0; }
 // 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1
 INLINE int il8_x8(const int type) { return type != LLMB_TYPE_Q4_1 && type != LLMB_TYPE_Q5_1; }
 INLINE int il8_offset(const int type) { return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : 0; }
@@ -142,19 +142,6 @@ INLINE IL_T void IL(il8_halves)(const uint8_t *v, __m256 *lo, __m256 *hi) {
     *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(both, 1));
 }
 
-// the 4 words of IQ4_NL indices at v (an IQ4_NL block's qs, or an IQ4_XS sub-block's) as signed values in
-// o->w (word k's low nibbles in w[2 k], its high nibbles in w[2 k + 1]: Q4_0's order), |values| in o->q
-INLINE IL_T void IL(il8_iq4_values)(const uint8_t *v, il8_dec *o) {
-    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int k = 0; k < 4; k++) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
-        o->w[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
-        o->w[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-    }
-    for (int k = 0; k < 8; k++) o->q[k] = _mm256_abs_epi8(o->w[k]);
-}
-
 // block i of a group (nb blocks) unpacked
 INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8_dec *o) {
     const int words = il8_words(type), q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
@@ -173,10 +160,6 @@ INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, in
             o->w[k] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(v + 32 * k)), _mm256_set1_epi8((char)0x80));
             o->q[k] = _mm256_abs_epi8(o->w[k]);
         }
-        return;
-    }
-    if (type == LLMB_TYPE_IQ4_NL) {
-        IL(il8_iq4_values)(v, o);
         return;
     }
     __m256i qh = _mm256_setzero_si256();
@@ -205,9 +188,9 @@ INLINE IL_T void IL(il8_isums)(const int type, const il8_dec *d, const int8_t *c
     if (il8_signed(type)) {   // |w| against x sign(w): each maddubs pair below 2^15, the pairs summed in int32
         const __m256i one = _mm256_set1_epi16(1);
         for (int k = 0; k < 8; k++)
-            for (int c = 0; c < NC; c++) {   // (IQ4_NL: values as Q4_0's, q[k] against x 4 (k / 2) + 16 (k % 2) ..)
+            for (int c = 0; c < NC; c++) {
                 int32_t a;
-                memcpy(&a, xq[c] + (type == LLMB_TYPE_Q8_0 ? 4 * k : 4 * (k / 2) + 16 * (k % 2)), 4);
+                memcpy(&a, xq[c] + 4 * k, 4);
                 const __m256i p = _mm256_maddubs_epi16(q[k], _mm256_sign_epi8(_mm256_set1_epi32(a), d->w[k]));
                 h0[c] = _mm256_add_epi32(h0[c], _mm256_madd_epi16(p, one));
                 IL8_KEEP(h0[c]);
@@ -254,7 +237,7 @@ INLINE IL_T void IL(il8_step)(const int type, const il8_dec *d, const uint8_t *x
     IL(il8_isums)(type, d, xq, s, NC);
     for (int c = 0; c < NC; c++) {
         const uint8_t *xb = x + c * xs + i * xb_bytes;
-        if (il8_signed(type)) {   // Q8_0 s (d_w d_x); IQ4_NL (d_x d_w) s, the same product
+        if (il8_signed(type)) {   // Q8_0 s (d_w d_x)
             uint16_t h;
             memcpy(&h, xb, 2);
             acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[c]),
@@ -666,13 +649,133 @@ IL_T static void IL(q3_K_il8)(int64_t n, const void *w, size_t ws, int nr, const
     (void)stream;
     IL(il8k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy);
 }
-// ---- IQ4_XS at the AVX2 level: 8 rows a group, super-blocks of 256 values as 8 IQ4_NL sub-blocks ----
-// Per output and super-block the steps of iq4_xs_body (vecdot_x86_body.h) on 8 rows at once: each sub-block's
-// exact integer sum s_j as IQ4_NL's above (|w| against x sign(w)), then acc += (d d_x ls_j) s_j sub-block after
-// sub-block, ls_j its 6-bit scale less 32 as a float (no fma, as there). A group's super-block is the plain
-// blocks' 34 words (d | scales_h, scales_l, then 4 words of indices a sub-block; no tail), decoded in registers
-// for every token tile (as IQ4_NL: the signed values and their magnitudes, 16 vectors a sub-block, would be
-// loaded back for every tile).
+// ---- IQ4_NL and IQ4_XS at the AVX2 level: 8 rows a group, |x| against v sign(x) ----
+// Per output and block the steps of iq4_nl_body / iq4_xs_body (vecdot_x86_body.h) on 8 rows at once: each block's
+// (IQ4_XS: sub-block's) exact integer sum s = sum v x, then IQ4_NL acc += s (d_w d_x), IQ4_XS acc += (d_w d_x ls_j)
+// s_j sub-block after sub-block, ls_j its 6-bit scale less 32 as a float (no fma, as there). The values v of the
+// 16 (signed, |v| <= 127) are the signed operand at one token: maddubs(|x|, v sign(x)), each pair of products
+// below 2^15 in magnitude (2 x 128 x 127), so the pairs are summed in int32 (madd) after every maddubs. |x| is made
+// once per call for a range of blocks (IQ4_NL's d_x as floats for every token count): a block's values are then one
+// table lookup of its nibbles and one sign_epi8, where |v| against x sign(v) needs an abs of each value too.
+// A group's block: IQ4_NL Q4_0's (4 words of indices, d as the tail), IQ4_XS the plain blocks' 34 words (d |
+// scales_h, scales_l, then 4 words of indices a sub-block; no tail), decoded in registers for every token tile.
+// A tile of several tokens takes |v| against x sign(v) instead: one broadcast a token and word where |x| needs two,
+// and the abs of |v| shared by the tile's tokens (docs/engine-measurements.md#il8-iq4). 1 thread, AMD EPYC Zen 3,
+// weights in L2 (256 x 2048), GOP/s before -> after: one token IQ4_NL 66 -> 77, IQ4_XS 64 -> 72; 64 tokens IQ4_NL
+// 108 -> 113 (d_x as floats), where |x| against v sign(x) for every tile had given 89.
+#ifndef LLMB_IL8_AX   // blocks of 32 of one token's |x| (and (token, block) entries of IQ4_NL's d_x) on the stack
+#define LLMB_IL8_AX 1024   // (the C tests: 256, so that ranges and chunks of tokens run several)
+#endif
+_Static_assert(LLMB_IL8_AX >= IL8_DEC && LLMB_IL8_AX >= 8, "a chunk holds a token's range");
+
+// the 4 words of IQ4_NL indices at v (an IQ4_NL block's qs, or an IQ4_XS sub-block's) as values in o[0..7] (word
+// k's low nibbles in o[2 k], its high nibbles in o[2 k + 1]: Q4_0's order)
+INLINE IL_T void IL(il8n_values)(const uint8_t *v, __m256i *o) {
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; k++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
+        o[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
+        o[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+    }
+}
+
+// s[c], lane r: the exact sum v x of row r's 32 values (v: Q4_0's order) against token c's (xq[c]): one token with
+// its |x| at ax maddubs(|x|, v sign(x)), else maddubs(|v|, x sign(v)); each pair of products below 2^15 in
+// magnitude (2 x 127 x 127), summed in int32
+INLINE IL_T void IL(il8n_isums)(const __m256i *v, const int8_t *const *xq, const uint8_t *ax, __m256i *s,
+                                const int NC) {
+    const __m256i one = _mm256_set1_epi16(1);
+    const int ux = NC == 1 && ax;
+    __m256i q[8];
+    if (!ux)
+        for (int k = 0; k < 8; k++) q[k] = _mm256_abs_epi8(v[k]);
+    for (int c = 0; c < NC; c++) s[c] = _mm256_setzero_si256();
+    for (int k = 0; k < 8; k++)
+        for (int c = 0; c < NC; c++) {   // v[k] against x 4 (k / 2) + 16 (k % 2) ..
+            const int o = 4 * (k / 2) + 16 * (k % 2);
+            int32_t b;
+            memcpy(&b, xq[c] + o, 4);
+            __m256i p;
+            if (ux) {
+                int32_t a;
+                memcpy(&a, ax + o, 4);
+                p = _mm256_maddubs_epi16(_mm256_set1_epi32(a), _mm256_sign_epi8(v[k], _mm256_set1_epi32(b)));
+            } else {
+                p = _mm256_maddubs_epi16(q[k], _mm256_sign_epi8(_mm256_set1_epi32(b), v[k]));
+            }
+            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, one));
+            IL8_KEEP(s[c]);
+        }
+}
+
+// ax[32 e] = |x| of the 32 values at xq + e bs (e < cnt)
+INLINE IL_T void IL(il8n_abs)(const int8_t *xq, size_t bs, int64_t cnt, uint8_t *ax) {
+    for (int64_t e = 0; e < cnt; e++)
+        _mm256_storeu_si256((__m256i *)(ax + 32 * e),
+                            _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(xq + (size_t)e * bs))));
+}
+
+// IQ4_NL: one group x NC tokens over blocks i0 .. i0 + bn - 1 (of nb), decoding each from g as it goes; token c's
+// d_x of block i0 + i at dx[c bn + i] and (one token, ax not NULL) |x| at ax + 32 i; the sums start at 0 where first, else from y
+INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t bn, const uint8_t *x, size_t xs,
+                               const uint8_t *ax, const float *dx, float *y, int64_t ldy, const int first,
+                               const int pf, const int NC) {
+    const size_t bytes = LLMB_IL_WORDS(llmb_rc_q4_0) * 32;
+    __m256 acc[IL8_NC];
+    for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
+    for (int64_t i = 0; i < bn; i++) {
+        const uint8_t *v = g + (size_t)(i0 + i) * bytes;
+        if (pf)
+            for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)v + IL8_PF_AHEAD + off, _MM_HINT_T0);
+        __m256i q[8];
+        IL(il8n_values)(v, q);
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * bytes + (size_t)(i0 + i) * 16)));
+        const int8_t *xq[IL8_NC];
+        __m256i s[IL8_NC];
+        for (int c = 0; c < NC; c++) xq[c] = (const int8_t *)(x + c * xs + (size_t)(i0 + i) * sizeof(llmb_block_q8_0) + 2);
+        IL(il8n_isums)(q, xq, ax ? ax + 32 * i : NULL, s, NC);
+        for (int c = 0; c < NC; c++)   // (d_x d_w) s
+            acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[c]),
+                                                         _mm256_mul_ps(d, _mm256_set1_ps(dx[c * bn + i]))));
+    }
+    for (int c = 0; c < NC; c++) _mm256_storeu_ps(y + c * ldy, acc[c]);
+}
+
+IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
+                                float *y, int64_t ldy, int stream) {
+    (void)stream;
+    const uint8_t *w = vw, *x = vx;
+    // ranges of blocks (one token: as many as |x| holds, one stream a group), chunks of tokens whose d_x fit dx
+    const int64_t nb = n / LLMB_QK, br = nb < (nc == 1 ? LLMB_IL8_AX : IL8_DEC) ? nb : nc == 1 ? LLMB_IL8_AX : IL8_DEC;
+    const int tc = (int)(LLMB_IL8_AX / br);
+    _Alignas(32) uint8_t ax[LLMB_IL8_AX * 32];
+    float dx[LLMB_IL8_AX];
+    for (int64_t i0 = 0; i0 < nb; i0 += br) {
+        const int64_t bn = nb - i0 < br ? nb - i0 : br;
+        for (int c0 = 0; c0 < nc; c0 += tc) {
+            const int cn = nc - c0 < tc ? nc - c0 : tc;
+            const uint8_t *xc = x + c0 * xs;
+            for (int c = 0; c < cn; c++) {   // d_x (and one token's |x|) over the range
+                const llmb_block_q8_0 *b = (const llmb_block_q8_0 *)(xc + c * xs) + i0;
+                for (int64_t i = 0; i < bn; i++) {
+                    uint16_t h;
+                    memcpy(&h, &b[i].d, 2);
+                    dx[c * bn + i] = _cvtsh_ss(h);
+                }
+                if (nc == 1) IL(il8n_abs)(b->qs, sizeof *b, bn, ax);
+            }
+            for (int r0 = 0; r0 < nr; r0 += IL8_G)
+                for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
+                    const uint8_t *g = w + (size_t)r0 * ws;
+#define IL8N_RUN(NC)                                                                                                \
+    IL(il8n_tile)(g, nb, i0, bn, xc + t0 * xs, xs, nc == 1 ? ax : NULL, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0, t0 == 0, NC)
+                    IL8_TILES(cn - t0, IL8N_RUN)
+#undef IL8N_RUN
+                }
+        }
+    }
+}
 
 // d and the 8 scales ls_j as floats (lane r: row r's) of the group's super-block at v
 INLINE IL_T void IL(il8x_head)(const uint8_t *v, __m256 *d, __m256 *ls) {
@@ -687,9 +790,10 @@ INLINE IL_T void IL(il8x_head)(const uint8_t *v, __m256 *d, __m256 *ls) {
     }
 }
 
-// One group x NC tokens over super-blocks i0 .. i0 + bn - 1; the sums start at 0 where first, else from y
-INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const uint8_t *x, size_t xs, float *y,
-                               int64_t ldy, const int first, const int pf, const int NC) {
+// IQ4_XS: one group x NC tokens over super-blocks i0 .. i0 + bn - 1, decoding each from g as it goes; (one token)
+// |x| of super-block i0 + i at ax + 256 i (ax not NULL); the sums start at 0 where first, else from y
+INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const uint8_t *x, size_t xs, const uint8_t *ax,
+                               float *y, int64_t ldy, const int first, const int pf, const int NC) {
     const size_t bytes = sizeof(llmb_il8_iq4_xs);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
@@ -705,12 +809,12 @@ INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const u
             dd[c] = _mm256_mul_ps(d, _mm256_set1_ps(xb[c]->d));
         }
         for (int j = 0; j < 8; j++) {
-            il8_dec o;
-            IL(il8_iq4_values)(v + 32 * (2 + 4 * j), &o);
+            __m256i q[8];
+            IL(il8n_values)(v + 32 * (2 + 4 * j), q);
             const int8_t *xq[IL8_NC];
             __m256i s[IL8_NC];
             for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + 32 * j;
-            IL(il8_isums)(LLMB_TYPE_IQ4_NL, &o, xq, s, NC);
+            IL(il8n_isums)(q, xq, ax ? ax + 256 * i + 32 * j : NULL, s, NC);
             for (int c = 0; c < NC; c++)
                 acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(dd[c], ls[j]), _mm256_cvtepi32_ps(s[c])));
         }
@@ -722,14 +826,19 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                                 float *y, int64_t ldy, int stream) {
     (void)stream;
     const uint8_t *w = vw, *x = vx;
-    // ranges of super-blocks, so that a group's stays in L1 while several token tiles run over it; one tile: all
-    const int64_t nb = n / LLMB_QK_K, br = nc <= IL8_NC || nb < IL8K_DEC ? nb : IL8K_DEC;
+    // ranges of super-blocks: one token's |x| in ax; several tiles: few, so that a group's stay in L1 while the
+    // tiles run over them; otherwise all (one stream a group)
+    const int64_t nb = n / LLMB_QK_K, ra = LLMB_IL8_AX / 8;
+    const int64_t br = nc == 1 ? (nb < ra ? nb : ra) : nc <= IL8_NC || nb < IL8K_DEC ? nb : IL8K_DEC;
+    _Alignas(32) uint8_t ax[LLMB_IL8_AX * 32];
     for (int64_t i0 = 0; i0 < nb; i0 += br) {
         const int64_t bn = nb - i0 < br ? nb - i0 : br;
+        if (nc == 1)
+            for (int64_t i = 0; i < bn; i++) IL(il8n_abs)(((const llmb_block_q8_K *)x + i0 + i)->qs, 32, 8, ax + 256 * i);
         for (int r0 = 0; r0 < nr; r0 += IL8_G)
             for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
                 const uint8_t *g = w + (size_t)r0 * ws;
-#define IL8X_RUN(NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, t0 == 0, NC)
+#define IL8X_RUN(NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, nc == 1 ? ax : NULL, y + t0 * ldy + r0, ldy, i0 == 0, t0 == 0, NC)
                 IL8_TILES(nc - t0, IL8X_RUN)
 #undef IL8X_RUN
             }
@@ -749,7 +858,6 @@ IL8_KERNEL(q5_0, LLMB_TYPE_Q5_0)
 IL8_KERNEL(q5_1, LLMB_TYPE_Q5_1)
 #if !IL_VNNI   // (the VNNI level runs Q8_0 in groups of 16: vecdot_avx512_k.c, q8_0_il_vnni512)
 IL8_KERNEL(q8_0, LLMB_TYPE_Q8_0)
-IL8_KERNEL(iq4_nl, LLMB_TYPE_IQ4_NL)
 #endif
 #undef IL8_KERNEL
 #endif // LLMB_IL8_BODY
