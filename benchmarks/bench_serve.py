@@ -8,7 +8,7 @@ For each server in turn (``--servers``, default llmbench,llmbench-static,llamacp
 port (same GGUF, same threads, same context), wait for it, and for each rate run what ``llmbench bench
 --backend openai`` runs (its OpenAIClient, gamma arrivals and serving metrics: ``--requests`` streamed
 requests of ``--input-len`` random common words and ``--output-len`` tokens with ignore_eos, one
-warmup run, one measured run, greedy; with ``--range-ratio R`` each request's output length is drawn
+warmup run of ``--warmup`` requests (default as many), one measured run, greedy; with ``--range-ratio R`` each request's output length is drawn
 uniformly from [L(1 - R), L(1 + R)], vLLM's random dataset's rule, the same lengths for every server),
 then stop it and read its peak RSS (VmHWM). Reported per server and rate: request throughput, output
 tokens/s, TTFT and TPOT p50/p99, failed requests, peak RSS.
@@ -116,7 +116,7 @@ def output_lengths(n: int, length: int, ratio: float, rng) -> list[int]:
 
 
 def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
-    """One warmup and one measured run of ``--requests`` streamed requests at ``rate``: what
+    """A warmup run of ``--warmup`` and a measured run of ``--requests`` streamed requests at ``rate``: what
     ``llmbench bench --backend openai`` runs (its client, arrivals and metrics), except that a stream
     without a usage block counts one output token per text chunk (llama-cpp-python's server sends no
     usage in streams, and streams one token a chunk)."""
@@ -144,10 +144,10 @@ def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
                 return client.send(prompt, index=index, scheduled_ns=scheduled_ns, max_tokens=lengths[index])
             return await run_requests(send, prompts, sched, None, progress=False)
 
-    for _warmup in (True, False):
-        prompts = ([p.text for p in sample(dataset, args.requests, rng)] if dataset
-                   else [synthetic_prompt(rng, args.input_len) for _ in range(args.requests)])
-        out = asyncio.run(one_run(prompts, output_lengths(args.requests, args.output_len, args.range_ratio, rng)))
+    for n in (args.warmup, args.requests):   # the warmup run, then the measured one
+        prompts = ([p.text for p in sample(dataset, n, rng)] if dataset
+                   else [synthetic_prompt(rng, args.input_len) for _ in range(n)])
+        out = asyncio.run(one_run(prompts, output_lengths(n, args.output_len, args.range_ratio, rng)))
     reqs, errors, lengths, counted = [], [], [], 0
     for r in out.results:
         if isinstance(r, BaseException) or r.error or r.first_token_ns is None:
@@ -273,6 +273,7 @@ def main() -> int:
     ap.add_argument("--llama-python", default="python", help="a Python with llama-cpp-python[server]")
     ap.add_argument("--rates", default="1,4,inf", help="Poisson request rates, comma-separated (inf: all at once)")
     ap.add_argument("--requests", type=int, default=16, help="requests per rate (measured; one warmup run more)")
+    ap.add_argument("--warmup", type=int, help="requests of the warmup run before each measured one (default: --requests)")
     ap.add_argument("--input-len", type=int, default=64, help="prompt words per request")
     ap.add_argument("--output-len", type=int, default=64, help="output tokens per request")
     ap.add_argument("--range-ratio", type=float, default=0.0,
@@ -287,6 +288,10 @@ def main() -> int:
     ap.add_argument("--overhead", type=int, metavar="ROUNDS",
                     help="instead: batch-1 TPOT through `llmbench serve` against the engine in process, ROUNDS rounds")
     args = ap.parse_args()
+    if args.warmup is None:
+        args.warmup = args.requests
+    if args.requests < 1 or args.warmup < 1:
+        ap.error("--requests and --warmup must be at least 1")
     if not 0 <= args.range_ratio < 1:
         ap.error(f"--range-ratio must be in [0, 1), got {args.range_ratio}")
     if args.dataset:

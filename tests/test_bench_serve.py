@@ -24,7 +24,7 @@ def test_dataset_prompts_through_both_policies(stories_path, tmp_path):
                                 "The sun was hot", "Lily had a red ball", "One day"]))
     out = tmp_path / "serve.json"
     r = run("--model", str(stories_path), "--threads", "1", "--servers", "llmbench,llmbench-static", "--rates",
-            "inf", "--requests", "4", "--max-batch", "2", "--output-len", "24", "--range-ratio", "0.5",
+            "inf", "--requests", "4", "--warmup", "1", "--max-batch", "2", "--output-len", "24", "--range-ratio", "0.5",
             "--dataset", str(prompts), "--until-eos", "-o", str(out))
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
