@@ -7,6 +7,7 @@ its raw samples (ms per call) and reports the median. Results are one JSON docum
 
     python benchmarks/bench_cuda.py --out results.json            # full run (about two minutes on an H200)
     python benchmarks/bench_cuda.py --quick --out /tmp/quick.json  # smaller shapes, a smoke test
+    python benchmarks/bench_cuda.py --types Q4_1,IQ4_XS,Q2_K --out types.json   # other weight types
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ SHAPES = {
                  "output": (128256, 4096)},
 }
 QUICK = {"llama-1b": {"q": (2048, 2048), "down": (2048, 8192)}}
-TYPES = ["Q4_K", "Q8_0", "F16"]
+TYPES = ["Q4_K", "Q8_0", "F16"]   # the default --types
 PHASE = 0
 
 
@@ -62,7 +63,7 @@ def timed(ctx: cuda.Context, fn, reps: int, samples: int, warmup: int = 3) -> li
 def bench_matmul(ctx, model: str, shapes: dict, args) -> list[dict]:
     rows_out = []
     max_tok = max(args.tokens + [args.pp])
-    for t in TYPES:
+    for t in args.types:
         for name, (rows, cols) in shapes.items():
             w = upload_rows(t, rows, cols)
             x = cuda.DeviceBuffer(max_tok * cols * 4)
@@ -151,7 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20, help="launches per timed sample (default 20)")
     ap.add_argument("--samples", type=int, default=5, help="timed samples per point (default 5)")
     ap.add_argument("--pp", type=int, default=512, help="prompt tokens of the GEMM point (default 512)")
+    ap.add_argument("--types", default=",".join(TYPES),
+                    help=f"comma-separated weight types (default {','.join(TYPES)}; of {', '.join(cuda.WEIGHT_TYPES)})")
     args = ap.parse_args(argv)
+    args.types = [t.strip().upper() for t in args.types.split(",") if t.strip()]
+    bad = [t for t in args.types if t not in cuda.WEIGHT_TYPES]
+    if bad or not args.types:
+        ap.error(f"--types: {', '.join(bad) or 'none given'}; choose from {', '.join(cuda.WEIGHT_TYPES)}")
     args.tokens = [1, 2, 4, 8, 16, 32, 64]
     if args.quick:
         args.reps, args.samples = 5, 3

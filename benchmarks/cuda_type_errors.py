@@ -28,8 +28,7 @@ from llmbench.backends import cuda
 from llmbench.models.weight_types import block_size, dequantize, quantize, random_blocks, type_id
 
 # the block types the device decodes, and their block sizes
-BLOCK = {t: block_size(t) for t in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-                                    "Q6_K", "IQ4_XS")}
+BLOCK = {t: block_size(t) for t in cuda.WEIGHT_TYPES if t not in ("F32", "F16", "BF16")}   # the quantized ones
 MIX = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}   # dummy model file type of a tensor type
 
 

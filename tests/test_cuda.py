@@ -104,3 +104,22 @@ def test_weight_rows_checked_before_the_device_reads_them():
         cuda.weight_rows(q4k, good.view(np.int8), 512)
     with pytest.raises(ValueError, match="whole blocks of 256"):
         cuda.weight_rows(q4k, good, 500)
+
+
+def test_weight_types_are_the_kernels_list():
+    """cuda.WEIGHT_TYPES (what bench_cuda.py --types and cuda_type_errors.py offer) is the list the kernels
+    name when they refuse a type, in the same order."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "kernels" / "matmul.cu").read_text()
+    named = re.search(r"has no CUDA kernel \(([^)]*)\)", src.replace('"\n', "").replace('  "', ""))
+    assert named, "kernels/matmul.cu no longer names its weight types"
+    assert tuple(t.strip() for t in named.group(1).split(",")) == cuda.WEIGHT_TYPES
+
+
+def test_bench_cuda_refuses_an_unknown_type():
+    bench = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "bench_cuda.py")
+    r = subprocess.run([sys.executable, bench, "--out", os.devnull, "--types", "Q4_1,Q7"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "--types: Q7; choose from" in r.stderr and "IQ4_XS" in r.stderr

@@ -134,6 +134,9 @@ def copy_bandwidth(nbytes: int = 1 << 28, reps: int = 20, device: int = 0) -> fl
 # ---- kernels (ABI version 3): NumPy in, NumPy out, for tests and benchmarks ----
 
 _F32, _F16, _Q8_0 = 0, 1, 8
+#: the weight types the device multiplies (kernels/matmul.cu names the same list when it refuses another)
+WEIGHT_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                "Q6_K", "IQ4_XS")
 _KV_TYPES = {"f32": _F32, "f16": _F16, "q8_0": _Q8_0}
 
 # llmb_cuda_sampling (kernels/llmb_cuda_abi.h), one per row, for sample_dev's device parameters
