@@ -822,6 +822,9 @@ INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const u
     for (int c = 0; c < NC; c++) _mm256_storeu_ps(y + c * ldy, acc[c]);
 }
 
+// tokens a chunk of IQ4_XS prefill: their activations (n = 768: 28 KB) stay in L1 while all groups run over them
+// (3072 x 768 x 512 tokens, 1 thread, Zen 3: 93 GOP/s all tokens at once, 105 / 104 / 104 chunks of 16 / 32 / 64)
+#define IL8X_TC 32
 IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                 float *y, int64_t ldy, int stream) {
     (void)stream;
@@ -835,12 +838,15 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
         const int64_t bn = nb - i0 < br ? nb - i0 : br;
         if (nc == 1)
             for (int64_t i = 0; i < bn; i++) IL(il8n_abs)(((const llmb_block_q8_K *)x + i0 + i)->qs, 32, 8, ax + 256 * i);
-        for (int r0 = 0; r0 < nr; r0 += IL8_G)
-            for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
-                const uint8_t *g = w + (size_t)r0 * ws;
-#define IL8X_RUN(NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, nc == 1 ? ax : NULL, y + t0 * ldy + r0, ldy, i0 == 0, t0 == 0, NC)
-                IL8_TILES(nc - t0, IL8X_RUN)
+        for (int c0 = 0; c0 < nc; c0 += IL8X_TC)
+            for (int r0 = 0; r0 < nr; r0 += IL8_G) {
+                const int cn = nc - c0 < IL8X_TC ? nc - c0 : IL8X_TC;
+                for (int t0 = c0; t0 < c0 + cn; t0 += IL8_NC) {
+                    const uint8_t *g = w + (size_t)r0 * ws;
+#define IL8X_RUN(NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, nc == 1 ? ax : NULL, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0, NC)
+                    IL8_TILES(c0 + cn - t0, IL8X_RUN)
 #undef IL8X_RUN
+                }
             }
     }
 }
