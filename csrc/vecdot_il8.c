@@ -776,10 +776,15 @@ IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, co
             for (int r0 = 0; r0 < nr; r0 += IL8_G)
                 for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
                     const uint8_t *g = w + (size_t)r0 * ws;
+// (|x| or NULL as a constant in each call, so that each inlined tile has one kind of sums)
+#define IL8N_CALL(AX, NC)                                                                                           \
+    IL(il8n_tile)(g, nb, i0, bn, xc + t0 * xs, xs, AX, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0, t0 == 0, NC)
 #define IL8N_RUN(NC)                                                                                                \
-    IL(il8n_tile)(g, nb, i0, bn, xc + t0 * xs, xs, nc == 1 ? ax : NULL, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0, t0 == 0, NC)
+    if (nc == 1) IL8N_CALL(ax, 1);                                                                                  \
+    else IL8N_CALL(NULL, NC)
                     IL8_TILES(cn - t0, IL8N_RUN)
 #undef IL8N_RUN
+#undef IL8N_CALL
                 }
         }
     }
@@ -851,9 +856,13 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                 const int cn = nc - c0 < IL8X_TC ? nc - c0 : IL8X_TC;
                 for (int t0 = c0; t0 < c0 + cn; t0 += IL8_NC) {
                     const uint8_t *g = w + (size_t)r0 * ws;
-#define IL8X_RUN(NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, nc == 1 ? ax : NULL, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0, NC)
+#define IL8X_CALL(AX, NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, AX, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0, NC)
+#define IL8X_RUN(NC)                                                                                                \
+    if (nc == 1) IL8X_CALL(ax, 1);                                                                                  \
+    else IL8X_CALL(NULL, NC)
                     IL8_TILES(c0 + cn - t0, IL8X_RUN)
 #undef IL8X_RUN
+#undef IL8X_CALL
                 }
             }
     }
