@@ -38,6 +38,21 @@ size_t llmb_att_scratch_floats(int64_t n_ctx, int hd) {
 
 // ---- scalar version (the definition) ----
 
+// query i's softmax over its scores s[l..n) in place, zeros on jp..l and n..nmax (the other queries'
+// keys); returns 1 / the sum of the exps (summed by j % 16 in sum16_tree's order)
+static float softmax_scalar(float *s, int l, int n, int jp, int nmax) {
+    float mx = -INFINITY;
+    for (int j = l; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    float lanes[16] = {0};
+    for (int j = l; j < n; j++) {
+        s[j] = llmb_exp_scalar(s[j] - mx);
+        lanes[j % 16] += s[j];
+    }
+    for (int j = jp; j < l; j++) s[j] = 0.0f;
+    for (int j = n; j < nmax; j++) s[j] = 0.0f;
+    return 1.0f / sum16_tree(lanes);
+}
+
 static void attend_scalar(int nq, const float *const *q, const int *lo, const int *nk, const float *kt, size_t ldk,
                           const float *v, int hd, float scale, float *sc, float *const *out) {
     int nmax = 0, jp = nk[0];
@@ -52,16 +67,7 @@ static void attend_scalar(int nq, const float *const *q, const int *lo, const in
             for (int d = 0; d < hd; d++) acc = fmaf(q[i][d], kt[(size_t)d * ldk + j], acc);
             s[j] = acc * scale;
         }
-        float mx = -INFINITY;
-        for (int j = lo[i]; j < nk[i]; j++) mx = s[j] > mx ? s[j] : mx;
-        float lanes[16] = {0};
-        for (int j = lo[i]; j < nk[i]; j++) {
-            s[j] = llmb_exp_scalar(s[j] - mx);
-            lanes[j % 16] += s[j];
-        }
-        for (int j = jp; j < lo[i]; j++) s[j] = 0.0f;
-        for (int j = nk[i]; j < nmax; j++) s[j] = 0.0f;
-        const float inv = 1.0f / sum16_tree(lanes);
+        const float inv = softmax_scalar(s, lo[i], nk[i], jp, nmax);
         for (int d = 0; d < hd; d++) {
             float acc = 0.0f;
             for (int j = jp; j < nmax; j++) acc = fmaf(s[j], v[(size_t)j * hd + d], acc);
@@ -89,14 +95,15 @@ LLMB_A512 LLMB_INLINE float sum16(__m512 v) {   // sum16_tree
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
 }
 
-// scores of NQ queries x 64 keys from j0 (ldk is a multiple of 64: the loads stay inside the rows)
-LLMB_A512 LLMB_INLINE void scores_body(const float *const *q, const float *kt, size_t ldk, int hd, float scale, float *sc,
-                             int j0, const int NQ) {
+// scores of NQ queries x 64 keys: sc[i * ldsc + t] for the keys kt[d * ldkt + t], t < 64 (kt and sc
+// point at the first of them; the rows hold 64 columns from there)
+LLMB_A512 LLMB_INLINE void scores_body(const float *const *q, const float *kt, size_t ldkt, int hd, float scale,
+                                       float *sc, size_t ldsc, const int NQ) {
     __m512 acc[LLMB_ATT_Q][4];
     for (int i = 0; i < NQ; i++)
         for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d++) {
-        const float *k = kt + (size_t)d * ldk + j0;
+        const float *k = kt + (size_t)d * ldkt;
         const __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16), k2 = _mm512_loadu_ps(k + 32),
                      k3 = _mm512_loadu_ps(k + 48);
         for (int i = 0; i < NQ; i++) {
@@ -109,7 +116,7 @@ LLMB_A512 LLMB_INLINE void scores_body(const float *const *q, const float *kt, s
     }
     const __m512 vs = _mm512_set1_ps(scale);
     for (int i = 0; i < NQ; i++)
-        for (int c = 0; c < 4; c++) _mm512_storeu_ps(sc + (size_t)i * ldk + j0 + 16 * c, _mm512_mul_ps(acc[i][c], vs));
+        for (int c = 0; c < 4; c++) _mm512_storeu_ps(sc + (size_t)i * ldsc + 16 * c, _mm512_mul_ps(acc[i][c], vs));
 }
 
 // out[i][d0 .. d0 + 16 ND) = inv[i] * sum_j sc[i][j] v[j][...] over jp <= j < nmax
@@ -130,17 +137,11 @@ LLMB_A512 LLMB_INLINE void pv_body(const float *sc, size_t ldk, const float *v, 
         for (int c = 0; c < ND; c++) _mm512_storeu_ps(out[i] + d0 + 16 * c, _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv[i])));
 }
 
-LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *lo, const int *nk, const float *kt,
-                                    size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
-    int nmax = 0, jp = nk[0];
+// softmax_scalar of every query's score row (rows of ldsc), 16 keys at a time
+LLMB_A512 LLMB_INLINE void softmax_avx512(int nq, const int *lo, const int *nk, int jp, int nmax, float *sc, size_t ldsc,
+                                          float *inv) {
     for (int i = 0; i < nq; i++) {
-        nmax = nk[i] > nmax ? nk[i] : nmax;
-        jp = lo[i] < jp ? lo[i] : jp;
-    }
-    for (int j0 = jp / 64 * 64; j0 < nmax; j0 += 64) BY_NQ(scores_body, q, kt, ldk, hd, scale, sc, j0);
-    float inv[LLMB_ATT_Q];
-    for (int i = 0; i < nq; i++) {
-        float *s = sc + (size_t)i * ldk;
+        float *s = sc + (size_t)i * ldsc;
         const int n = nk[i], l = lo[i], j16 = l / 16 * 16;
         // lanes j .. j + 15 that are keys of this query: l <= j + t < n
 #define KEYS16(j) ((__mmask16)((n - (j) >= 16 ? 0xFFFFu : (1u << (n - (j))) - 1) & (l > (j) ? ~((1u << (l - (j))) - 1) : 0xFFFFu)))
@@ -162,6 +163,18 @@ LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *lo
         for (int j = (n + 15) / 16 * 16; j < nmax; j++) s[j] = 0.0f;
         inv[i] = 1.0f / sum16(sum);
     }
+}
+
+LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *lo, const int *nk, const float *kt,
+                                    size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
+    int nmax = 0, jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        nmax = nk[i] > nmax ? nk[i] : nmax;
+        jp = lo[i] < jp ? lo[i] : jp;
+    }
+    for (int j0 = jp / 64 * 64; j0 < nmax; j0 += 64) BY_NQ(scores_body, q, kt + j0, ldk, hd, scale, sc + j0, ldk);
+    float inv[LLMB_ATT_Q];
+    softmax_avx512(nq, lo, nk, jp, nmax, sc, ldk, inv);
     int d0 = 0;
     for (; d0 + 64 <= hd; d0 += 64) BY_NQ(pv_body, sc, ldk, v, hd, jp, nmax, inv, out, d0, 4);
     for (; d0 < hd; d0 += 16) BY_NQ(pv_body, sc, ldk, v, hd, jp, nmax, inv, out, d0, 1);
@@ -181,13 +194,13 @@ LLMB_A256 LLMB_INLINE float sum16_avx2(__m256 lo, __m256 hi) {   // sum16_tree o
     return _mm_cvtss_f32(_mm_add_ss(b, _mm_movehdup_ps(b)));
 }
 
-// scores of NQ queries x 16 keys from j0 (ldk is a multiple of 64: the loads stay inside the rows)
-LLMB_A256 LLMB_INLINE void scores_body_avx2(const float *const *q, const float *kt, size_t ldk, int hd, float scale,
-                                            float *sc, int j0, const int NQ) {
+// scores of NQ queries x 16 keys: scores_body with 16 columns
+LLMB_A256 LLMB_INLINE void scores_body_avx2(const float *const *q, const float *kt, size_t ldkt, int hd, float scale,
+                                            float *sc, size_t ldsc, const int NQ) {
     __m256 acc[LLMB_ATT_Q][2];
     for (int i = 0; i < NQ; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d++) {
-        const float *k = kt + (size_t)d * ldk + j0;
+        const float *k = kt + (size_t)d * ldkt;
         const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
         for (int i = 0; i < NQ; i++) {
             const __m256 qb = _mm256_broadcast_ss(q[i] + d);
@@ -197,7 +210,7 @@ LLMB_A256 LLMB_INLINE void scores_body_avx2(const float *const *q, const float *
     }
     const __m256 vs = _mm256_set1_ps(scale);
     for (int i = 0; i < NQ; i++)
-        for (int c = 0; c < 2; c++) _mm256_storeu_ps(sc + (size_t)i * ldk + j0 + 8 * c, _mm256_mul_ps(acc[i][c], vs));
+        for (int c = 0; c < 2; c++) _mm256_storeu_ps(sc + (size_t)i * ldsc + 8 * c, _mm256_mul_ps(acc[i][c], vs));
 }
 
 // out[i][d0 .. d0 + 8 ND) = inv[i] * sum_j sc[i][j] v[j][...] over jp <= j < nmax
@@ -218,18 +231,12 @@ LLMB_A256 LLMB_INLINE void pv_body_avx2(const float *sc, size_t ldk, const float
         for (int c = 0; c < ND; c++) _mm256_storeu_ps(out[i] + d0 + 8 * c, _mm256_mul_ps(acc[i][c], _mm256_set1_ps(inv[i])));
 }
 
-LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *lo, const int *nk, const float *kt,
-                                  size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
-    int nmax = 0, jp = nk[0];
-    for (int i = 0; i < nq; i++) {
-        nmax = nk[i] > nmax ? nk[i] : nmax;
-        jp = lo[i] < jp ? lo[i] : jp;
-    }
-    for (int j0 = jp / 16 * 16; j0 < nmax; j0 += 16) BY_NQ(scores_body_avx2, q, kt, ldk, hd, scale, sc, j0);
+// softmax_scalar of every query's score row (rows of ldsc), 8 keys at a time
+LLMB_A256 LLMB_INLINE void softmax_avx2(int nq, const int *lo, const int *nk, int jp, int nmax, float *sc, size_t ldsc,
+                                        float *inv) {
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), eight = _mm256_set1_epi32(8);
-    float inv[LLMB_ATT_Q];
     for (int i = 0; i < nq; i++) {
-        float *s = sc + (size_t)i * ldk;
+        float *s = sc + (size_t)i * ldsc;
         const int n = nk[i], l = lo[i], j16 = l / 16 * 16;
         // max_ps(s, mx) is the scalar loop's s > mx ? s : mx lane by lane (a NaN score skipped as there)
         __m256 mx8 = _mm256_set1_ps(-INFINITY);
@@ -263,6 +270,18 @@ LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *lo, 
         for (j = (n + 15) / 16 * 16; j < nmax; j++) s[j] = 0.0f;
         inv[i] = 1.0f / sum16_avx2(lo8, hi8);
     }
+}
+
+LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *lo, const int *nk, const float *kt,
+                                  size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
+    int nmax = 0, jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        nmax = nk[i] > nmax ? nk[i] : nmax;
+        jp = lo[i] < jp ? lo[i] : jp;
+    }
+    for (int j0 = jp / 16 * 16; j0 < nmax; j0 += 16) BY_NQ(scores_body_avx2, q, kt + j0, ldk, hd, scale, sc + j0, ldk);
+    float inv[LLMB_ATT_Q];
+    softmax_avx2(nq, lo, nk, jp, nmax, sc, ldk, inv);
     int d0 = 0;
     for (; d0 + 16 <= hd; d0 += 16) BY_NQ(pv_body_avx2, sc, ldk, v, hd, jp, nmax, inv, out, d0, 2);
     for (; d0 < hd; d0 += 8) BY_NQ(pv_body_avx2, sc, ldk, v, hd, jp, nmax, inv, out, d0, 1);
@@ -322,7 +341,7 @@ LLMB_A512 LLMB_INLINE void transpose16(__m512 r[16]) {
 }
 
 // 16 keys at a time: 16 values of each of their rows converted, transposed in registers and stored
-// as 16 rows of kt; the values converted row by row. No call per row.
+// as 16 rows of kt; the values converted row by row (v NULL: the keys only). No call per row.
 LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
     const int type = h->type;
     const size_t row_bytes = type == LLMB_TYPE_F32 ? 4 * (size_t)hd : type == LLMB_TYPE_F16 ? 2 * (size_t)hd
@@ -334,11 +353,12 @@ LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, f
             const uint8_t *kn = kv_at(h, h->k, t), *vn = kv_at(h, h->v, t);
             for (size_t o = 0; o < row_bytes; o += 64) {
                 _mm_prefetch((const char *)kn + o, _MM_HINT_T0);
-                _mm_prefetch((const char *)vn + o, _MM_HINT_T0);
+                if (v) _mm_prefetch((const char *)vn + o, _MM_HINT_T0);
             }
         }
         for (int t = 0; t < nj; t++) {
             kr[t] = kv_at(h, h->k, j0 + t);
+            if (!v) continue;
             const uint8_t *vr = kv_at(h, h->v, j0 + t);
             for (int d0 = 0; d0 < hd; d0 += 16) _mm512_storeu_ps(v + (size_t)(j0 + t) * hd + d0, row16(type, vr, d0));
         }
@@ -390,6 +410,7 @@ LLMB_A256 static void gather_avx2(const llmb_kv_head *h, int n_keys, int hd, flo
         const uint8_t *kr[8];
         for (int t = 0; t < nj; t++) {
             kr[t] = kv_at(h, h->k, j0 + t);
+            if (!v) continue;
             const uint8_t *vr = kv_at(h, h->v, j0 + t);
             for (int d0 = 0; d0 < hd; d0 += 8) _mm256_storeu_ps(v + (size_t)(j0 + t) * hd + d0, row8(type, vr, d0));
         }
@@ -423,6 +444,176 @@ void llmb_att_gather(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_
 void llmb_att_gather_ref(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
     gather_scalar(h, n_keys, hd, kt, ldk, v);
 }
+
+// ---- attention straight over the paged cache (decode) ----
+// llmb_att_gather then llmb_attend_window with the same operations in another order: the keys are
+// gathered LLMB_ATT_CHUNK at a time into a chunk of transposed keys (work) and scored from there into
+// the same score rows, the softmax runs on the whole rows as there, and the weighted sum of the
+// values reads each chunk's value rows from the cache, converted in registers as the gather converts
+// them, into per-query sums kept in work between chunks (a float stored and loaded back is the same
+// float). Every score is the same fma chain over d and every output element the same fma chain over
+// j in the same order, so the bits are those of the gathered path, with no value scratch.
+
+size_t llmb_att_paged_work_floats(int hd) { return (size_t)hd * (LLMB_ATT_CHUNK + LLMB_ATT_Q); }
+
+static void attend_paged_scalar(int nq, const float *const *q, const int *lo, const int *nk, const llmb_kv_head *h,
+                                int hd, float scale, float *sc, size_t ldsc, float *work, float *const *out) {
+    const llmb_quant_traits *t = llmb_quant_traits_get(h->type);
+    int nmax = 0, jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        nmax = nk[i] > nmax ? nk[i] : nmax;
+        jp = lo[i] < jp ? lo[i] : jp;
+    }
+    float *row = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
+    for (int j = jp; j < nmax; j++) {
+        t->to_float_ref(kv_at(h, h->k, j), row, hd);
+        for (int i = 0; i < nq; i++) {
+            if (j < lo[i] || j >= nk[i]) continue;
+            float a = 0.0f;
+            for (int d = 0; d < hd; d++) a = fmaf(q[i][d], row[d], a);
+            sc[(size_t)i * ldsc + j] = a * scale;
+        }
+    }
+    for (int i = 0; i < nq; i++) inv[i] = softmax_scalar(sc + (size_t)i * ldsc, lo[i], nk[i], jp, nmax);
+    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+    for (int j = jp; j < nmax; j++) {
+        t->to_float_ref(kv_at(h, h->v, j), row, hd);
+        for (int i = 0; i < nq; i++) {
+            const float p = sc[(size_t)i * ldsc + j];
+            for (int d = 0; d < hd; d++) acc[(size_t)i * hd + d] = fmaf(p, row[d], acc[(size_t)i * hd + d]);
+        }
+    }
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < hd; d++) out[i][d] = acc[(size_t)i * hd + d] * inv[i];
+}
+
+// the row pointers of values c0 <= j < c1
+static void value_rows(const llmb_kv_head *h, int c0, int c1, const uint8_t **vr) {
+    for (int j = c0; j < c1; j++) vr[j - c0] = kv_at(h, h->v, j);
+}
+
+// out[i][d] = acc[i * hd + d] * inv[i]: the SIMD versions' last multiply, element by element
+static void scale_out(int nq, const float *acc, const float *inv, int hd, float *const *out) {
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < hd; d++) out[i][d] = acc[(size_t)i * hd + d] * inv[i];
+}
+
+// call(..., TYPE, ND, NQ) with the cache's type as a constant too
+#define BY_TYPE_NQ(call, ...)                                                                                        \
+    switch (h->type) {                                                                                              \
+    case LLMB_TYPE_F16: BY_NQ(call, __VA_ARGS__, LLMB_TYPE_F16, ND_); break;                                        \
+    case LLMB_TYPE_F32: BY_NQ(call, __VA_ARGS__, LLMB_TYPE_F32, ND_); break;                                        \
+    default: BY_NQ(call, __VA_ARGS__, LLMB_TYPE_Q8_0, ND_); break;                                                  \
+    }
+
+#if LLMB_VEXP_AVX512
+// acc[i * hd + d0 .. + 16 ND) += sc[i][j] value_j[...] over j0 <= j < j1 (value j's row at vr[j - j0]): pv_body's
+// chain, carried in acc from the chunks before
+LLMB_A512 LLMB_INLINE void pv_rows(const float *sc, size_t ldsc, const uint8_t *const *vr, int j0, int j1, float *acc,
+                                   int hd, int d0, const int type, const int ND, const int NQ) {
+    __m512 a[LLMB_ATT_Q][4];
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < ND; c++) a[i][c] = _mm512_loadu_ps(acc + (size_t)i * hd + d0 + 16 * c);
+    for (int j = j0; j < j1; j++) {
+        __m512 vv[4];
+        for (int c = 0; c < ND; c++) vv[c] = row16(type, vr[j - j0], d0 + 16 * c);
+        for (int i = 0; i < NQ; i++) {
+            const __m512 p = _mm512_set1_ps(sc[(size_t)i * ldsc + j]);
+            for (int c = 0; c < ND; c++) a[i][c] = _mm512_fmadd_ps(p, vv[c], a[i][c]);
+        }
+    }
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < ND; c++) _mm512_storeu_ps(acc + (size_t)i * hd + d0 + 16 * c, a[i][c]);
+}
+
+LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const int *lo, const int *nk,
+                                          const llmb_kv_head *h, int hd, float scale, float *sc, size_t ldsc,
+                                          float *work, float *const *out) {
+    int nmax = 0, jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        nmax = nk[i] > nmax ? nk[i] : nmax;
+        jp = lo[i] < jp ? lo[i] : jp;
+    }
+    float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
+    llmb_kv_head hc = *h;
+    for (int c0 = jp / 64 * 64; c0 < nmax; c0 += LLMB_ATT_CHUNK) {   // attend_avx512's 64-key bodies
+        const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
+        hc.first = h->first + c0;
+        gather_avx512(&hc, c1 - c0, hd, ktc, LLMB_ATT_CHUNK, NULL);
+        for (int j0 = c0; j0 < c1; j0 += 64)
+            BY_NQ(scores_body, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
+    }
+    softmax_avx512(nq, lo, nk, jp, nmax, sc, ldsc, inv);
+    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+    const uint8_t *vr[LLMB_ATT_CHUNK];
+    for (int c0 = jp; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
+        const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
+        value_rows(h, c0, c1, vr);
+        int d0 = 0;
+#define ND_ 4
+        for (; d0 + 64 <= hd; d0 += 64) BY_TYPE_NQ(pv_rows, sc, ldsc, vr, c0, c1, acc, hd, d0);
+#undef ND_
+#define ND_ 1
+        for (; d0 < hd; d0 += 16) BY_TYPE_NQ(pv_rows, sc, ldsc, vr, c0, c1, acc, hd, d0);
+#undef ND_
+    }
+    scale_out(nq, acc, inv, hd, out);
+}
+#endif
+
+#if LLMB_VEXP_AVX2
+// pv_rows with 8 lanes
+LLMB_A256 LLMB_INLINE void pv_rows_avx2(const float *sc, size_t ldsc, const uint8_t *const *vr, int j0, int j1,
+                                        float *acc, int hd, int d0, const int type, const int ND, const int NQ) {
+    __m256 a[LLMB_ATT_Q][2];
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < ND; c++) a[i][c] = _mm256_loadu_ps(acc + (size_t)i * hd + d0 + 8 * c);
+    for (int j = j0; j < j1; j++) {
+        __m256 vv[2];
+        for (int c = 0; c < ND; c++) vv[c] = row8(type, vr[j - j0], d0 + 8 * c);
+        for (int i = 0; i < NQ; i++) {
+            const __m256 p = _mm256_broadcast_ss(sc + (size_t)i * ldsc + j);
+            for (int c = 0; c < ND; c++) a[i][c] = _mm256_fmadd_ps(p, vv[c], a[i][c]);
+        }
+    }
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < ND; c++) _mm256_storeu_ps(acc + (size_t)i * hd + d0 + 8 * c, a[i][c]);
+}
+
+LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int *lo, const int *nk,
+                                        const llmb_kv_head *h, int hd, float scale, float *sc, size_t ldsc,
+                                        float *work, float *const *out) {
+    int nmax = 0, jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        nmax = nk[i] > nmax ? nk[i] : nmax;
+        jp = lo[i] < jp ? lo[i] : jp;
+    }
+    float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
+    llmb_kv_head hc = *h;
+    for (int c0 = jp / 64 * 64; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
+        const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
+        hc.first = h->first + c0;
+        gather_avx2(&hc, c1 - c0, hd, ktc, LLMB_ATT_CHUNK, NULL);
+        for (int j0 = c0 > jp / 16 * 16 ? c0 : jp / 16 * 16; j0 < c1; j0 += 16)   // attend_avx2's 16-key bodies
+            BY_NQ(scores_body_avx2, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
+    }
+    softmax_avx2(nq, lo, nk, jp, nmax, sc, ldsc, inv);
+    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+    const uint8_t *vr[LLMB_ATT_CHUNK];
+    for (int c0 = jp; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
+        const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
+        value_rows(h, c0, c1, vr);
+        int d0 = 0;
+#define ND_ 2
+        for (; d0 + 16 <= hd; d0 += 16) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vr, c0, c1, acc, hd, d0);
+#undef ND_
+#define ND_ 1
+        for (; d0 < hd; d0 += 8) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vr, c0, c1, acc, hd, d0);
+#undef ND_
+    }
+    scale_out(nq, acc, inv, hd, out);
+}
+#endif
 
 // per-query first keys: lo, or zeros
 #define LOS(lo) const int *lo_ = (lo) ? (lo) : (const int[LLMB_ATT_Q]){0}
@@ -459,4 +650,34 @@ void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *
 void llmb_attend_ref(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v,
                      int hd, float scale, float *sc, float *const *out) {
     llmb_attend_window_ref(nq, q, NULL, n_keys, kt, ldk, v, hd, scale, sc, out);
+}
+
+void llmb_attend_paged(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd,
+                       float scale, float *sc, float *work, float *const *out) {
+    LOS(k_lo);
+    int nmax = 0;
+    for (int i = 0; i < nq; i++) nmax = n_keys[i] > nmax ? n_keys[i] : nmax;
+    const size_t ldsc = llmb_att_ldk(nmax);
+    const int blk = h->type == LLMB_TYPE_Q8_0 ? LLMB_QK : 0;   // Q8_0 rows: whole blocks of 32
+#if LLMB_VEXP_AVX512
+    if (llmb_simd_active() >= LLMB_SIMD_AVX512 && hd % (blk ? blk : 16) == 0) {
+        attend_paged_avx512(nq, q, lo_, n_keys, h, hd, scale, sc, ldsc, work, out);
+        return;
+    }
+#endif
+#if LLMB_VEXP_AVX2
+    if (llmb_simd_active() >= LLMB_SIMD_AVX2 && hd % (blk ? blk : 8) == 0) {
+        attend_paged_avx2(nq, q, lo_, n_keys, h, hd, scale, sc, ldsc, work, out);
+        return;
+    }
+#endif
+    attend_paged_scalar(nq, q, lo_, n_keys, h, hd, scale, sc, ldsc, work, out);
+}
+
+void llmb_attend_paged_ref(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
+                           int hd, float scale, float *sc, float *work, float *const *out) {
+    LOS(k_lo);
+    int nmax = 0;
+    for (int i = 0; i < nq; i++) nmax = n_keys[i] > nmax ? n_keys[i] : nmax;
+    attend_paged_scalar(nq, q, lo_, n_keys, h, hd, scale, sc, llmb_att_ldk(nmax), work, out);
 }

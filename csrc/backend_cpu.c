@@ -276,13 +276,19 @@ static void store_kv(llmb_backend *b, uint8_t *dst, const float *src, int n) { b
 // ---- forward ----
 
 // Attention of every batch token over its sequence's cached keys and values. Work is split by
-// (sequence of the batch, KV head): the unit converts that head's cached K (transposed) and V rows up
-// to the sequence's last position here to float once (llmb_att_gather: 16 keys at a time, transposed
-// in registers, no call per row), then serves every query head of the group and every token of the
-// sequence, LLMB_ATT_Q queries per llmb_attend_window call (attention.c). Each (token, head) output is
-// computed by the same operations whatever else is in the batch. A sliding-window layer gathers from
-// the first token's window start rounded down to a multiple of 64 (then the softmax's 16-lane sums see
-// every key in the lane of its position, as from 0), and each query weighs only its own window.
+// (sequence of the batch, KV head). A unit with many queries (prefill) converts that head's cached K
+// (transposed) and V rows up to the sequence's last position here to float once (llmb_att_gather: 16
+// keys at a time, transposed in registers, no call per row), then serves every query head of the group
+// and every token of the sequence, LLMB_ATT_Q queries per llmb_attend_window call (attention.c). A unit
+// with at most PAGED_MAX_Q queries (decode: one token's query heads of the group) reads the cache
+// straight instead (llmb_attend_paged: keys 64 at a time through an L1 chunk, values converted in
+// registers), as the whole copy, written and read back once per unit and step, went through L2/L3 and
+// was most of a decode step at a thousand tokens of context; both give the same bits, so the choice is
+// speed only. Each (token, head) output is computed by the same operations whatever else is in the batch.
+// A sliding-window layer reads from the first token's window start rounded down to a multiple of 64
+// (then the softmax's 16-lane sums see every key in the lane of its position, as from 0), and each
+// query weighs only its own window.
+#define PAGED_MAX_Q (2 * LLMB_ATT_Q)
 static size_t att_scratch_floats(const llmb_backend *b) {
     return llmb_att_scratch_floats(b->p.ctx, b->model->cfg.head_dim);
 }
@@ -309,9 +315,9 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
     const llmb_kv_head kvh_rows = {b->kv_type, k0, k0 + per_part, bt->block_tables + (size_t)r * bt->max_blocks, B,
                                    (size_t)B * b->kv_row_bytes, b->kv_row_bytes, first};
-    llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);
     // every (token, query head) of the sequence, LLMB_ATT_Q at a time
-    const int nq_all = (i1 - i0) * group;
+    const int nq_all = (i1 - i0) * group, paged = nq_all <= PAGED_MAX_Q;
+    if (!paged) llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);
     for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {
         const float *qp[LLMB_ATT_Q];
         float *op[LLMB_ATT_Q];
@@ -323,7 +329,10 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
             nk[nq] = bt->pos[i] + 1 - first;
             lo[nq] = W && bt->pos[i] - W + 1 > first ? bt->pos[i] - W + 1 - first : 0;
         }
-        llmb_attend_window(nq, qp, lo, nk, kt, ldk, vf, hd, scale, sc, op);
+        if (paged)   // kt's first llmb_att_paged_work_floats(hd) floats as the work: below sc from 2 * 64 * hd
+            llmb_attend_paged(nq, qp, lo, nk, &kvh_rows, hd, scale, sc, kt, op);
+        else
+            llmb_attend_window(nq, qp, lo, nk, kt, ldk, vf, hd, scale, sc, op);
     }
 }
 

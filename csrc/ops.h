@@ -114,5 +114,20 @@ void llmb_attend_window(int nq, const float *const *q, const int *k_lo, const in
 void llmb_attend_window_ref(int nq, const float *const *q, const int *k_lo, const int *n_keys, const float *kt,
                             size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out);
 
+// Keys per chunk of llmb_attend_paged (a multiple of 64): hd x 64 floats of transposed keys, in L1 for
+// head sizes up to 128
+#define LLMB_ATT_CHUNK 64
+// Floats of llmb_attend_paged's work: a chunk of transposed keys and LLMB_ATT_Q running sums of hd.
+size_t llmb_att_paged_work_floats(int hd);
+// llmb_att_gather(h, max n_keys, ...) then llmb_attend_window, the same bits, without the gathered
+// copy: keys LLMB_ATT_CHUNK at a time through work (llmb_att_paged_work_floats(hd)), values read from
+// the cache rows in the weighted sum. sc: LLMB_ATT_Q x llmb_att_ldk(max n_keys) floats. For few
+// queries over a long history (decode), where the gathered copy is written once and read once.
+void llmb_attend_paged(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd,
+                       float scale, float *sc, float *work, float *const *out);
+// the scalar version (the definition; one to_float call per row)
+void llmb_attend_paged_ref(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
+                           int hd, float scale, float *sc, float *work, float *const *out);
+
 
 #endif

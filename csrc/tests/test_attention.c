@@ -13,6 +13,8 @@
 //   - outputs that do not depend on the transposed keys' padding (zeros, NaN or huge values there);
 //   - llmb_att_gather (paged F32/F16/Q8_0 rows to transposed float keys and value rows) bit for bit
 //     vs its scalar version, and that vs to_float row by row;
+//   - llmb_attend_paged (attention straight over the paged cache, keys in chunks) bit for bit vs the
+//     gathered keys and values through llmb_attend_window, at 1..1000 keys, windows, keys from 0 or 64 (test_paged);
 //   - SwiGLU (same exp) SIMD vs scalar bit for bit at odd lengths, and vs float64 within 1e-6 relative;
 //   - llmb_attend_window (sliding windows): SIMD vs scalar, tile vs alone, keys shifted by 16 or 64 places
 //     bit for bit, and vs a float64 softmax over each window (test_window);
@@ -361,6 +363,73 @@ static void test_gather(int type, int hd, int nkeys, int bs) {
     free(kc), free(vc), free(blocks), free(tmp);
 }
 
+// llmb_attend_paged (straight over the paged cache) vs llmb_att_gather_ref then llmb_attend_window_ref,
+// bit for bit, and its scalar version likewise: random F32/F16/Q8_0 rows in a shuffled block table,
+// key 0 at position `first` of the cache, 1..4 queries of other key counts, whole histories and
+// sliding windows (lo > 0), the scratch and the work filled with NaN first (no result may read them).
+static void test_paged(int type, int hd, int nkeys, int bs, int first) {
+    const llmb_quant_traits *t = llmb_quant_traits_get(type);
+    const llmb_type_traits *tt = llmb_type_traits_get(type);
+    const size_t row = (size_t)(hd / tt->blck_size * tt->type_size), ldk = llmb_att_ldk(nkeys);
+    const int nblk = (first + nkeys + bs - 1) / bs + 2;
+    const size_t head_off = row, row_stride = 2 * row + 8, block_stride = (size_t)bs * row_stride + 24;
+    uint8_t *kc = calloc((size_t)nblk * block_stride, 1), *vc = calloc((size_t)nblk * block_stride, 1);
+    int32_t *blocks = malloc((size_t)nblk * sizeof *blocks);
+    for (int b = 0; b < nblk; b++) blocks[b] = (b * 5 + 1) % nblk;   // a permutation unless nblk % 5 == 0
+    float *tmp = malloc((size_t)hd * sizeof *tmp);
+    for (int w = 0; w < 2; w++)
+        for (int b = 0; b < nblk; b++)
+            for (int s = 0; s < bs; s++) {
+                for (int d = 0; d < hd; d++) tmp[d] = (w ? 1.0f : 2.0f) * rng_normal();
+                t->from_float_ref(tmp, (w ? vc : kc) + (size_t)b * block_stride + (size_t)s * row_stride + head_off, hd);
+            }
+    const llmb_kv_head h = {type, kc + head_off, vc + head_off, blocks, bs, block_stride, row_stride, first};
+    float *kt = malloc(ldk * hd * sizeof *kt), *v = malloc(ldk * hd * sizeof *v), *sc = malloc(LLMB_ATT_Q * ldk * sizeof *sc);
+    const size_t nw = llmb_att_paged_work_floats(hd);
+    float *work = malloc(nw * sizeof *work), *q = malloc((size_t)LLMB_ATT_Q * hd * sizeof *q);
+    float *out = malloc((size_t)3 * LLMB_ATT_Q * hd * sizeof *out);
+    for (int i = 0; i < LLMB_ATT_Q * hd; i++) q[i] = 2.0f * rng_normal();
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *qp[LLMB_ATT_Q];
+    float *o_ref[LLMB_ATT_Q], *o_paged[LLMB_ATT_Q], *o_pref[LLMB_ATT_Q];
+    for (int i = 0; i < LLMB_ATT_Q; i++) {
+        qp[i] = q + (size_t)i * hd;
+        o_ref[i] = out + (size_t)i * hd;
+        o_paged[i] = out + (size_t)(LLMB_ATT_Q + i) * hd;
+        o_pref[i] = out + (size_t)(2 * LLMB_ATT_Q + i) * hd;
+    }
+    for (int win = 0; win < 2; win++) {
+        int lo[LLMB_ATT_Q], nk[LLMB_ATT_Q];
+        for (int i = 0; i < LLMB_ATT_Q; i++) {   // the last query has every key (the decode token)
+            nk[i] = nkeys - ((LLMB_ATT_Q - 1 - i) * 37) % nkeys;
+            const int w = 1 + (i * 29 + nkeys) % 150;
+            lo[i] = win && nk[i] > w ? nk[i] - w : 0;
+        }
+        for (int nq = 1; nq <= LLMB_ATT_Q; nq++) {
+            const int *qn = nk + LLMB_ATT_Q - nq, *ql = lo + LLMB_ATT_Q - nq;   // the last nq: nkeys among them
+            const float *const *qq = qp + LLMB_ATT_Q - nq;
+            for (size_t k = 0; k < ldk * hd; k++) kt[k] = v[k] = NAN;
+            llmb_att_gather_ref(&h, nkeys, hd, kt, ldk, v);
+            llmb_attend_window_ref(nq, qq, ql, qn, kt, ldk, v, hd, scale, sc, o_ref);
+            for (size_t k = 0; k < LLMB_ATT_Q * ldk; k++) sc[k] = NAN;
+            for (size_t k = 0; k < nw; k++) work[k] = NAN;
+            llmb_attend_paged(nq, qq, ql, qn, &h, hd, scale, sc, work, o_paged);
+            for (size_t k = 0; k < LLMB_ATT_Q * ldk; k++) sc[k] = NAN;
+            for (size_t k = 0; k < nw; k++) work[k] = NAN;
+            llmb_attend_paged_ref(nq, qq, ql, qn, &h, hd, scale, sc, work, o_pref);
+            for (int i = 0; i < nq; i++) {
+                CHECK(!memcmp(o_paged[i], o_ref[i], (size_t)hd * sizeof(float)),
+                      "paged type %d hd %d keys %d..%d of %d first %d nq %d level %d: != gathered", type, hd, ql[i], qn[i],
+                      nkeys, first, nq, (int)llmb_simd_active());
+                CHECK(!memcmp(o_pref[i], o_ref[i], (size_t)hd * sizeof(float)),
+                      "paged_ref type %d hd %d keys %d..%d of %d first %d nq %d: != gathered", type, hd, ql[i], qn[i],
+                      nkeys, first, nq);
+            }
+        }
+    }
+    free(kc), free(vc), free(blocks), free(tmp), free(kt), free(v), free(sc), free(work), free(q), free(out);
+}
+
 // RoPE's table from the inverse frequencies computed once equals the angle computed from pow() per
 // position (the former code), bit for bit, with and without frequency factors; and cos/sin within
 // float rounding of the float64 angle.
@@ -445,6 +514,14 @@ int main(void) {
                 for (size_t c = 0; c < sizeof gkeys / sizeof *gkeys; c++) {
                     if (gtypes[a] == LLMB_TYPE_Q8_0 && ghds[b] % LLMB_QK) continue;
                     test_gather(gtypes[a], ghds[b], gkeys[c], c % 2 ? 16 : 5);
+                }
+        const int phds[] = {64, 128, 96, 32, 48, 8, 24, 20};   // 24: the 8-lane tail at AVX-512; 20: scalar only
+        const int pkeys[] = {1, 15, 16, 17, 63, 64, 65, 301, 1000};
+        for (size_t a = 0; a < 3; a++)
+            for (size_t b = 0; b < sizeof phds / sizeof *phds; b++)
+                for (size_t c = 0; c < sizeof pkeys / sizeof *pkeys; c++) {
+                    if (gtypes[a] == LLMB_TYPE_Q8_0 && phds[b] % LLMB_QK) continue;
+                    test_paged(gtypes[a], phds[b], pkeys[c], c % 2 ? 16 : 5, c % 3 ? 0 : 64);
                 }
     }
     llmb_simd_set(llmb_simd_detected());
