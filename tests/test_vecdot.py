@@ -184,6 +184,22 @@ def test_interleaved(t: str):
         _core.prefetch_set(before)
 
 
+@pytest.mark.parametrize("t,nblocks", [("IQ4_NL", 1025), ("IQ4_XS", 129), ("Q4_0", 4097), ("Q2_K", 9)])
+def test_interleaved_long_rows(t: str, nblocks: int):
+    # rows longer than a one-token call's range of blocks (IQ4_NL's |x| table: 1024 blocks of 32, IQ4_XS's: 128
+    # super-blocks, the legacy types' table of activation sums: 4096 blocks), so its sums are carried in y from
+    # range to range; random blocks, the plain rows' bits at 1, 2 and 5 tokens
+    group = _core.vec_dot_interleave(type_id(t))
+    if not group:
+        pytest.skip(f"{t} has no interleaved layout at this SIMD level ({_core.simd_info()['active']})")
+    w, x, n = case(t, rows=group, nblocks=nblocks, ntok=5, seed=nblocks)
+    tid = type_id(t)
+    wi, g = _core.vec_dot_repack(tid, w)
+    for ntok in (1, 2, 5):
+        xs = np.ascontiguousarray(x[:ntok])
+        assert np.array_equal(_core.vec_dot(tid, wi, xs, interleave=g), _core.vec_dot(tid, w, xs)), ntok
+
+
 def test_interleaved_bad_arguments():
     w, x, n = case("F16", rows=16, nblocks=8, ntok=1, seed=1)
     assert _core.vec_dot_interleave(type_id("F16")) == 0 and _core.vec_dot_interleave(99) == 0
