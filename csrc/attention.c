@@ -3,10 +3,13 @@
 // per head dimension and no horizontal sums are needed). Scores, max, exp, sum and the weighted sum
 // of the values are vectorized; per query the operations depend only on that query and its own
 // number of keys, never on the other queries of the tile (their extra keys add exact zeros), so
-// attention stays batch-invariant. The AVX-512 version, the AVX2+FMA one and the scalar one run the
-// same operations (fmaf for every fmadd, the same exp polynomial, the same 16-lane sums and reduction
-// tree), so they are bit-identical; tested by csrc/tests/test_attention.c (bit for bit at every SIMD
-// level this CPU has, every tile shape, and against a float64 softmax within tolerance) and end to
+// attention stays batch-invariant. llmb_attend_paged runs the same operations straight over the
+// paged cache (keys through a 64-key chunk, values converted in registers) for decode, where the
+// gathered copy of the whole history cost more than the arithmetic; its bits are the gathered path's.
+// The AVX-512 version, the AVX2+FMA one and the scalar one run the same operations (fmaf for every
+// fmadd, the same exp polynomial, the same 16-lane sums and reduction tree), so they are
+// bit-identical; tested by csrc/tests/test_attention.c (bit for bit at every SIMD level this CPU has,
+// every tile shape, paged vs gathered, and against a float64 softmax within tolerance) and end to
 // end by tests/test_engine.py.
 #include <math.h>
 #include <string.h>
