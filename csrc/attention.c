@@ -565,23 +565,53 @@ LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const i
 #endif
 
 #if LLMB_VEXP_AVX2
-// pv_rows with 8 lanes
+// pv_rows with 8 lanes, up to 4 x 8 of them (NQ <= 3: 4 NQ sums, NQ weights and one value vector
+// fill the 16 registers; more independent sums than the 2 NQ of ND = 2 keep both FMA pipes busy)
 LLMB_A256 LLMB_INLINE void pv_rows_avx2(const float *sc, size_t ldsc, const uint8_t *const *vr, int j0, int j1,
                                         float *acc, int hd, int d0, const int type, const int ND, const int NQ) {
-    __m256 a[LLMB_ATT_Q][2];
+    __m256 a[LLMB_ATT_Q][4];
     for (int i = 0; i < NQ; i++)
         for (int c = 0; c < ND; c++) a[i][c] = _mm256_loadu_ps(acc + (size_t)i * hd + d0 + 8 * c);
     for (int j = j0; j < j1; j++) {
-        __m256 vv[2];
-        for (int c = 0; c < ND; c++) vv[c] = row8(type, vr[j - j0], d0 + 8 * c);
-        for (int i = 0; i < NQ; i++) {
-            const __m256 p = _mm256_broadcast_ss(sc + (size_t)i * ldsc + j);
-            for (int c = 0; c < ND; c++) a[i][c] = _mm256_fmadd_ps(p, vv[c], a[i][c]);
+        __m256 p[LLMB_ATT_Q];
+        for (int i = 0; i < NQ; i++) p[i] = _mm256_broadcast_ss(sc + (size_t)i * ldsc + j);
+        for (int c = 0; c < ND; c++) {
+            const __m256 vv = row8(type, vr[j - j0], d0 + 8 * c);
+            for (int i = 0; i < NQ; i++) a[i][c] = _mm256_fmadd_ps(p[i], vv, a[i][c]);
         }
     }
     for (int i = 0; i < NQ; i++)
         for (int c = 0; c < ND; c++) _mm256_storeu_ps(acc + (size_t)i * hd + d0 + 8 * c, a[i][c]);
 }
+
+// scores_body_avx2 over 32 keys for NQ <= 3 (4 NQ sums, NQ query values and one key vector in the 16
+// registers): the same chain over d for every score
+LLMB_A256 LLMB_INLINE void scores32_avx2(const float *const *q, const float *kt, size_t ldkt, int hd, float scale,
+                                         float *sc, size_t ldsc, const int NQ) {
+    __m256 acc[3][4];
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < 4; c++) acc[i][c] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const float *k = kt + (size_t)d * ldkt;
+        __m256 qb[3];
+        for (int i = 0; i < NQ; i++) qb[i] = _mm256_broadcast_ss(q[i] + d);
+        for (int c = 0; c < 4; c++) {
+            const __m256 kc = _mm256_loadu_ps(k + 8 * c);
+            for (int i = 0; i < NQ; i++) acc[i][c] = _mm256_fmadd_ps(qb[i], kc, acc[i][c]);
+        }
+    }
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (int i = 0; i < NQ; i++)
+        for (int c = 0; c < 4; c++) _mm256_storeu_ps(sc + (size_t)i * ldsc + 8 * c, _mm256_mul_ps(acc[i][c], vs));
+}
+
+// call(..., NQ) for tiles of at most 3 queries
+#define BY_NQ3(call, ...)                                                                                            \
+    switch (nq) {                                                                                                   \
+    case 1: call(__VA_ARGS__, 1); break;                                                                           \
+    case 2: call(__VA_ARGS__, 2); break;                                                                           \
+    default: call(__VA_ARGS__, 3); break;                                                                          \
+    }
 
 LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int *lo, const int *nk,
                                         const llmb_kv_head *h, int hd, float scale, float *sc, size_t ldsc,
@@ -597,8 +627,13 @@ LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
         hc.first = h->first + c0;
         gather_avx2(&hc, c1 - c0, hd, ktc, LLMB_ATT_CHUNK, NULL);
-        for (int j0 = c0 > jp / 16 * 16 ? c0 : jp / 16 * 16; j0 < c1; j0 += 16)   // attend_avx2's 16-key bodies
-            BY_NQ(scores_body_avx2, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
+        if (nq <= 3) {   // 32 keys a body from a multiple of 32 (scores before jp are written, never read)
+            for (int j0 = c0 > jp / 32 * 32 ? c0 : jp / 32 * 32; j0 < c1; j0 += 32)
+                BY_NQ3(scores32_avx2, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
+        } else {         // attend_avx2's 16-key bodies
+            for (int j0 = c0 > jp / 16 * 16 ? c0 : jp / 16 * 16; j0 < c1; j0 += 16)
+                BY_NQ(scores_body_avx2, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
+        }
     }
     softmax_avx2(nq, lo, nk, jp, nmax, sc, ldsc, inv);
     memset(acc, 0, (size_t)nq * hd * sizeof *acc);
@@ -607,6 +642,10 @@ LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
         value_rows(h, c0, c1, vr);
         int d0 = 0;
+#define ND_ 4
+        if (nq <= 3)
+            for (; d0 + 32 <= hd; d0 += 32) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vr, c0, c1, acc, hd, d0);
+#undef ND_
 #define ND_ 2
         for (; d0 + 16 <= hd; d0 += 16) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vr, c0, c1, acc, hd, d0);
 #undef ND_
