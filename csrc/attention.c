@@ -452,9 +452,9 @@ void llmb_att_gather_ref(const llmb_kv_head *h, int n_keys, int hd, float *kt, s
 // llmb_att_gather then llmb_attend_window with the same operations in another order: the keys are
 // gathered LLMB_ATT_CHUNK at a time into a chunk of transposed keys (work) and scored from there into
 // the same score rows, the softmax runs on the whole rows as there, and the weighted sum of the
-// values reads each chunk's value rows from the cache, converted in registers as the gather converts
-// them, into per-query sums kept in work between chunks (a float stored and loaded back is the same
-// float). Every score is the same fma chain over d and every output element the same fma chain over
+// values reads the value rows from the cache, PV_KEYS at a time, converted in registers as the gather
+// converts them, into per-query sums kept in work between steps (a float stored and loaded back is
+// the same float), every row prefetched PF_KEYS positions ahead. Every score is the same fma chain over d and every output element the same fma chain over
 // j in the same order, so the bits are those of the gathered path, with no value scratch.
 
 size_t llmb_att_paged_work_floats(int hd) { return (size_t)hd * (LLMB_ATT_CHUNK + LLMB_ATT_Q); }
@@ -490,9 +490,27 @@ static void attend_paged_scalar(int nq, const float *const *q, const int *lo, co
         for (int d = 0; d < hd; d++) out[i][d] = acc[(size_t)i * hd + d] * inv[i];
 }
 
-// the row pointers of values c0 <= j < c1
-static void value_rows(const llmb_kv_head *h, int c0, int c1, const uint8_t **vr) {
-    for (int j = c0; j < c1; j++) vr[j - c0] = kv_at(h, h->v, j);
+// The rows of a decode step come from DRAM (the weights streamed in between evict them), a head's 2 or
+// 3 lines out of each position's row, and the hardware prefetchers leave the loops waiting on them:
+// each step of 8 or 16 keys (of values: PV_KEYS) first asks for the rows PF_KEYS positions further on.
+// 16 ahead measured best, 32 and 64 close behind; asking for a whole 64-row chunk at once gained
+// nothing (the misses queue up behind the loads).
+#define PF_KEYS 16
+#define PV_KEYS 16
+
+// the lines of rows j0 <= j < min(j1, nmax) of base (h->k or h->v), asked for. Inlined always: as a
+// function of its own GCC finds it free of side effects and drops every call
+LLMB_INLINE void prefetch_rows(const llmb_kv_head *h, const uint8_t *base, int j0, int j1, int nmax, size_t row_bytes) {
+    for (int j = j0; j < j1 && j < nmax; j++) {
+        const char *r = (const char *)kv_at(h, base, j);
+        for (size_t o = 0; o < row_bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
+        _mm_prefetch(r + row_bytes - 1, _MM_HINT_T0);   // a row that starts inside a line ends in one more
+    }
+}
+
+static size_t head_row_bytes(int type, int hd) {
+    return type == LLMB_TYPE_F32 ? 4 * (size_t)hd
+           : type == LLMB_TYPE_F16 ? 2 * (size_t)hd : (size_t)hd / LLMB_QK * sizeof(llmb_block_q8_0);
 }
 
 // out[i][d] = acc[i * hd + d] * inv[i]: the SIMD versions' last multiply, element by element
@@ -538,11 +556,15 @@ LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const i
         jp = lo[i] < jp ? lo[i] : jp;
     }
     float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
+    const size_t rb = head_row_bytes(h->type, hd);
     llmb_kv_head hc = *h;
     for (int c0 = jp / 64 * 64; c0 < nmax; c0 += LLMB_ATT_CHUNK) {   // attend_avx512's 64-key bodies
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
-        hc.first = h->first + c0;
-        gather_avx512(&hc, c1 - c0, hd, ktc, LLMB_ATT_CHUNK, NULL);
+        for (int g = c0; g < c1; g += 16) {   // 16 keys a step
+            prefetch_rows(h, h->k, g + PF_KEYS, g + PF_KEYS + 16, nmax, rb);
+            hc.first = h->first + g;
+            gather_avx512(&hc, c1 - g < 16 ? c1 - g : 16, hd, ktc + (g - c0), LLMB_ATT_CHUNK, NULL);
+        }
         for (int j0 = c0; j0 < c1; j0 += 64)
             BY_NQ(scores_body, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
     }
@@ -551,14 +573,18 @@ LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const i
     const uint8_t *vr[LLMB_ATT_CHUNK];
     for (int c0 = jp; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
-        value_rows(h, c0, c1, vr);
-        int d0 = 0;
+        for (int j = c0; j < c1; j++) vr[j - c0] = kv_at(h, h->v, j);
+        for (int s0 = c0; s0 < c1; s0 += PV_KEYS) {   // every slice of hd over PV_KEYS values a step
+            const int s1 = c1 - s0 < PV_KEYS ? c1 : s0 + PV_KEYS;
+            prefetch_rows(h, h->v, s0 + PF_KEYS, s1 + PF_KEYS, nmax, rb);
+            int d0 = 0;
 #define ND_ 4
-        for (; d0 + 64 <= hd; d0 += 64) BY_TYPE_NQ(pv_rows, sc, ldsc, vr, c0, c1, acc, hd, d0);
+            for (; d0 + 64 <= hd; d0 += 64) BY_TYPE_NQ(pv_rows, sc, ldsc, vr + (s0 - c0), s0, s1, acc, hd, d0);
 #undef ND_
 #define ND_ 1
-        for (; d0 < hd; d0 += 16) BY_TYPE_NQ(pv_rows, sc, ldsc, vr, c0, c1, acc, hd, d0);
+            for (; d0 < hd; d0 += 16) BY_TYPE_NQ(pv_rows, sc, ldsc, vr + (s0 - c0), s0, s1, acc, hd, d0);
 #undef ND_
+        }
     }
     scale_out(nq, acc, inv, hd, out);
 }
@@ -622,11 +648,15 @@ LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int
         jp = lo[i] < jp ? lo[i] : jp;
     }
     float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
+    const size_t rb = head_row_bytes(h->type, hd);
     llmb_kv_head hc = *h;
     for (int c0 = jp / 64 * 64; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
-        hc.first = h->first + c0;
-        gather_avx2(&hc, c1 - c0, hd, ktc, LLMB_ATT_CHUNK, NULL);
+        for (int g = c0; g < c1; g += 8) {    // 8 keys a step
+            prefetch_rows(h, h->k, g + PF_KEYS, g + PF_KEYS + 8, nmax, rb);
+            hc.first = h->first + g;
+            gather_avx2(&hc, c1 - g < 8 ? c1 - g : 8, hd, ktc + (g - c0), LLMB_ATT_CHUNK, NULL);
+        }
         if (nq <= 3) {   // 32 keys a body from a multiple of 32 (scores before jp are written, never read)
             for (int j0 = c0 > jp / 32 * 32 ? c0 : jp / 32 * 32; j0 < c1; j0 += 32)
                 BY_NQ3(scores32_avx2, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
@@ -640,18 +670,24 @@ LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int
     const uint8_t *vr[LLMB_ATT_CHUNK];
     for (int c0 = jp; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
-        value_rows(h, c0, c1, vr);
-        int d0 = 0;
+        for (int j = c0; j < c1; j++) vr[j - c0] = kv_at(h, h->v, j);
+        for (int s0 = c0; s0 < c1; s0 += PV_KEYS) {   // every slice of hd over PV_KEYS values a step
+            const int s1 = c1 - s0 < PV_KEYS ? c1 : s0 + PV_KEYS;
+            const uint8_t *const *vs = vr + (s0 - c0);
+            prefetch_rows(h, h->v, s0 + PF_KEYS, s1 + PF_KEYS, nmax, rb);
+            int d0 = 0;
 #define ND_ 4
-        if (nq <= 3)
-            for (; d0 + 32 <= hd; d0 += 32) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vr, c0, c1, acc, hd, d0);
+            if (nq <= 3) {
+                for (; d0 + 32 <= hd; d0 += 32) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d0);
+            }
 #undef ND_
 #define ND_ 2
-        for (; d0 + 16 <= hd; d0 += 16) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vr, c0, c1, acc, hd, d0);
+            for (; d0 + 16 <= hd; d0 += 16) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d0);
 #undef ND_
 #define ND_ 1
-        for (; d0 < hd; d0 += 8) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vr, c0, c1, acc, hd, d0);
+            for (; d0 < hd; d0 += 8) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d0);
 #undef ND_
+        }
     }
     scale_out(nq, acc, inv, hd, out);
 }
