@@ -493,8 +493,8 @@ static void attend_paged_scalar(int nq, const float *const *q, const int *lo, co
 // The rows of a decode step come from DRAM (the weights streamed in between evict them), a head's 2 or
 // 3 lines out of each position's row, and the hardware prefetchers leave the loops waiting on them:
 // each step of 8 or 16 keys (of values: PV_KEYS) first asks for the rows PF_KEYS positions further on.
-// 16 ahead measured best, 32 and 64 close behind; asking for a whole 64-row chunk at once gained
-// nothing (the misses queue up behind the loads).
+// 16 ahead measured best, 32 and 64 close behind (a whole 64-row chunk at once is unmeasured: the
+// one try never ran, see prefetch_rows).
 #define PF_KEYS 16
 #define PV_KEYS 16
 
