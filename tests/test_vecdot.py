@@ -216,3 +216,35 @@ def test_interleaved_bad_arguments():
         _core.vec_dot(type_id(name), w, x, interleave=group)
     with pytest.raises(ValueError, match="interleave"):
         _core.vec_dot(type_id(name), w[:group], x, interleave=group + 1)
+
+
+def _avx2_cc():
+    import platform
+    import shutil
+
+    if platform.machine() != "x86_64" or not shutil.which("cc"):
+        return None
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return None
+    return shutil.which("cc") if " avx2 " in flags and " f16c " in flags and " fma " in flags else None
+
+
+@pytest.mark.skipif(_avx2_cc() is None, reason="benchmarks/bench_il8.c needs an x86-64 C compiler and an AVX2 CPU")
+def test_bench_il8_builds_and_runs(tmp_path):
+    """benchmarks/bench_il8.c (the AVX2 interleaved kernels timed alone) still compiles against csrc and runs
+    each of its types; bad arguments get its usage line, not a crash."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    exe = tmp_path / "bench_il8"
+    subprocess.run([_avx2_cc(), "-std=c11", "-O1", "-fno-math-errno", "-D_GNU_SOURCE", "-fno-strict-aliasing",
+                    f"-I{root / 'csrc'}", str(root / "benchmarks" / "bench_il8.c"), "-o", str(exe)],
+                   check=True, capture_output=True, timeout=300)
+    for t in ("Q4_0", "IQ4_NL", "IQ4_XS", "Q2_K"):
+        r = subprocess.run([str(exe), t, "16", "512", "3", "2", "0.01"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.startswith(f"{t} 16x512 x 3 tokens, 2 copies: best "), r.stdout + r.stderr
+    r = subprocess.run([str(exe), "Q4_0", "12", "512", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "bad arguments" in r.stderr
