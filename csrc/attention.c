@@ -293,6 +293,12 @@ LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *lo, 
 
 // ---- gathering one KV head's rows as floats ----
 
+// bytes of one head's row of a cache of this type
+static size_t head_row_bytes(int type, int hd) {
+    return type == LLMB_TYPE_F32 ? 4 * (size_t)hd
+           : type == LLMB_TYPE_F16 ? 2 * (size_t)hd : (size_t)hd / LLMB_QK * sizeof(llmb_block_q8_0);
+}
+
 static const uint8_t *kv_at(const llmb_kv_head *h, const uint8_t *base, int j) {
     j += h->first;
     return base + (size_t)h->blocks[j / h->block_size] * h->block_stride + (size_t)(j % h->block_size) * h->row_stride;
@@ -347,8 +353,7 @@ LLMB_A512 LLMB_INLINE void transpose16(__m512 r[16]) {
 // as 16 rows of kt; the values converted row by row (v NULL: the keys only). No call per row.
 LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
     const int type = h->type;
-    const size_t row_bytes = type == LLMB_TYPE_F32 ? 4 * (size_t)hd : type == LLMB_TYPE_F16 ? 2 * (size_t)hd
-                                                                     : (size_t)hd / LLMB_QK * sizeof(llmb_block_q8_0);
+    const size_t row_bytes = head_row_bytes(type, hd);
     for (int j0 = 0; j0 < n_keys; j0 += 16) {
         const int nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
         const uint8_t *kr[16];
@@ -506,11 +511,6 @@ LLMB_INLINE void prefetch_rows(const llmb_kv_head *h, const uint8_t *base, int j
         for (size_t o = 0; o < row_bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
         _mm_prefetch(r + row_bytes - 1, _MM_HINT_T0);   // a row that starts inside a line ends in one more
     }
-}
-
-static size_t head_row_bytes(int type, int hd) {
-    return type == LLMB_TYPE_F32 ? 4 * (size_t)hd
-           : type == LLMB_TYPE_F16 ? 2 * (size_t)hd : (size_t)hd / LLMB_QK * sizeof(llmb_block_q8_0);
 }
 
 // out[i][d] = acc[i * hd + d] * inv[i]: the SIMD versions' last multiply, element by element
