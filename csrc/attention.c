@@ -41,6 +41,15 @@ size_t llmb_att_scratch_floats(int64_t n_ctx, int hd) {
 
 // ---- scalar version (the definition) ----
 
+// the keys a tile of nq queries spans: from the lowest first key *jp to the most keys *nmax
+static inline void key_span(int nq, const int *lo, const int *nk, int *jp, int *nmax) {
+    *nmax = 0, *jp = nk[0];
+    for (int i = 0; i < nq; i++) {
+        *nmax = nk[i] > *nmax ? nk[i] : *nmax;
+        *jp = lo[i] < *jp ? lo[i] : *jp;
+    }
+}
+
 // query i's softmax over its scores s[l..n) in place, zeros on jp..l and n..nmax (the other queries'
 // keys); returns 1 / the sum of the exps (summed by j % 16 in sum16_tree's order)
 static float softmax_scalar(float *s, int l, int n, int jp, int nmax) {
@@ -58,11 +67,8 @@ static float softmax_scalar(float *s, int l, int n, int jp, int nmax) {
 
 static void attend_scalar(int nq, const float *const *q, const int *lo, const int *nk, const float *kt, size_t ldk,
                           const float *v, int hd, float scale, float *sc, float *const *out) {
-    int nmax = 0, jp = nk[0];
-    for (int i = 0; i < nq; i++) {
-        nmax = nk[i] > nmax ? nk[i] : nmax;
-        jp = lo[i] < jp ? lo[i] : jp;
-    }
+    int jp, nmax;
+    key_span(nq, lo, nk, &jp, &nmax);
     for (int i = 0; i < nq; i++) {
         float *s = sc + (size_t)i * ldk;
         for (int j = lo[i]; j < nk[i]; j++) {
@@ -170,11 +176,8 @@ LLMB_A512 LLMB_INLINE void softmax_avx512(int nq, const int *lo, const int *nk, 
 
 LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *lo, const int *nk, const float *kt,
                                     size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
-    int nmax = 0, jp = nk[0];
-    for (int i = 0; i < nq; i++) {
-        nmax = nk[i] > nmax ? nk[i] : nmax;
-        jp = lo[i] < jp ? lo[i] : jp;
-    }
+    int jp, nmax;
+    key_span(nq, lo, nk, &jp, &nmax);
     for (int j0 = jp / 64 * 64; j0 < nmax; j0 += 64) BY_NQ(scores_body, q, kt + j0, ldk, hd, scale, sc + j0, ldk);
     float inv[LLMB_ATT_Q];
     softmax_avx512(nq, lo, nk, jp, nmax, sc, ldk, inv);
@@ -277,11 +280,8 @@ LLMB_A256 LLMB_INLINE void softmax_avx2(int nq, const int *lo, const int *nk, in
 
 LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *lo, const int *nk, const float *kt,
                                   size_t ldk, const float *v, int hd, float scale, float *sc, float *const *out) {
-    int nmax = 0, jp = nk[0];
-    for (int i = 0; i < nq; i++) {
-        nmax = nk[i] > nmax ? nk[i] : nmax;
-        jp = lo[i] < jp ? lo[i] : jp;
-    }
+    int jp, nmax;
+    key_span(nq, lo, nk, &jp, &nmax);
     for (int j0 = jp / 16 * 16; j0 < nmax; j0 += 16) BY_NQ(scores_body_avx2, q, kt + j0, ldk, hd, scale, sc + j0, ldk);
     float inv[LLMB_ATT_Q];
     softmax_avx2(nq, lo, nk, jp, nmax, sc, ldk, inv);
@@ -467,11 +467,8 @@ size_t llmb_att_paged_work_floats(int hd) { return (size_t)hd * (LLMB_ATT_CHUNK 
 static void attend_paged_scalar(int nq, const float *const *q, const int *lo, const int *nk, const llmb_kv_head *h,
                                 int hd, float scale, float *sc, size_t ldsc, float *work, float *const *out) {
     const llmb_quant_traits *t = llmb_quant_traits_get(h->type);
-    int nmax = 0, jp = nk[0];
-    for (int i = 0; i < nq; i++) {
-        nmax = nk[i] > nmax ? nk[i] : nmax;
-        jp = lo[i] < jp ? lo[i] : jp;
-    }
+    int jp, nmax;
+    key_span(nq, lo, nk, &jp, &nmax);
     float *row = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
     for (int j = jp; j < nmax; j++) {
         t->to_float_ref(kv_at(h, h->k, j), row, hd);
@@ -550,11 +547,8 @@ LLMB_A512 LLMB_INLINE void pv_rows(const float *sc, size_t ldsc, const uint8_t *
 LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const int *lo, const int *nk,
                                           const llmb_kv_head *h, int hd, float scale, float *sc, size_t ldsc,
                                           float *work, float *const *out) {
-    int nmax = 0, jp = nk[0];
-    for (int i = 0; i < nq; i++) {
-        nmax = nk[i] > nmax ? nk[i] : nmax;
-        jp = lo[i] < jp ? lo[i] : jp;
-    }
+    int jp, nmax;
+    key_span(nq, lo, nk, &jp, &nmax);
     float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
     const size_t rb = head_row_bytes(h->type, hd);
     llmb_kv_head hc = *h;
@@ -642,11 +636,8 @@ LLMB_A256 LLMB_INLINE void scores32_avx2(const float *const *q, const float *kt,
 LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int *lo, const int *nk,
                                         const llmb_kv_head *h, int hd, float scale, float *sc, size_t ldsc,
                                         float *work, float *const *out) {
-    int nmax = 0, jp = nk[0];
-    for (int i = 0; i < nq; i++) {
-        nmax = nk[i] > nmax ? nk[i] : nmax;
-        jp = lo[i] < jp ? lo[i] : jp;
-    }
+    int jp, nmax;
+    key_span(nq, lo, nk, &jp, &nmax);
     float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
     const size_t rb = head_row_bytes(h->type, hd);
     llmb_kv_head hc = *h;
