@@ -8,9 +8,9 @@ For each server in turn (``--servers``, default llmbench,llmbench-static,llamacp
 port (same GGUF, same threads, same context), wait for it, and for each rate run what ``llmbench bench
 --backend openai`` runs (its OpenAIClient, gamma arrivals and serving metrics: ``--requests`` streamed
 requests of ``--input-len`` random common words and ``--output-len`` tokens with ignore_eos, one
-warmup run of ``--warmup`` requests (default as many), one measured run, greedy; with ``--range-ratio R`` each request's output length is drawn
-uniformly from [L(1 - R), L(1 + R)], vLLM's random dataset's rule, the same lengths for every server),
-then stop it and read its peak RSS (VmHWM). Reported per server and rate: request throughput, output
+warmup run of ``--warmup`` requests (default as many), one measured run, greedy; with ``--range-ratio R``
+each request's output length is drawn uniformly from [L(1 - R), L(1 + R)], vLLM's random dataset's rule, the
+same lengths for every server), then stop it and read its peak RSS (VmHWM). Reported per server and rate: request throughput, output
 tokens/s, TTFT and TPOT p50/p99, failed requests, peak RSS.
 
 llama-cpp-python's server runs one request at a time (requests queue behind a lock; started with
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -106,6 +107,14 @@ def _tokenizer(path: str):
     return Tokenizer.from_gguf(GGUFFile(path).metadata)
 
 
+@functools.cache
+def dataset_prompts(path: str) -> list:
+    """The prompts of a ``--dataset`` file, read once per process (main checks it, every run draws from it)."""
+    from llmbench.perf.dataset import load_prompts
+
+    return load_prompts(path)
+
+
 def output_lengths(n: int, length: int, ratio: float, rng) -> list[int]:
     """``n`` output lengths, uniform integers in [length (1 - ratio), length (1 + ratio)], at least 1
     (vLLM's `--random-range-ratio`); ratio 0 gives ``length`` every time."""
@@ -127,12 +136,12 @@ def bench(url: str, rate: str, args: argparse.Namespace) -> dict:
     from llmbench.backends.openai import OpenAIClient
     from llmbench.perf.arrivals import gamma_arrivals, run_requests
     from llmbench.perf.bench import synthetic_prompt
-    from llmbench.perf.dataset import load_prompts, sample
+    from llmbench.perf.dataset import sample
     from llmbench.perf.metrics import RequestTiming, serving_metrics
 
     rng = np.random.default_rng(0)
     tok = _tokenizer(args.model)
-    dataset = load_prompts(args.dataset) if args.dataset else None
+    dataset = dataset_prompts(args.dataset) if args.dataset else None
 
     async def one_run(prompts: list[str], lengths: list[int]):
         async with OpenAIClient(url + "/v1", "m", api=args.api, max_tokens=args.output_len, temperature=0.0,
@@ -295,10 +304,8 @@ def main() -> int:
     if not 0 <= args.range_ratio < 1:
         ap.error(f"--range-ratio must be in [0, 1), got {args.range_ratio}")
     if args.dataset:
-        from llmbench.perf.dataset import load_prompts
-
         try:
-            load_prompts(args.dataset)
+            dataset_prompts(args.dataset)
         except (OSError, ValueError) as e:
             ap.error(f"--dataset: {e}")
     from llmbench.info import cpu_model
