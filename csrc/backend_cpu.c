@@ -289,6 +289,8 @@ static void store_kv(llmb_backend *b, uint8_t *dst, const float *src, int n) { b
 // (then the softmax's 16-lane sums see every key in the lane of its position, as from 0), and each
 // query weighs only its own window.
 #define PAGED_MAX_Q (2 * LLMB_ATT_Q)
+// the paged path's work sits in the first floats of a unit's scratch, below the score rows (from 2 x 64 x hd on)
+_Static_assert(LLMB_ATT_CHUNK + LLMB_ATT_Q <= 2 * 64, "llmb_att_paged_work_floats must fit below the score rows");
 static size_t att_scratch_floats(const llmb_backend *b) {
     return llmb_att_scratch_floats(b->p.ctx, b->model->cfg.head_dim);
 }
@@ -329,7 +331,7 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
             nk[nq] = bt->pos[i] + 1 - first;
             lo[nq] = W && bt->pos[i] - W + 1 > first ? bt->pos[i] - W + 1 - first : 0;
         }
-        if (paged)   // kt's first llmb_att_paged_work_floats(hd) floats as the work: below sc from 2 * 64 * hd
+        if (paged)   // kt's first llmb_att_paged_work_floats(hd) floats as the work (the assert above PAGED_MAX_Q)
             llmb_attend_paged(nq, qp, lo, nk, &kvh_rows, hd, scale, sc, kt, op);
         else
             llmb_attend_window(nq, qp, lo, nk, kt, ldk, vf, hd, scale, sc, op);
