@@ -31,7 +31,9 @@ Settings a test changes (``reset`` restores them):
                answering), "hang" (answer nothing for hang_s); streamed requests also "drop_mid" (two
                token events, then the connection closes), "error_mid" (one token event, then an error
                event, as vLLM reports a failure mid-stream), "malformed" (an event that is not JSON)
-  delay_s      wait before each answer (concurrency counting)
+  delay_s      wait before each answer
+  gather       with delay_s: an answer waits only until this many requests are in flight (at most
+               delay_s), for concurrency counting (ThreadedServer.wait_for_company)
   max_logprobs more top log-probabilities than this are refused with HTTP 400, as vLLM refuses more than
                its --max-logprobs
 
@@ -43,7 +45,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from typing import Any
 
 from sse_server import QuietHandler, ThreadedServer
@@ -101,11 +102,12 @@ class _Handler(QuietHandler):
         with srv.lock:
             srv.requests.append({"path": self.path, "body": body})
             fault = srv.faults.pop(0) if srv.faults else None
-            srv.inflight += 1
-            srv.max_inflight = max(srv.max_inflight, srv.inflight)
+            srv.enter()
         self.fault = fault
         try:
-            if srv.delay_s:
+            if srv.delay_s and srv.gather:
+                srv.wait_for_company(srv.gather, srv.delay_s)
+            elif srv.delay_s:
                 srv.stop.wait(srv.delay_s)
             if fault == "drop":
                 self.close_connection = True    # no answer at all: the client sees the connection close
@@ -307,7 +309,6 @@ class EvalServer(ThreadedServer):
     def __init__(self, hang_s: float = 5.0) -> None:
         super().__init__(_Handler)
         self.hang_s = hang_s
-        self.lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:
@@ -319,6 +320,7 @@ class EvalServer(ThreadedServer):
             self.usage = True
             self.faults: list[str] = []
             self.delay_s = 0.0
+            self.gather = 0
             self.max_logprobs = 20
             self.gen_text = "one two three four"
             self.models: list[dict[str, Any]] = [

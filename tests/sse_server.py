@@ -14,8 +14,9 @@ word of the prompt (or of the last chat message) picks the behaviour:
   http500     HTTP 500 with a JSON error body
   hang        no response at all until the server stops (or hang_s passes)
   stall       2 text events, then silence until the server stops (or hang_s passes)
-  slow        as ok with ttft 400 ms, for concurrency counting (at 100 ms a loaded host once finished a
-              request before the third of three concurrent ones arrived)
+  slow        as ok, its first token held until ``gather`` requests (default 3) are held or 3 s
+              pass, for concurrency counting (a fixed 100 ms, later 400 ms, once ended on a loaded
+              host before the third of three concurrent requests arrived)
 
 Usage reports prompt_tokens = 1000 + number of prompt words (nothing a client could guess) and
 completion_tokens = tokens sent. The server counts requests in flight (max_inflight) and keeps each
@@ -87,8 +88,7 @@ class _Handler(QuietHandler):
         srv = self.server
         with srv.lock:
             srv.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
-            srv.inflight += 1
-            srv.max_inflight = max(srv.max_inflight, srv.inflight)
+            srv.enter()
         try:
             self._serve(scenario, chat, body, len(words))
         except (BrokenPipeError, ConnectionResetError):
@@ -114,7 +114,10 @@ class _Handler(QuietHandler):
         self.end_headers()
         if scenario == "role_first":
             self._event(self._choice(chat, "", None, role=True))
-        srv.stop.wait(0.4 if scenario == "slow" else srv.ttft_s)
+        if scenario == "slow":
+            srv.wait_for_company(srv.gather, 3.0)
+        else:
+            srv.stop.wait(srv.ttft_s)
         limit = {"drop": 3, "malformed": 1, "error_event": 1, "stall": 2}.get(scenario, n)
         for i in range(min(n, limit)):
             if i:
@@ -155,6 +158,10 @@ class ThreadedServer(ThreadingHTTPServer):
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
         super().__init__(("127.0.0.1", 0), handler)
         self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)
+        self.inflight = self.max_inflight = 0
+        self._wave = self._held = 0
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self) -> ThreadedServer:
@@ -163,9 +170,30 @@ class ThreadedServer(ThreadingHTTPServer):
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
+        with self.lock:
+            self.arrived.notify_all()
         self.shutdown()
         self.server_close()
         self._thread.join(timeout=5)
+
+    def enter(self) -> None:
+        """A request arrives (call under ``lock``): counted in flight."""
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
+
+    def wait_for_company(self, n: int, timeout: float) -> None:
+        """Hold this request until n are held, then release the n together (or until ``timeout`` s
+        pass, or the server stops). A client allowed n at a time thus reaches n in flight however slowly
+        a loaded host sends them, and one allowed fewer shows it, where a fixed delay could end before
+        a slow third request arrived."""
+        with self.lock:
+            wave = self._wave
+            self._held += 1
+            if self._held >= n:
+                self._wave, self._held = wave + 1, 0
+                self.arrived.notify_all()
+            elif not self.arrived.wait_for(lambda: self._wave != wave or self.stop.is_set(), timeout):
+                self._held -= 1
 
     @property
     def base_url(self) -> str:
@@ -180,7 +208,6 @@ class SSEServer(ThreadedServer):
     def __init__(self, ttft_s: float = 0.05, itl_s: float = 0.01, hang_s: float = 10.0) -> None:
         super().__init__(_Handler)
         self.ttft_s, self.itl_s, self.hang_s = ttft_s, itl_s, hang_s
-        self.lock = threading.Lock()
         self.reset()
 
     def reset(self) -> None:
@@ -188,4 +215,5 @@ class SSEServer(ThreadedServer):
             self.requests: list[dict] = []
             self.inflight = 0
             self.max_inflight = 0
+            self.gather = 3
 

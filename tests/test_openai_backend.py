@@ -186,8 +186,9 @@ def test_max_concurrency_is_respected_at_the_server(server):
     assert all(r.error is None for r in out.results)
     assert server.max_inflight == 3
     server.reset()
-    asyncio.run(go(8, None))                       # all at once: more than 3 overlap
-    assert server.max_inflight >= 4
+    server.gather = 8
+    asyncio.run(go(8, None))                       # all at once: all 8 overlap
+    assert server.max_inflight == 8
 
 
 # ---- SSE parsing ----
