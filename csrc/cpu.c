@@ -15,6 +15,10 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -29,6 +33,26 @@ static char features[256];
 static void add_feature(const char *f) {
     size_t n = strlen(features);
     snprintf(features + n, sizeof features - n, "%s%s", n ? " " : "", f);
+}
+
+// Intel AMX with int8 products (vecdot_amx.c), usable by this process: the CPU has it (CPUID 7.0 EDX bits
+// 24, 25), the OS saves the tile state (XCR0 bits 17, 18) and Linux granted this process the tile data
+// (arch_prctl ARCH_REQ_XCOMP_PERM: threads made later inherit it). LLMBENCH_AMX=0 turns it off (the
+// AVX-512 VNNI kernels then run: same bits), for comparisons in one session.
+static int amx_usable(void) {
+#if defined(__x86_64__) && defined(__linux__) && defined(SYS_arch_prctl)
+    unsigned a, b, c, d;
+    const char *env = getenv("LLMBENCH_AMX");
+    if (env && !strcmp(env, "0")) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0;   // OSXSAVE: xgetbv may run
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d & (3u << 24)) != (3u << 24)) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return 0;
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#else
+    return 0;
+#endif
 }
 
 static void detect(void) {
@@ -57,6 +81,7 @@ static void detect(void) {
     if (a512vl) add_feature("avx512vl");
     if (vnni) add_feature("avx512vnni");
     if (__builtin_cpu_supports("avx512bf16")) add_feature("avx512bf16");
+    if (a512f && a512bw && a512vl && vnni && amx_usable()) add_feature("amx-int8");
     if (avx2 && fma && f16c) lvl = LLMB_SIMD_AVX2;
     if (lvl == LLMB_SIMD_AVX2 && a512f && a512bw && a512vl) lvl = LLMB_SIMD_AVX512;
     prefetch_mode = __builtin_cpu_is("intel") ? LLMB_PREFETCH_FAR : LLMB_PREFETCH_PAGE;   // llmb_prefetch_mode (llmb.h)

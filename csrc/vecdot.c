@@ -878,6 +878,7 @@ int llmb_cpu_has(const char *f) {
     HAS("avx2"); HAS("fma"); HAS("avx512f"); HAS("avx512bw"); HAS("avx512vl"); HAS("avx512vnni");
     HAS("avx512bf16"); HAS("avxvnni");
 #undef HAS
+    if (!strcmp(f, "amx-int8")) return strstr(llmb_cpu_features(), "amx-int8") != NULL;   // (cpu.c: usable here)
 #elif defined(__aarch64__) && defined(__linux__)
 #ifdef HWCAP_ASIMDDP
     if (!strcmp(f, "dotprod")) return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;

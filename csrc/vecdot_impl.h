@@ -73,6 +73,7 @@ void llmb_vd_bf16_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t);        
 void llmb_vd_neon_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t);           // vecdot_neon.c
 void llmb_vd_tq_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t);             // vecdot_tq.c
 void llmb_vd_iq_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t);             // vecdot_iq.c
+void llmb_vd_amx_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t);            // vecdot_amx.c
 
 // The 256-bit VNNI tiles of the K types (vecdot_x86.c), which the AVX-512 panels and small-batch kernels
 // run for rows longer than their tables on the stack (K_TILES, simd_x86.h)

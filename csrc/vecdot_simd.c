@@ -10,6 +10,7 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     llmb_vd_avx512_float_install(lvl, t);    // F32 / F16 / BF16 panels and one-token rows
     llmb_vd_avx512_decode_install(lvl, t);   // K-type small batches and one-token rows
     llmb_vec_dot_il8_install(lvl, t);        // groups of 8 (legacy types; K types, Q8_0, IQ4_NL, IQ4_XS at AVX2)
+    llmb_vd_amx_install(lvl, t);             // the legacy types' prefill with AMX (after il8: it wraps those)
     llmb_vd_bf16_install(lvl, t);            // BF16 pair products
     llmb_vd_neon_install(lvl, t);
     llmb_vd_tq_install(lvl, t);              // TQ1_0, TQ2_0, MXFP4, NVFP4 (AVX2)

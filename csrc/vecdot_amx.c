@@ -1,0 +1,204 @@
+// vecdot_amx.c — prompt processing of the legacy types Q4_0, Q4_1, Q5_0 and Q5_1 with Intel AMX (Sapphire
+// Rapids and later; cpu.c asks Linux for the tile state and names "amx-int8" where it was granted).
+//
+// Same weights as the VNNI level's kernels (vecdot_il8.c: groups of 8 interleaved rows), taken two groups at a
+// time. A range of blocks of the 16 rows is decoded once per call into bytes, each block one 8 x 64-byte tile
+// B: row j holds values 4 j .. 4 j + 3 (j < 4) or 16 + 4 (j - 4) .. (j >= 4) of the 16 rows, 4 bytes a row,
+// which is the layout TDPBxxD reads its second operand in. The activations need no copy: a tile A of 16 tokens x
+// 32 bytes is loaded straight from the quantized rows, x_stride apart. One TDPBSUD (Q4_1, Q5_1: unsigned
+// values against signed activations) or TDPBSSD (Q4_0, Q5_0: the values less 8 or 16) gives the exact integer
+// sums of a block for 16 tokens x 16 rows; then the reference's float steps of that block, in its order
+// (vecdot_il8.c, il8_step; vecdot.c, dot_q*_ref), 16 rows to a vector, one accumulator per token. So the bits
+// are the reference's. Two C tiles alternate, so the next block's product runs while this block's sums are
+// scaled.
+//
+// What this file does not take runs the VNNI kernel it replaces (the table's il before it, kept in
+// amx_next): calls of fewer than 16 tokens (decode, small batches), the last up to 15 tokens of a call and a
+// last group of 8 rows. Tested by csrc/tests/test_vecdot.c (check_interleaved: 80 rows, 1..12, 261 and 262
+// tokens, against the single dot bit for bit) on hosts with AMX; elsewhere the VNNI kernels run and are tested.
+#include <string.h>
+
+#include "vecdot.h"
+#include "vecdot_impl.h"
+#include "vecdot_layout.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 11 || defined(__clang__))
+#include <immintrin.h>
+
+#define AMX_T __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma,amx-tile,amx-int8")))
+#define AMX_TOK 16    // tokens a tile
+#define AMX_ROWS 16   // rows a tile: two groups of 8
+#define AMX_DEC 64    // blocks decoded at a time (64 x 512 bytes of values: the L1 and a half of L2's share)
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+static const int amx_types[4] = {LLMB_TYPE_Q4_0, LLMB_TYPE_Q4_1, LLMB_TYPE_Q5_0, LLMB_TYPE_Q5_1};
+static llmb_gemm_il_fn amx_next[4];   // the VNNI kernel of each type, for what the tiles do not take
+
+static inline int amx_dm(const int type) { return type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1; }
+static inline int amx_q5(const int type) { return type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1; }
+static inline int amx_words(const int type) {   // words of a group's block (vecdot_layout.h)
+    return type == LLMB_TYPE_Q4_0   ? (int)LLMB_IL_WORDS(llmb_rc_q4_0)
+           : type == LLMB_TYPE_Q4_1 ? (int)LLMB_IL_WORDS(llmb_block_q4_1)
+           : type == LLMB_TYPE_Q5_0 ? (int)LLMB_IL_WORDS(llmb_rc_q5_0)
+                                    : (int)LLMB_IL_WORDS(llmb_rc_q5_1);
+}
+
+// word k (32 bytes: 8 rows) of two groups' block, g0's rows in the low half
+static inline AMX_T __m512i amx_pair(const uint8_t *v0, const uint8_t *v1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)v0)),
+                              _mm256_loadu_si256((const __m256i *)v1), 1);
+}
+
+// blocks i0 .. i0 + bn - 1 of the groups at g0 and g1 (nb blocks each) as tiles (b: 512 bytes a block) and
+// their d (and m) as floats, 16 a block; values less 8 / 16 where the type has no m (signed products)
+static inline AMX_T void amx_decode(const int type, const uint8_t *g0, const uint8_t *g1, int64_t nb, int64_t i0,
+                                    int64_t bn, uint8_t *b, float *d, float *m) {
+    const int words = amx_words(type), q5 = amx_q5(type), dm = amx_dm(type);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __m512i off = _mm512_set1_epi8(dm ? 0 : q5 ? 16 : 8);
+    for (int64_t i = 0; i < bn; i++) {
+        const size_t at = (size_t)(i0 + i) * words * 32;
+        const uint8_t *v0 = g0 + at, *v1 = g1 + at;
+        if (dm) {   // word 0: d | m of each row
+            const __m512i h = amx_pair(v0, v1);
+            _mm512_storeu_ps(d + 16 * i, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+            _mm512_storeu_ps(m + 16 * i, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16))));
+            v0 += 32, v1 += 32;
+        } else {    // the tail after the group's last block: 8 halves a block
+            const size_t t = (size_t)nb * words * 32 + (size_t)(i0 + i) * 16;
+            const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(g0 + t))),
+                                                      _mm_loadu_si128((const __m128i *)(g1 + t)), 1);
+            _mm512_storeu_ps(d + 16 * i, _mm512_cvtph_ps(h));
+        }
+        __m512i qh = _mm512_setzero_si512();
+        if (q5) qh = amx_pair(v0, v1), v0 += 32, v1 += 32;
+        uint8_t *o = b + 512 * i;
+        for (int k = 0; k < 4; k++) {   // (as vecdot_il8.c, il8_decode)
+            const __m512i raw = amx_pair(v0 + 32 * k, v1 + 32 * k);
+            __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+            if (q5) {
+                lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi32(qh, 4 - k), b4));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi32(qh, k), b4));
+            }
+            _mm512_storeu_si512(o + 64 * k, _mm512_sub_epi8(lo, off));
+            _mm512_storeu_si512(o + 64 * (4 + k), _mm512_sub_epi8(hi, off));
+        }
+    }
+}
+
+// acc[c] (lane r: row r) plus the reference's term of one block for 16 tokens: s the block's 16 x 16 sums
+// (token c's in row c), xb token 0's activation block (the others xs apart), d / m the rows' d and m
+static inline AMX_T void amx_scale(const int type, const int32_t *s, const uint8_t *xb, size_t xs, const float *d,
+                                   const float *m, __m512 *acc) {
+    const __m512 dv = _mm512_loadu_ps(d);
+    if (amx_dm(type)) {   // Q4_1, Q5_1: ((d_w d_x) s + m_w s_x), Q8_1 activations
+        const __m512 mv = _mm512_loadu_ps(m);
+        for (int c = 0; c < AMX_TOK; c++) {
+            const llmb_block_q8_1 *x1 = (const llmb_block_q8_1 *)(xb + c * xs);
+            const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(x1->d)),
+                                           _mm512_cvtepi32_ps(_mm512_loadu_si512(s + 16 * c)));
+            acc[c] = _mm512_add_ps(acc[c], _mm512_add_ps(t, _mm512_mul_ps(mv, _mm512_set1_ps(x1->s))));
+        }
+        return;
+    }
+    for (int c = 0; c < AMX_TOK; c++) {   // Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q8_0 activations
+        uint16_t h;
+        memcpy(&h, xb + c * xs, 2);
+        const __m512 dx = _mm512_set1_ps(_cvtsh_ss(h)), sf = _mm512_cvtepi32_ps(_mm512_loadu_si512(s + 16 * c));
+        const __m512 t = type == LLMB_TYPE_Q4_0 ? _mm512_mul_ps(_mm512_mul_ps(sf, dv), dx)
+                                                : _mm512_mul_ps(_mm512_mul_ps(dv, dx), sf);
+        acc[c] = _mm512_add_ps(acc[c], t);
+    }
+}
+
+// Tiles: 0, 1 the sums (16 tokens x 16 rows, int32); 2, 3 the activations (16 tokens x 32 bytes); 4, 5 the
+// values (8 x 64 bytes). The pairs alternate from block to block.
+#define AMX_ISSUE(C, A, B, i)                                                                                       \
+    do {                                                                                                            \
+        _tile_zero(C);                                                                                              \
+        _tile_loadd(A, xa + (size_t)(i) * xbb, (long)xs);                                                           \
+        _tile_loadd(B, dec + 512 * (size_t)(i), 64);                                                                \
+        if (amx_dm(type)) _tile_dpbsud(C, A, B);                                                                    \
+        else _tile_dpbssd(C, A, B);                                                                                 \
+    } while (0)
+
+// (nr / 16) * 16 rows x (nc / 16) * 16 tokens of the call; the rest to amx_next
+static AMX_T void amx_kernel(const int type, const int ti, int64_t n, const uint8_t *w, size_t ws, int nr,
+                             const uint8_t *x, size_t xs, int nc, float *y, int64_t ldy, int stream) {
+    const int64_t nb = n / LLMB_QK;
+    const int pr = nr / AMX_ROWS * AMX_ROWS, pc = nc / AMX_TOK * AMX_TOK;
+    const size_t xbb = amx_dm(type) ? sizeof(llmb_block_q8_1) : sizeof(llmb_block_q8_0);
+    const size_t xq = amx_dm(type) ? offsetof(llmb_block_q8_1, qs) : offsetof(llmb_block_q8_0, qs);
+    _Alignas(64) uint8_t dec[AMX_DEC * 512];
+    _Alignas(64) int32_t sums[AMX_TOK * AMX_ROWS];
+    float d[AMX_DEC * AMX_ROWS], m[AMX_DEC * AMX_ROWS];
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 6; t++) {
+        cfg.rows[t] = t >= 4 ? LLMB_QK / 4 : AMX_TOK;
+        cfg.colsb[t] = t >= 2 && t < 4 ? LLMB_QK : 64;
+    }
+    _tile_loadconfig(&cfg);
+    for (int r0 = 0; r0 < pr; r0 += AMX_ROWS) {
+        const uint8_t *g0 = w + (size_t)r0 * ws, *g1 = g0 + 8 * ws;
+        for (int64_t i0 = 0; i0 < nb; i0 += AMX_DEC) {
+            const int64_t bn = nb - i0 < AMX_DEC ? nb - i0 : AMX_DEC;
+            amx_decode(type, g0, g1, nb, i0, bn, dec, d, m);
+            for (int c0 = 0; c0 < pc; c0 += AMX_TOK) {
+                const uint8_t *xb = x + (size_t)c0 * xs + (size_t)i0 * xbb, *xa = xb + xq;
+                float *yt = y + c0 * ldy + r0;
+                __m512 acc[AMX_TOK];
+                for (int c = 0; c < AMX_TOK; c++) acc[c] = i0 ? _mm512_loadu_ps(yt + c * ldy) : _mm512_setzero_ps();
+                AMX_ISSUE(0, 2, 4, 0);
+                for (int64_t i = 0; i < bn; i += 2) {
+                    if (i + 1 < bn) AMX_ISSUE(1, 3, 5, i + 1);
+                    _tile_stored(0, sums, 64);
+                    amx_scale(type, sums, xb + i * xbb, xs, d + 16 * i, m + 16 * i, acc);
+                    if (i + 1 < bn) {
+                        if (i + 2 < bn) AMX_ISSUE(0, 2, 4, i + 2);
+                        _tile_stored(1, sums, 64);
+                        amx_scale(type, sums, xb + (i + 1) * xbb, xs, d + 16 * (i + 1), m + 16 * (i + 1), acc);
+                    }
+                }
+                for (int c = 0; c < AMX_TOK; c++) _mm512_storeu_ps(yt + c * ldy, acc[c]);
+            }
+        }
+    }
+    _tile_release();
+    if (pc < nc) amx_next[ti](n, w, ws, pr, x + (size_t)pc * xs, xs, nc - pc, y + pc * ldy, ldy, stream);
+    if (pr < nr) amx_next[ti](n, w + (size_t)pr * ws, ws, nr - pr, x, xs, nc, y + pr, ldy, stream);
+}
+#undef AMX_ISSUE
+
+#define AMX_FN(name, TYPE, TI)                                                                                      \
+    static void name(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,      \
+                     int64_t ldy, int stream) {                                                                     \
+        if (nc < AMX_TOK || nr < AMX_ROWS) amx_next[TI](n, w, ws, nr, x, xs, nc, y, ldy, stream);                 \
+        else amx_kernel(TYPE, TI, n, (const uint8_t *)w, ws, nr, (const uint8_t *)x, xs, nc, y, ldy, stream);      \
+    }
+AMX_FN(q4_0_amx, LLMB_TYPE_Q4_0, 0)
+AMX_FN(q4_1_amx, LLMB_TYPE_Q4_1, 1)
+AMX_FN(q5_0_amx, LLMB_TYPE_Q5_0, 2)
+AMX_FN(q5_1_amx, LLMB_TYPE_Q5_1, 3)
+#undef AMX_FN
+
+void llmb_vd_amx_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
+    const llmb_gemm_il_fn fns[4] = {q4_0_amx, q4_1_amx, q5_0_amx, q5_1_amx};
+    if (lvl != LLMB_SIMD_AVX512 || !llmb_cpu_has("amx-int8")) return;
+    for (int i = 0; i < 4; i++) {
+        if (!t[amx_types[i]].il || t[amx_types[i]].il_r != 8) continue;   // (the groups of 8 of vecdot_il8.c)
+        amx_next[i] = t[amx_types[i]].il;
+        t[amx_types[i]].il = fns[i];
+    }
+}
+#else
+void llmb_vd_amx_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
+    (void)lvl, (void)t;
+}
+#endif
