@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -31,12 +33,23 @@ from llmbench import LLM
 
 
 def load_build(path: str):
-    """The extension module in `path` (a built llmbench/_core*.so), separate from the imported one."""
+    """The extension module in `path` (a built llmbench/_core*.so), separate from the imported one.
+
+    Loaded from a private copy: CPython keeps one module per extension file, so loading the file that
+    `import llmbench` already loaded (this checkout's build, the usual B) handed back the previously loaded
+    build's module object refilled with this file's functions, and A and B then both ran B's kernels."""
     if not os.path.isfile(path):
         raise SystemExit(f"ab_builds: {path} is not a file: give the built extension (llmbench/_core.*.so) of each build")
-    spec = importlib.util.spec_from_file_location("llmbench._core", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    copy = os.path.join(tempfile.mkdtemp(prefix="ab_builds-"), os.path.basename(path))
+    shutil.copy2(path, copy)
+    saved = sys.modules.get("llmbench._core")
+    try:
+        spec = importlib.util.spec_from_file_location("llmbench._core", copy)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:   # (loading an extension puts it in sys.modules: the package keeps its own build)
+        if saved is not None:
+            sys.modules["llmbench._core"] = saved
     return mod
 
 

@@ -40,6 +40,14 @@ def test_engines_of_each_build(builds, stories_path, capsys):
     assert "pp32, 1 thread(s)" in out and LINE.search(out), out
 
 
+def test_the_imported_build_loads_as_its_own_module(builds):
+    # the usual call names this checkout's own extension as B: loading the file `import llmbench` had
+    # loaded once handed back A's module object refilled with B's functions, so A ran B's kernels
+    a, b = ab_builds.load_build(builds[0]), ab_builds.load_build(llmbench._core.__file__)
+    assert a is not b and b is not llmbench._core and a.vec_dot is not b.vec_dot
+    assert sys.modules["llmbench._core"] is llmbench._core
+
+
 def test_kernels_compared_bit_for_bit(builds, capsys):
     assert ab_builds.main([*builds, "--kernel", "Q4_K", "--shapes", "20x512", "--tokens", "9", "--rounds", "3"]) == 0
     out = capsys.readouterr().out
