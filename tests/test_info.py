@@ -86,6 +86,18 @@ def test_simd_levels_can_be_forced_down_only():
     assert r.returncode == 0 and r.stdout.strip() == "scalar", r.stderr
 
 
+def test_amx_is_named_only_where_granted_and_can_be_turned_off():
+    # "amx-int8" (csrc/cpu.c: the CPU has it and Linux granted the tile state) turns on vecdot_amx.c's
+    # kernels; LLMBENCH_AMX=0 must take it away, for A/B runs of the same build
+    code = "import llmbench._core as c; print(c.simd_info()['cpu_features'])"
+    on = run("-c", code)
+    off = run("-c", code, env={**__import__("os").environ, "LLMBENCH_AMX": "0"})
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    assert "amx-int8" not in off.stdout.split()
+    if "amx-int8" in on.stdout.split():
+        assert "avx512vnni" in on.stdout.split() and _core.simd_info()["detected"] == "avx512"
+
+
 def test_decode_prefetch_default_and_switch():
     # every line prefetched (and far ahead where the weights stream from DRAM) by default on Intel CPUs
     # only (csrc/simd_x86.h, LINE_PF_AHEAD, FAR_PF_AHEAD); switchable at run time and by
