@@ -20,15 +20,6 @@
 #define LLMB_CLONES
 #endif
 
-LLMB_CLONES float llmb_dot_f32(const float *a, const float *b, int64_t n) {
-    float s[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) s[k] += a[i + k] * b[i + k];
-    for (int k = 0; i < n; i++, k++) s[k] += a[i] * b[i];
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
-}
-
 size_t llmb_matmul_row_cap(const llmb_model *m) {
     size_t cap = llmb_vec_dot_row_bytes(m->output.type, m->output.ne0);
     for (int l = 0; l < m->cfg.n_layer; l++) {
@@ -53,9 +44,9 @@ static void matmul_float(llmb_matmul_ctx *c, const llmb_weight *w, const float *
         const int64_t nr = w->ne1 - r0 < LLMB_MATMUL_TILE ? w->ne1 - r0 : LLMB_MATMUL_TILE;
         for (int64_t r = 0; r < nr; r++)
             q->to_float((const char *)w->data + (size_t)(r0 + r) * w->row_bytes, buf + r * w->ne0, w->ne0);
-        for (int t = 0; t < n_tok; t++)
-            for (int64_t r = 0; r < nr; r++)
-                y[(int64_t)t * ldy + r0 + r] = llmb_dot_f32(buf + r * w->ne0, x + (int64_t)t * ldx, w->ne0);
+        // the F32 weights' kernels (panels for many tokens): the bits of the same matrix stored as F32
+        llmb_vec_dot_matmul(LLMB_TYPE_F32, w->ne0, buf, (size_t)w->ne0 * sizeof(float), nr, x, (size_t)ldx * sizeof(float),
+                            n_tok, y + r0, ldy, 1);
     });
 }
 

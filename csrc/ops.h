@@ -47,9 +47,6 @@ void llmb_matmul(llmb_matmul_ctx *c, const llmb_cpu_weight *w, const float *x, i
 void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_cpu_weight *const *ws, const float *x, int64_t ldx, int n_tok,
                    float *const *ys, const int64_t *ldys);
 
-// Fixed-order float32 dot product (8 interleaved partial sums, combined in a fixed tree).
-float llmb_dot_f32(const float *a, const float *b, int64_t n);
-
 
 void llmb_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 
