@@ -192,7 +192,8 @@ typedef struct {
 //        (vecdot_avx512_k.c)           panel (16)  Q4_K Q5_K Q6_K
 //                                      il (16)     Q4_K Q6_K Q8_0
 //        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1
-//     + AMX-INT8 (vecdot_amx.c)        il (8)      Q4_0 Q4_1 Q5_0 Q5_1 from 16 tokens (fewer: the VNNI kernels)
+//     + AMX-INT8 (vecdot_amx.c)        il (8)      Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_XS from 16 tokens (fewer: the
+//                                                  vecdot_il8.c kernels it wraps)
 //        (vecdot_avx512_float.c)       panel (8)   F32 F16 BF16
 //                                      decode      F32 F16 BF16
 //        (vecdot_avx512_decode.c)      small       Q4_K Q5_K Q6_K
