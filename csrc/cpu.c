@@ -37,7 +37,7 @@ static void add_feature(const char *f) {
 
 // Intel AMX with int8 products (vecdot_amx.c), usable by this process: the CPU has it (CPUID 7.0 EDX bits
 // 24, 25), the OS saves the tile state (XCR0 bits 17, 18) and Linux granted this process the tile data
-// (arch_prctl ARCH_REQ_XCOMP_PERM: threads made later inherit it). LLMBENCH_AMX=0 turns it off (the
+// (arch_prctl ARCH_REQ_XCOMP_PERM, for the whole process). LLMBENCH_AMX=0 turns it off (the
 // AVX-512 VNNI kernels then run: same bits), for comparisons in one session.
 static int amx_usable(void) {
 #if defined(__x86_64__) && defined(__linux__) && defined(SYS_arch_prctl)

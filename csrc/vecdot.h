@@ -191,7 +191,7 @@ typedef struct {
 //   AVX-512 with VNNI (vecdot_x86.c)   dot, tile   the 16 above, vpdpbusd on 256 bits (the AVX2 bits)
 //        (vecdot_avx512_k.c)           panel (16)  Q4_K Q5_K Q6_K
 //                                      il (16)     Q4_K Q6_K Q8_0
-//        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1
+//        (vecdot_il8.c)                il (8)      Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_XS
 //     + AMX-INT8 (vecdot_amx.c)        il (8)      Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL IQ4_XS from 16 tokens (fewer: the
 //                                                  vecdot_il8.c kernels it wraps)
 //        (vecdot_avx512_float.c)       panel (8)   F32 F16 BF16
@@ -206,8 +206,8 @@ typedef struct {
 // Internal (vecdot_simd.c): overwrite the entries of `table` (indexed by weight type) that have a
 // kernel for SIMD level `lvl` on this CPU; the rest keep the scalar reference.
 void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
-// Internal (vecdot_il8.c): the interleaved kernels of Q4_0, Q4_1, Q5_0 and Q5_1 (groups of 8 rows) at AVX2 and
-// AVX-512 VNNI, and of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS at AVX2
+// Internal (vecdot_il8.c): the interleaved kernels of Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS (groups of 8 rows)
+// at AVX2 and AVX-512 VNNI, and of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0 at AVX2
 void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
 // Internal (quants_simd.c): Q8_1 activations with AVX2, byte-identical to the reference
 void llmb_quant_q8_1_avx2(const float *x, void *xq, int64_t n);

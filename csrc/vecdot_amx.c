@@ -94,9 +94,10 @@ static inline AMX_T void amx_decode(const int type, const uint8_t *g0, const uin
                     _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * j), _mm512_set1_epi32(3)), 4));
                 _mm512_storeu_ps(d + 16 * (8 * i + j), dv);
                 _mm512_storeu_ps(m + 16 * (8 * i + j), _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
-                for (int k = 0; k < 4; k++)
-                    amx_nibbles(amx_pair(v0 + 64 + 32 * (4 * j + k), v1 + 64 + 32 * (4 * j + k)), _mm512_setzero_si512(), k, 0, 1, off, kv,
-                                b + 512 * (8 * i + j));
+                for (int k = 0; k < 4; k++) {
+                    const size_t wk = 64 + 32 * (size_t)(4 * j + k);   // (after the two words of d and scales)
+                    amx_nibbles(amx_pair(v0 + wk, v1 + wk), _mm512_setzero_si512(), k, 0, 1, off, kv, b + 512 * (8 * i + j));
+                }
             }
             continue;
         }

@@ -7,7 +7,8 @@
 // groups of 16 of Q4_K and Q6_K are in vecdot_avx512_k.c), and IQ4_NL at the AVX2 level (Q4_0's layout, each nibble
 // looked up in the 16 values; one token |x| against v sign(x), |x| made once per call, several tokens |v| against
 // x sign(v); the reference's (d_x d_w) s per block, as iq4_nl_body), and IQ4_XS at the AVX2 level (its sub-blocks as
-// IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body).
+// IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body); IQ4_NL and IQ4_XS at the
+// VNNI level too (the same steps, vpdpbusd for maddubs + madd).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -124,6 +125,8 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         t[LLMB_TYPE_Q3_K].il = q3_K_il8_avx2, t[LLMB_TYPE_Q3_K].il_r = IL8_G;
     } else {   // (the VNNI table starts from the AVX2 one:) Q5_K keeps its 16-row panels and one-token rows there
         t[LLMB_TYPE_Q5_K].il = NULL, t[LLMB_TYPE_Q5_K].il_r = 0;
+        t[LLMB_TYPE_IQ4_NL].il = iq4_nl_il8_vnni, t[LLMB_TYPE_IQ4_NL].il_r = IL8_G;
+        t[LLMB_TYPE_IQ4_XS].il = iq4_xs_il8_vnni, t[LLMB_TYPE_IQ4_XS].il_r = IL8_G;
     }
 }
 #else
@@ -691,6 +694,8 @@ IL_T static void IL(q3_K_il8)(int64_t n, const void *w, size_t ws, int nr, const
     IL(il8k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy);
 }
 // ---- IQ4_NL and IQ4_XS at the AVX2 level: 8 rows a group, |x| against v sign(x) ----
+#endif   // !IL_VNNI (the K types)
+
 // Per output and block the steps of iq4_nl_body / iq4_xs_body (vecdot_x86_body.h) on 8 rows at once: each block's
 // (IQ4_XS: sub-block's) exact integer sum s = sum v x, then IQ4_NL acc += s (d_w d_x), IQ4_XS acc += (d_w d_x ls_j)
 // s_j sub-block after sub-block, ls_j its 6-bit scale less 32 as a float (no fma, as there). The values v of the
@@ -726,7 +731,9 @@ INLINE IL_T void IL(il8n_values)(const uint8_t *v, __m256i *o) {
 // magnitude (2 x 127 x 127), summed in int32
 INLINE IL_T void IL(il8n_isums)(const __m256i *v, const int8_t *const *xq, const uint8_t *ax, __m256i *s,
                                 const int NC) {
+#if !IL_VNNI
     const __m256i one = _mm256_set1_epi16(1);
+#endif
     const int ux = NC == 1 && ax;
     __m256i q[8];
     if (!ux)
@@ -737,15 +744,19 @@ INLINE IL_T void IL(il8n_isums)(const __m256i *v, const int8_t *const *xq, const
             const int o = 4 * (k / 2) + 16 * (k % 2);
             int32_t b;
             memcpy(&b, xq[c] + o, 4);
-            __m256i p;
+            __m256i u, sv;   // (unsigned, signed) operands
             if (ux) {
                 int32_t a;
                 memcpy(&a, ax + o, 4);
-                p = _mm256_maddubs_epi16(_mm256_set1_epi32(a), _mm256_sign_epi8(v[k], _mm256_set1_epi32(b)));
+                u = _mm256_set1_epi32(a), sv = _mm256_sign_epi8(v[k], _mm256_set1_epi32(b));
             } else {
-                p = _mm256_maddubs_epi16(q[k], _mm256_sign_epi8(_mm256_set1_epi32(b), v[k]));
+                u = q[k], sv = _mm256_sign_epi8(_mm256_set1_epi32(b), v[k]);
             }
-            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, one));
+#if IL_VNNI
+            s[c] = _mm256_dpbusd_epi32(s[c], u, sv);
+#else
+            s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, sv), one));
+#endif
             IL8_KEEP(s[c]);
         }
 }
@@ -900,7 +911,6 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
             }
     }
 }
-#endif
 
 #define IL8_KERNEL(name, T)                                                                                         \
     IL_T static void IL(name##_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,   \
