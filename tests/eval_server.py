@@ -32,8 +32,8 @@ Settings a test changes (``reset`` restores them):
                token events, then the connection closes), "error_mid" (one token event, then an error
                event, as vLLM reports a failure mid-stream), "malformed" (an event that is not JSON)
   delay_s      wait before each answer
-  gather       with delay_s: an answer waits only until this many requests are in flight (at most
-               delay_s), for concurrency counting (ThreadedServer.wait_for_company)
+  gather       with delay_s: answers are held until this many are held, then released together (each
+               held delay_s at most), for concurrency counting (ThreadedServer.wait_for_company)
   max_logprobs more top log-probabilities than this are refused with HTTP 400, as vLLM refuses more than
                its --max-logprobs
 
