@@ -45,13 +45,6 @@ static llmb_gemm_il_fn amx_next[AMX_NTYPES];   // the kernel each type had, for 
 static inline int amx_dm(const int type) { return type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1; }
 static inline int amx_q5(const int type) { return type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1; }
 static inline int amx_iq(const int type) { return type == LLMB_TYPE_IQ4_NL || type == LLMB_TYPE_IQ4_XS; }
-static inline int amx_words(const int type) {   // words of a group's block (vecdot_layout.h)
-    return type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_IQ4_NL ? (int)LLMB_IL_WORDS(llmb_rc_q4_0)
-           : type == LLMB_TYPE_Q4_1                        ? (int)LLMB_IL_WORDS(llmb_block_q4_1)
-           : type == LLMB_TYPE_Q5_0                        ? (int)LLMB_IL_WORDS(llmb_rc_q5_0)
-           : type == LLMB_TYPE_Q5_1                        ? (int)LLMB_IL_WORDS(llmb_rc_q5_1)
-                                                           : (int)LLMB_IL_WORDS(llmb_block_iq4_xs);
-}
 static inline int amx_units(const int type) { return type == LLMB_TYPE_IQ4_XS ? LLMB_QK_K / LLMB_QK : 1; }
 
 // word k (32 bytes: 8 rows) of two groups' block, g0's rows in the low half
@@ -79,7 +72,7 @@ static inline AMX_T void amx_nibbles(const __m512i raw, const __m512i qh, const 
 // where the type has no m, IQ4_NL's and IQ4_XS's looked up (signed products)
 static inline AMX_T void amx_decode(const int type, const uint8_t *g0, const uint8_t *g1, int64_t nb, int64_t i0,
                                     int64_t bn, uint8_t *b, float *d, float *m) {
-    const int words = amx_words(type), q5 = amx_q5(type), dm = amx_dm(type), iq = amx_iq(type);
+    const int words = llmb_il8_words(type), q5 = amx_q5(type), dm = amx_dm(type), iq = amx_iq(type);
     const __m512i off = _mm512_set1_epi8(dm || iq ? 0 : q5 ? 16 : 8);
     const __m512i kv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
     for (int64_t i = 0; i < bn; i++) {

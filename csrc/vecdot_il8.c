@@ -72,15 +72,6 @@ typedef struct {
     __m256 d, m;    // lane r: row r's d (and m for Q4_1 / Q5_1)
 } il8_dec;
 
-// words of a group's block (vecdot_layout.h; its tail, the d of Q4_0 / Q5_0 / Q8_0, after the
-// group's last block)
-INLINE int il8_words(const int type) {
-    return type == LLMB_TYPE_Q4_0   ? (int)LLMB_IL_WORDS(llmb_rc_q4_0)
-           : type == LLMB_TYPE_Q5_1 ? (int)LLMB_IL_WORDS(llmb_rc_q5_1)
-           : type == LLMB_TYPE_Q8_0 ? (int)LLMB_IL_WORDS(llmb_rc_q8_0)
-           : type == LLMB_TYPE_Q5_0 ? (int)LLMB_IL_WORDS(llmb_rc_q5_0)
-                                    : (int)LLMB_IL_WORDS(llmb_block_q4_1);
-}
 // 1 where the kernel takes |w| against x sign(w) (signed values: Q8_0), 0 for unsigned values u
 INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0; }
 // 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1
@@ -150,7 +141,7 @@ INLINE IL_T void IL(il8_halves)(const uint8_t *v, __m256 *lo, __m256 *hi) {
 
 // block i of a group (nb blocks) unpacked
 INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8_dec *o) {
-    const int words = il8_words(type), q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
+    const int words = llmb_il8_words(type), q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
     const int dm = type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1;
     const uint8_t *v = g + (size_t)i * words * 32;
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
@@ -268,7 +259,7 @@ INLINE IL_T void IL(il8_step)(const int type, const il8_dec *d, const uint8_t *x
 INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, const il8_dec *dec, int64_t i0, int64_t bn,
                               const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int64_t xss, float *y,
                               int64_t ldy, const int first, const int pf, const int NC) {
-    const size_t bytes = (size_t)il8_words(type) * 32;
+    const size_t bytes = (size_t)llmb_il8_words(type) * 32;
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
@@ -693,8 +684,9 @@ IL_T static void IL(q3_K_il8)(int64_t n, const void *w, size_t ws, int nr, const
     (void)stream;
     IL(il8k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy);
 }
-// ---- IQ4_NL and IQ4_XS at the AVX2 level: 8 rows a group, |x| against v sign(x) ----
 #endif   // !IL_VNNI (the K types)
+
+// ---- IQ4_NL and IQ4_XS at the AVX2 and VNNI levels: 8 rows a group, |x| against v sign(x) ----
 
 // Per output and block the steps of iq4_nl_body / iq4_xs_body (vecdot_x86_body.h) on 8 rows at once: each block's
 // (IQ4_XS: sub-block's) exact integer sum s = sum v x, then IQ4_NL acc += s (d_w d_x), IQ4_XS acc += (d_w d_x ls_j)

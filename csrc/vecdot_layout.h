@@ -81,6 +81,20 @@ LLMB_IL_GROUP(llmb_il8_q6_K, llmb_rc_q6_K, 8);      // 48 words of values, 4 of 
 LLMB_IL_GROUP(llmb_il8_iq4_xs, llmb_block_iq4_xs, 8);   // d|scales_h, scales_l, 32 words of indices
 LLMB_IL_GROUP(llmb_il8_q2_K, llmb_block_q2_K, 8);   // 4 words of scales, 16 of qs, d|dmin
 LLMB_IL_GROUP(llmb_il8_q3_K, llmb_rc_q3_K, 8);      // 24 words of values, 3 of scales
+// words of one block of a group of 8, for the types whose kernels walk the groups block by block
+// (vecdot_il8.c, vecdot_amx.c); 0 for the others
+static inline int llmb_il8_words(int type) {
+    switch (type) {
+    case LLMB_TYPE_Q4_0: case LLMB_TYPE_IQ4_NL: return (int)LLMB_IL_WORDS(llmb_rc_q4_0);
+    case LLMB_TYPE_Q4_1: return (int)LLMB_IL_WORDS(llmb_block_q4_1);
+    case LLMB_TYPE_Q5_0: return (int)LLMB_IL_WORDS(llmb_rc_q5_0);
+    case LLMB_TYPE_Q5_1: return (int)LLMB_IL_WORDS(llmb_rc_q5_1);
+    case LLMB_TYPE_Q8_0: return (int)LLMB_IL_WORDS(llmb_rc_q8_0);
+    case LLMB_TYPE_IQ4_XS: return (int)LLMB_IL_WORDS(llmb_block_iq4_xs);
+    default: return 0;
+    }
+}
+
 // groups of 16 (vecdot_avx512_k.c: AVX-512 VNNI)
 LLMB_IL_GROUP(llmb_il16_q4_K, llmb_block_q4_K, 16);
 LLMB_IL_GROUP(llmb_il16_q6_K, llmb_rc_q6_K, 16);
