@@ -9,9 +9,9 @@ port (same GGUF, same threads, same context), wait for it, and for each rate run
 --backend openai`` runs (its OpenAIClient, gamma arrivals and serving metrics: ``--requests`` streamed
 requests of ``--input-len`` random common words and ``--output-len`` tokens with ignore_eos, one
 warmup run of ``--warmup`` requests (default as many), one measured run, greedy; with ``--range-ratio R``
-each request's output length is drawn uniformly from [L(1 - R), L(1 + R)], vLLM's random dataset's rule, the
-same lengths for every server), then stop it and read its peak RSS (VmHWM). Reported per server and rate: request throughput, output
-tokens/s, TTFT and TPOT p50/p99, failed requests, peak RSS.
+each request's output length is drawn uniformly from [L(1 - R), L(1 + R)], vLLM's random dataset's rule,
+the same lengths for every server), then stop it and read its peak RSS (VmHWM). Reported per server and
+rate: request throughput, output tokens/s, TTFT and TPOT p50/p99, failed requests, peak RSS.
 
 llama-cpp-python's server runs one request at a time (requests queue behind a lock; started with
 ``--interrupt_requests False`` so a new request does not cut a running stream short). It ignores

@@ -459,8 +459,9 @@ void llmb_att_gather_ref(const llmb_kv_head *h, int n_keys, int hd, float *kt, s
 // the same score rows, the softmax runs on the whole rows as there, and the weighted sum of the
 // values reads the value rows from the cache, PV_KEYS at a time, converted in registers as the gather
 // converts them, into per-query sums kept in work between steps (a float stored and loaded back is
-// the same float), every row prefetched PF_KEYS positions ahead. Every score is the same fma chain over d and every output element the same fma chain over
-// j in the same order, so the bits are those of the gathered path, with no value scratch.
+// the same float), every row prefetched PF_KEYS positions ahead. Every score is the same fma chain
+// over d and every output element the same fma chain over j in the same order, so the bits are those
+// of the gathered path, with no value scratch.
 
 size_t llmb_att_paged_work_floats(int hd) { return (size_t)hd * (LLMB_ATT_CHUNK + LLMB_ATT_Q); }
 
