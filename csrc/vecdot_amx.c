@@ -12,10 +12,11 @@
 // rows; then the reference's float steps of that block, in its order (vecdot.c, dot_*_ref; vecdot_il8.c,
 // il8_step and il8x_tile), 16 rows to a vector, one accumulator per token. So the bits are the reference's.
 //
-// What this file does not take runs the kernel it replaces (the table's il before it, kept in amx_next):
-// calls of fewer than 16 tokens (decode, small batches), the last up to 15 tokens of a call and a last group
-// of 8 rows. Tested by csrc/tests/test_vecdot.c (check_interleaved: 80 rows, 1..12, 261 and 262 tokens,
-// against the single dot bit for bit) on hosts with AMX; elsewhere the kernels it wraps run and are tested.
+// What this file does not take runs the kernel it replaces (the table's il before it, kept in amx_next): calls of
+// fewer than AMX_MIN tokens (decode at small batches) and a last group of 8 rows. A call's last nc % 16 tokens run
+// as one smaller tile over the values its full tiles decoded (on tiles of its own shape). Tested by
+// csrc/tests/test_vecdot.c (check_interleaved: 80 rows, 1..12, 261 and 262 tokens, against the single dot bit for
+// bit) on hosts with AMX; elsewhere the kernels it wraps run and are tested.
 // Measured: docs/engine-measurements.md#amx.
 #include <string.h>
 
@@ -27,7 +28,9 @@
 #include <immintrin.h>
 
 #define AMX_T __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma,amx-tile,amx-int8")))
+#define AMX_INLINE static inline __attribute__((always_inline)) AMX_T   // (nt a constant where it is one)
 #define AMX_TOK 16    // tokens a tile
+#define AMX_MIN 8     // the fewest tokens a call runs on tiles (below, the kernels AMX wraps are as fast or faster)
 #define AMX_ROWS 16   // rows a tile: two groups of 8
 #define AMX_DEC 64    // 32-value units decoded at a time (64 x 512 bytes of values: the L1 and a half)
 
@@ -111,14 +114,14 @@ static inline AMX_T void amx_decode(const int type, const uint8_t *g0, const uin
     }
 }
 
-// acc[c] (lane r: row r) plus the reference's term of one block for 16 tokens: s the block's 16 x 16 sums
+// acc[c] (lane r: row r) plus the reference's term of one block for nt tokens: s the block's nt x 16 sums
 // (token c's in row c), xb token 0's activation block (the others xs apart), d / m the rows' d and m
-static inline AMX_T void amx_scale(const int type, const int32_t *s, const uint8_t *xb, size_t xs, const float *d,
-                                   const float *m, __m512 *acc) {
+AMX_INLINE void amx_scale(const int type, const int nt, const int32_t *s, const uint8_t *xb, size_t xs, const float *d,
+                           const float *m, __m512 *acc) {
     const __m512 dv = _mm512_loadu_ps(d);
     if (amx_dm(type)) {   // Q4_1, Q5_1: ((d_w d_x) s + m_w s_x), Q8_1 activations
         const __m512 mv = _mm512_loadu_ps(m);
-        for (int c = 0; c < AMX_TOK; c++) {
+        for (int c = 0; c < nt; c++) {
             const llmb_block_q8_1 *x1 = (const llmb_block_q8_1 *)(xb + c * xs);
             const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dv, _mm512_set1_ps(x1->d)),
                                            _mm512_cvtepi32_ps(_mm512_loadu_si512(s + 16 * c)));
@@ -128,14 +131,14 @@ static inline AMX_T void amx_scale(const int type, const int32_t *s, const uint8
     }
     if (type == LLMB_TYPE_IQ4_XS) {   // ((d_w d_x) ls) s, Q8_K activations
         const __m512 mv = _mm512_loadu_ps(m);
-        for (int c = 0; c < AMX_TOK; c++) {
+        for (int c = 0; c < nt; c++) {
             const __m512 dx = _mm512_set1_ps(((const llmb_block_q8_K *)(xb + c * xs))->d);
             const __m512 sf = _mm512_cvtepi32_ps(_mm512_loadu_si512(s + 16 * c));
             acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(dv, dx), mv), sf));
         }
         return;
     }
-    for (int c = 0; c < AMX_TOK; c++) {   // Q4_0 (s d_w) d_x; Q5_0, IQ4_NL (d_w d_x) s; Q8_0 activations
+    for (int c = 0; c < nt; c++) {   // Q4_0 (s d_w) d_x; Q5_0, IQ4_NL (d_w d_x) s; Q8_0 activations
         uint16_t h;
         memcpy(&h, xb + c * xs, 2);
         const __m512 dx = _mm512_set1_ps(_cvtsh_ss(h)), sf = _mm512_cvtepi32_ps(_mm512_loadu_si512(s + 16 * c));
@@ -145,7 +148,7 @@ static inline AMX_T void amx_scale(const int type, const int32_t *s, const uint8
     }
 }
 
-// Tiles: 0, 1 the sums (16 tokens x 16 rows, int32); 2, 3 the activations (16 tokens x 32 bytes); 4, 5 the
+// Tiles: 0, 1 the sums (nt tokens x 16 rows, int32); 2, 3 the activations (nt tokens x 32 bytes); 4, 5 the
 // values (8 x 64 bytes). The pairs alternate from one 32 values (u: of the decoded range) to the next.
 #define AMX_XB(u) (xt + (size_t)(i0 + ((u) >> us)) * xbb)   // the activation block of u, token 0
 #define AMX_ISSUE(C, A, B, u)                                                                                       \
@@ -157,65 +160,88 @@ static inline AMX_T void amx_scale(const int type, const int32_t *s, const uint8
         else _tile_dpbssd(C, A, B);                                                                                 \
     } while (0)
 
-// (nr / 16) * 16 rows x (nc / 16) * 16 tokens of the call; the rest to amx_next
-static AMX_T void amx_kernel(const int type, const int ti, int64_t n, const uint8_t *w, size_t ws, int nr,
-                             const uint8_t *x, size_t xs, int nc, float *y, int64_t ldy, int stream) {
+// nt tokens (the tiles' rows as configured) from xt, x_stride xs, over the decoded range's un units (blocks from
+// i0) into 16 rows of y at yt: from 0 where i0 is 0, else adding to what y holds. alt: on tiles 6 and 7 (shaped
+// for a call's last nc % 16 tokens, so that they need no change of shape), one unit at a time
+AMX_INLINE void amx_tokens(const int type, const int nt, const int alt, const uint8_t *xt, size_t xs, int64_t i0,
+                           int64_t un, const uint8_t *dec, const float *d, const float *m, float *yt, int64_t ldy) {
     const int upb = amx_units(type), us = upb == 8 ? 3 : 0;   // 32-value units a block (IQ4_XS: 8)
-    const int64_t nb = n / (LLMB_QK * upb), br = AMX_DEC / upb;
-    const int pr = nr / AMX_ROWS * AMX_ROWS, pc = nc / AMX_TOK * AMX_TOK;
     const size_t xbb = type == LLMB_TYPE_IQ4_XS ? sizeof(llmb_block_q8_K)
                        : amx_dm(type)           ? sizeof(llmb_block_q8_1)
                                                 : sizeof(llmb_block_q8_0);
     const size_t xq = type == LLMB_TYPE_IQ4_XS ? offsetof(llmb_block_q8_K, qs)
                       : amx_dm(type)           ? offsetof(llmb_block_q8_1, qs)
                                                : offsetof(llmb_block_q8_0, qs);
-    _Alignas(64) uint8_t dec[AMX_DEC * 512];
     _Alignas(64) int32_t sums[AMX_TOK * AMX_ROWS];
+    __m512 acc[AMX_TOK];
+    for (int c = 0; c < nt; c++) acc[c] = i0 ? _mm512_loadu_ps(yt + c * ldy) : _mm512_setzero_ps();
+    if (alt) {
+        for (int64_t u = 0; u < un; u++) {
+            AMX_ISSUE(6, 7, 4, u);
+            _tile_stored(6, sums, 64);
+            amx_scale(type, nt, sums, AMX_XB(u), xs, d + 16 * u, m + 16 * u, acc);
+        }
+    } else {
+        AMX_ISSUE(0, 2, 4, 0);
+        for (int64_t u = 0; u < un; u += 2) {
+            if (u + 1 < un) AMX_ISSUE(1, 3, 5, u + 1);
+            _tile_stored(0, sums, 64);
+            amx_scale(type, nt, sums, AMX_XB(u), xs, d + 16 * u, m + 16 * u, acc);
+            if (u + 1 < un) {
+                if (u + 2 < un) AMX_ISSUE(0, 2, 4, u + 2);
+                _tile_stored(1, sums, 64);
+                amx_scale(type, nt, sums, AMX_XB(u + 1), xs, d + 16 * (u + 1), m + 16 * (u + 1), acc);
+            }
+        }
+    }
+    for (int c = 0; c < nt; c++) _mm512_storeu_ps(yt + c * ldy, acc[c]);
+}
+#undef AMX_ISSUE
+#undef AMX_XB
+
+// tiles 0-3 with nt rows (tokens), 4 and 5 the 8 x 64 bytes of values, 6 and 7 as 0 and 2 with alt rows
+static inline void amx_configure(amx_config *cfg, const int nt, const int alt) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg->rows[t] = t >= 6 ? alt : t >= 4 ? LLMB_QK / 4 : nt;
+        cfg->colsb[t] = !cfg->rows[t] ? 0 : (t >= 2 && t < 4) || t == 7 ? LLMB_QK : 64;
+    }
+}
+
+// (nr / 16) * 16 rows x nc tokens of the call, 16 at a time and the last nc % 16 as one smaller tile (over the
+// values the full tiles decoded, or where nc < 16 as a tile of its own); a last group of 8 rows to amx_next
+static AMX_T void amx_kernel(const int type, const int ti, int64_t n, const uint8_t *w, size_t ws, int nr,
+                             const uint8_t *x, size_t xs, int nc, float *y, int64_t ldy, int stream) {
+    const int upb = amx_units(type);
+    const int64_t nb = n / (LLMB_QK * upb), br = AMX_DEC / upb;
+    const int pr = nr / AMX_ROWS * AMX_ROWS, rest = nc % AMX_TOK, full = nc - rest;
+    _Alignas(64) uint8_t dec[AMX_DEC * 512];
     float d[AMX_DEC * AMX_ROWS], m[AMX_DEC * AMX_ROWS];
     amx_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 6; t++) {
-        cfg.rows[t] = t >= 4 ? LLMB_QK / 4 : AMX_TOK;
-        cfg.colsb[t] = t >= 2 && t < 4 ? LLMB_QK : 64;
-    }
+    amx_configure(&cfg, full ? AMX_TOK : rest, full ? rest : 0);
     _tile_loadconfig(&cfg);
     for (int r0 = 0; r0 < pr; r0 += AMX_ROWS) {
         const uint8_t *g0 = w + (size_t)r0 * ws, *g1 = g0 + 8 * ws;
         for (int64_t i0 = 0; i0 < nb; i0 += br) {
             const int64_t un = (nb - i0 < br ? nb - i0 : br) * upb;
             amx_decode(type, g0, g1, nb, i0, un / upb, dec, d, m);
-            for (int c0 = 0; c0 < pc; c0 += AMX_TOK) {
-                const uint8_t *xt = x + (size_t)c0 * xs;
-                float *yt = y + c0 * ldy + r0;
-                __m512 acc[AMX_TOK];
-                for (int c = 0; c < AMX_TOK; c++) acc[c] = i0 ? _mm512_loadu_ps(yt + c * ldy) : _mm512_setzero_ps();
-                AMX_ISSUE(0, 2, 4, 0);
-                for (int64_t u = 0; u < un; u += 2) {
-                    if (u + 1 < un) AMX_ISSUE(1, 3, 5, u + 1);
-                    _tile_stored(0, sums, 64);
-                    amx_scale(type, sums, AMX_XB(u), xs, d + 16 * u, m + 16 * u, acc);
-                    if (u + 1 < un) {
-                        if (u + 2 < un) AMX_ISSUE(0, 2, 4, u + 2);
-                        _tile_stored(1, sums, 64);
-                        amx_scale(type, sums, AMX_XB(u + 1), xs, d + 16 * (u + 1), m + 16 * (u + 1), acc);
-                    }
-                }
-                for (int c = 0; c < AMX_TOK; c++) _mm512_storeu_ps(yt + c * ldy, acc[c]);
+            for (int c0 = 0; c0 < full; c0 += AMX_TOK)
+                amx_tokens(type, AMX_TOK, 0, x + (size_t)c0 * xs, xs, i0, un, dec, d, m, y + c0 * ldy + r0, ldy);
+            if (rest) {
+                const uint8_t *xr = x + (size_t)full * xs;
+                amx_tokens(type, rest, full > 0, xr, xs, i0, un, dec, d, m, y + full * ldy + r0, ldy);
             }
         }
     }
     _tile_release();
-    if (pc < nc) amx_next[ti](n, w, ws, pr, x + (size_t)pc * xs, xs, nc - pc, y + pc * ldy, ldy, stream);
     if (pr < nr) amx_next[ti](n, w + (size_t)pr * ws, ws, nr - pr, x, xs, nc, y + pr, ldy, stream);
 }
-#undef AMX_ISSUE
-#undef AMX_XB
 
 #define AMX_FN(name, TYPE, TI)                                                                                      \
     static void name(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,      \
                      int64_t ldy, int stream) {                                                                     \
-        if (nc < AMX_TOK || nr < AMX_ROWS) amx_next[TI](n, w, ws, nr, x, xs, nc, y, ldy, stream);                 \
+        if (nc < AMX_MIN || nr < AMX_ROWS) amx_next[TI](n, w, ws, nr, x, xs, nc, y, ldy, stream);                 \
         else amx_kernel(TYPE, TI, n, (const uint8_t *)w, ws, nr, (const uint8_t *)x, xs, nc, y, ldy, stream);      \
     }
 AMX_FN(q4_0_amx, LLMB_TYPE_Q4_0, 0)

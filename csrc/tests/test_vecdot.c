@@ -359,6 +359,8 @@ static void check_interleaved(int t, int64_t n, int maxed) {
             for (int st = 0; st <= 1; st++)   // weights from DRAM or not: how far one token prefetches, same bits
                 for (int ntok = 1; ntok <= PT; ntok += ntok == 12 ? PT - 13 : 1) {   // 1..12, 261, 262
                     const llmb_matmul_part parts[2] = {{t, wi, ws, IR, y, IR, G, st}, {t, w, ws, IR, y2, IR, 0, st}};
+                    memset(y, 0xFF, sizeof(float) * IR * PT), memset(y2, 0xFF, sizeof(float) * IR * PT);   // (NaN:
+                    // an output a kernel leaves unwritten fails, whatever an earlier call left there)
                     llmb_vec_dot_matmul_parts(n, parts, 2, xq, xs, ntok, nt);
                     CHECK(memcmp(y, one, sizeof(float) * IR * ntok) == 0 &&
                               memcmp(y2, one, sizeof(float) * IR * ntok) == 0,
