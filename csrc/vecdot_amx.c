@@ -30,8 +30,9 @@
 #define AMX_T __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma,amx-tile,amx-int8")))
 #define AMX_INLINE static inline __attribute__((always_inline)) AMX_T   // (nt a constant where it is one)
 #define AMX_TOK 16    // tokens a tile
-#define AMX_MIN 8     // the fewest tokens a call runs on tiles (below, the kernels AMX wraps are as fast or faster)
+#define AMX_MIN 5     // the fewest tokens a call runs on tiles (up to 4 the kernels AMX wraps decode in registers: faster)
 #define AMX_ROWS 16   // rows a tile: two groups of 8
+#define AMX_PF 4096   // prefetch distance of the weights (bytes ahead in each group)
 #define AMX_DEC 64    // 32-value units decoded at a time (64 x 512 bytes of values: the L1 and a half)
 
 typedef struct {
@@ -81,6 +82,10 @@ static inline AMX_T void amx_decode(const int type, const uint8_t *g0, const uin
     for (int64_t i = 0; i < bn; i++) {
         const size_t at = (size_t)(i0 + i) * words * 32;
         const uint8_t *v0 = g0 + at, *v1 = g1 + at;
+        for (size_t o = 0; o < (size_t)words * 32; o += 64) {   // (few tokens wait for the weights, not the tiles)
+            _mm_prefetch((const char *)v0 + AMX_PF + o, _MM_HINT_T0);
+            _mm_prefetch((const char *)v1 + AMX_PF + o, _MM_HINT_T0);
+        }
         if (type == LLMB_TYPE_IQ4_XS) {   // d | scales_h, scales_l, then 8 sub-blocks of 4 words
             const __m512i h = amx_pair(v0, v1), sl = amx_pair(v0 + 32, v1 + 32), sh = _mm512_srli_epi32(h, 16);
             const __m512 dv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
