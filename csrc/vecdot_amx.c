@@ -30,7 +30,7 @@
 #define AMX_T __attribute__((target("avx512f,avx512bw,avx512vl,f16c,fma,amx-tile,amx-int8")))
 #define AMX_INLINE static inline __attribute__((always_inline)) AMX_T   // (nt a constant where it is one)
 #define AMX_TOK 16    // tokens a tile
-#define AMX_MIN 5     // the fewest tokens a call runs on tiles (up to 4 the kernels AMX wraps decode in registers: faster)
+#define AMX_MIN 5     // the fewest tokens a call runs on tiles (up to 4, the wrapped kernels decode in registers)
 #define AMX_ROWS 16   // rows a tile: two groups of 8
 #define AMX_PF 4096   // prefetch distance of the weights (bytes ahead in each group)
 #define AMX_DEC 64    // 32-value units decoded at a time (64 x 512 bytes of values: the L1 and a half)
