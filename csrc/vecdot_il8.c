@@ -35,6 +35,7 @@
 #ifndef LLMB_IL8_BODY
 #include <string.h>
 
+#include "llmb.h"
 #include "vecdot.h"
 #include "vecdot_layout.h"
 
@@ -48,8 +49,11 @@
 #ifndef LLMB_IL8_TOKS   // (token, block) entries of the Q4_0 / Q5_0 activation sums on the stack (the C tests:
 #define LLMB_IL8_TOKS 4096   // 64, so that tokens and blocks run several chunks)
 #endif
-// Prefetch distance of a group's blocks (one sequential stream: 8 rows' blocks one after the other)
+// Prefetch distance of a group's blocks (one sequential stream: 8 rows' blocks one after the other), and where
+// the weights stream from DRAM under LLMB_PREFETCH_FAR (the default on Intel) also IL8_FAR_AHEAD into L2, as
+// simd_x86.h's far_pf does for the K types (docs/engine-measurements.md#il8-far)
 #define IL8_PF_AHEAD 4096
+#define IL8_FAR_AHEAD 16384
 _Static_assert(LLMB_IL8_TOKS >= IL8_DEC, "a chunk of the activation sums holds at least one token");
 
 // An empty asm on v: GCC's reassociation would otherwise turn each token's chain of 8 adds into a tree
@@ -77,6 +81,17 @@ INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0; }
 // 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1
 INLINE int il8_x8(const int type) { return type != LLMB_TYPE_Q4_1 && type != LLMB_TYPE_Q5_1; }
 INLINE int il8_offset(const int type) { return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : 0; }
+
+// pf of the tile that reads a group's blocks first from memory: 2 where its weights stream from DRAM and far
+// prefetch is on, else 1
+INLINE int il8_pf(const int stream) { return stream && llmb_prefetch_mode() == LLMB_PREFETCH_FAR ? 2 : 1; }
+// the block of `bytes` at v: its lines IL8_PF_AHEAD ahead into L1, and with pf 2 IL8_FAR_AHEAD ahead into L2
+INLINE void il8_prefetch(const uint8_t *v, size_t bytes, const int pf) {
+    for (size_t o = 0; o < bytes; o += 64) {
+        _mm_prefetch((const char *)v + IL8_PF_AHEAD + o, _MM_HINT_T0);
+        if (pf > 1) _mm_prefetch((const char *)v + IL8_FAR_AHEAD + o, _MM_HINT_T1);
+    }
+}
 
 #define LLMB_IL8_BODY
 #define IL_T __attribute__((target("avx2,fma,f16c")))
@@ -265,9 +280,7 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
     for (int64_t i = 0; i < bn; i++) {
         il8_dec one;
         if (!dec) {
-            if (pf)
-                for (size_t o = 0; o < bytes; o += 64)
-                    _mm_prefetch((const char *)g + (i0 + i) * bytes + IL8_PF_AHEAD + o, _MM_HINT_T0);
+            if (pf) il8_prefetch(g + (i0 + i) * bytes, bytes, pf);
             IL(il8_decode)(type, g, nb, i0 + i, &one);
         }
         IL(il8_step)(type, dec ? dec + i : &one, x, xs, i0 + i, xsum + i, xd + i, xss, acc, NC);
@@ -279,7 +292,7 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
 // as the table holds, one stream a group), tokens in chunks whose activation sums and d fit the table (Q4_0 /
 // Q5_0); the sums of a range carried in y to the next
 INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
-                                size_t xs, int nc, float *y, int64_t ldy) {
+                                size_t xs, int nc, float *y, int64_t ldy, const int stream) {
     const int64_t nb = n / LLMB_QK, rmax = nc <= IL8_NC ? LLMB_IL8_TOKS / nc : IL8_DEC, br = nb < rmax ? nb : rmax;
     const int off = il8_offset(type);
     const int tc = off ? (int)(LLMB_IL8_TOKS / br) : nc;   // tokens per chunk
@@ -319,7 +332,7 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                     const int32_t *st = xsum + t0 * bn;
                     const float *sd = xd + t0 * bn;
                     float *yt = yc + t0 * ldy;
-                    const int pf = !d && t0 == 0;
+                    const int pf = !d && t0 == 0 ? il8_pf(stream) : 0;
 #define IL8_RUN(NC) IL(il8_tile)(type, g, nb, d, i0, bn, xt, xs, st, sd, bn, yt, ldy, first, pf, NC)
                     IL8_TILES(cn - t0, IL8_RUN)
 #undef IL8_RUN
@@ -568,9 +581,7 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
         il8k_dec head;
         const il8k_dec *o = dec ? dec + i : &head;
         if (!dec) {
-            if (pf)
-                for (size_t off = 0; off < bytes; off += 64)
-                    _mm_prefetch((const char *)g + (i0 + i) * bytes + IL8_PF_AHEAD + off, _MM_HINT_T0);
+            if (pf) il8_prefetch(g + (i0 + i) * bytes, bytes, pf);
             IL(il8k_head)(type, g, nb, i0 + i, &head);
         }
         const llmb_block_q8_K *xb[IL8_NC];
@@ -630,7 +641,7 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
 
 #define IL8K_DEC 8   // super-blocks of a group decoded at a time for prefill (8 x 2.9 KiB)
 INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
-                                 size_t xs, int nc, float *y, int64_t ldy) {
+                                 size_t xs, int nc, float *y, int64_t ldy, const int stream) {
     // ranges of IL8K_DEC super-blocks decoded once for several token tiles; one tile: all (one stream a group)
     const int64_t nb = n / LLMB_QK_K, br = nc <= IL8_NC || nb < IL8K_DEC ? nb : IL8K_DEC;
     const int parts = il8k_16(type) ? 2 : 4, pv = il8k_16(type) ? 32 : 16;
@@ -650,7 +661,7 @@ INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, si
             for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
                 const uint8_t *xt = x + t0 * xs;
                 float *yt = y + t0 * ldy + r0;
-                const int first = i0 == 0, pf = !d && t0 == 0;
+                const int first = i0 == 0, pf = !d && t0 == 0 ? il8_pf(stream) : 0;
 #define IL8K_RUN(NC) IL(il8k_tile)(type, g, nb, d, i0, bn, xt, xs, yt, ldy, first, pf, NC)
                 IL8_TILES(nc - t0, IL8K_RUN)
 #undef IL8K_RUN
@@ -661,28 +672,23 @@ INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, si
 
 IL_T static void IL(q4_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
                               int64_t ldy, int stream) {
-    (void)stream;
-    IL(il8k_kernel)(LLMB_TYPE_Q4_K, n, w, ws, nr, x, xs, nc, y, ldy);
+    IL(il8k_kernel)(LLMB_TYPE_Q4_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
 }
 IL_T static void IL(q5_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
                               int64_t ldy, int stream) {
-    (void)stream;
-    IL(il8k_kernel)(LLMB_TYPE_Q5_K, n, w, ws, nr, x, xs, nc, y, ldy);
+    IL(il8k_kernel)(LLMB_TYPE_Q5_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
 }
 IL_T static void IL(q6_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
                               int64_t ldy, int stream) {
-    (void)stream;
-    IL(il8k_kernel)(LLMB_TYPE_Q6_K, n, w, ws, nr, x, xs, nc, y, ldy);
+    IL(il8k_kernel)(LLMB_TYPE_Q6_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
 }
 IL_T static void IL(q2_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
                               int64_t ldy, int stream) {
-    (void)stream;
-    IL(il8k_kernel)(LLMB_TYPE_Q2_K, n, w, ws, nr, x, xs, nc, y, ldy);
+    IL(il8k_kernel)(LLMB_TYPE_Q2_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
 }
 IL_T static void IL(q3_K_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
                               int64_t ldy, int stream) {
-    (void)stream;
-    IL(il8k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy);
+    IL(il8k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
 }
 #endif   // !IL_VNNI (the K types)
 
@@ -770,8 +776,7 @@ INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
-        if (pf)
-            for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)v + IL8_PF_AHEAD + off, _MM_HINT_T0);
+        if (pf) il8_prefetch(v, bytes, pf);
         __m256i q[8];
         IL(il8n_values)(v, q);
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * bytes + (size_t)(i0 + i) * 16)));
@@ -788,8 +793,8 @@ INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t
 
 IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                 float *y, int64_t ldy, int stream) {
-    (void)stream;
     const uint8_t *w = vw, *x = vx;
+    const int pf = il8_pf(stream);
     // ranges of blocks (one token: as many as |x| holds, one stream a group), chunks of tokens whose d_x fit dx
     const int64_t nb = n / LLMB_QK, br = nb < (nc == 1 ? LLMB_IL8_AX : IL8_DEC) ? nb : nc == 1 ? LLMB_IL8_AX : IL8_DEC;
     const int tc = (int)(LLMB_IL8_AX / br);
@@ -814,7 +819,7 @@ IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                     const uint8_t *g = w + (size_t)r0 * ws;
 // (|x| or NULL as a constant in each call, so that each inlined tile has one kind of sums)
 #define IL8N_CALL(AX, NC)                                                                                           \
-    IL(il8n_tile)(g, nb, i0, bn, xc + t0 * xs, xs, AX, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0, t0 == 0, NC)
+    IL(il8n_tile)(g, nb, i0, bn, xc + t0 * xs, xs, AX, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0, t0 == 0 ? pf : 0, NC)
 #define IL8N_RUN(NC)                                                                                                \
     if (nc == 1) IL8N_CALL(ax, 1);                                                                                  \
     else IL8N_CALL(NULL, NC)
@@ -848,8 +853,7 @@ INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const u
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
-        if (pf)
-            for (size_t off = 0; off < bytes; off += 64) _mm_prefetch((const char *)v + IL8_PF_AHEAD + off, _MM_HINT_T0);
+        if (pf) il8_prefetch(v, bytes, pf);
         __m256 d, ls[8], dd[IL8_NC];
         IL(il8x_head)(v, &d, ls);
         const llmb_block_q8_K *xb[IL8_NC];
@@ -876,8 +880,8 @@ INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const u
 #define IL8X_TC 32
 IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                 float *y, int64_t ldy, int stream) {
-    (void)stream;
     const uint8_t *w = vw, *x = vx;
+    const int pf = il8_pf(stream);
     // ranges of super-blocks: one token's |x| in ax; several tiles: few, so that a group's stay in L1 while the
     // tiles run over them; otherwise all (one stream a group)
     const int64_t nb = n / LLMB_QK_K, ra = LLMB_IL8_AX / 8;
@@ -892,7 +896,7 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                 const int cn = nc - c0 < IL8X_TC ? nc - c0 : IL8X_TC;
                 for (int t0 = c0; t0 < c0 + cn; t0 += IL8_NC) {
                     const uint8_t *g = w + (size_t)r0 * ws;
-#define IL8X_CALL(AX, NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, AX, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0, NC)
+#define IL8X_CALL(AX, NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, AX, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0 ? pf : 0, NC)
 #define IL8X_RUN(NC)                                                                                                \
     if (nc == 1) IL8X_CALL(ax, 1);                                                                                  \
     else IL8X_CALL(NULL, NC)
@@ -907,8 +911,7 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
 #define IL8_KERNEL(name, T)                                                                                         \
     IL_T static void IL(name##_il8)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,   \
                                     float *y, int64_t ldy, int stream) {                                            \
-        (void)stream;                                                                                               \
-        IL(il8_kernel)(T, n, w, ws, nr, x, xs, nc, y, ldy);                                                         \
+        IL(il8_kernel)(T, n, w, ws, nr, x, xs, nc, y, ldy, stream);                                                 \
     }
 IL8_KERNEL(q4_0, LLMB_TYPE_Q4_0)
 IL8_KERNEL(q4_1, LLMB_TYPE_Q4_1)
