@@ -40,7 +40,8 @@ def load_build(path: str):
     build's module object refilled with this file's functions, and A and B then both ran B's kernels."""
     if not os.path.isfile(path):
         raise SystemExit(f"ab_builds: {path} is not a file: give the built extension (llmbench/_core.*.so) of each build")
-    copy = os.path.join(tempfile.mkdtemp(prefix="ab_builds-"), os.path.basename(path))
+    folder = tempfile.mkdtemp(prefix="ab_builds-")
+    copy = os.path.join(folder, os.path.basename(path))
     shutil.copy2(path, copy)
     saved = sys.modules.get("llmbench._core")
     try:
@@ -50,6 +51,7 @@ def load_build(path: str):
     finally:   # (loading an extension puts it in sys.modules: the package keeps its own build)
         if saved is not None:
             sys.modules["llmbench._core"] = saved
+        shutil.rmtree(folder, ignore_errors=True)   # (the loaded copy stays mapped; each run left 19 MB in /tmp)
     return mod
 
 
