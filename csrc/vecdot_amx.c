@@ -1,7 +1,7 @@
-// vecdot_amx.c — prompt processing with Intel AMX (Sapphire Rapids and later; cpu.c asks Linux for the tile
-// state and names "amx-int8" where it was granted) for the types of 32-value blocks whose interleaved layout
-// is vecdot_il8.c's groups of 8 rows at this level: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, and IQ4_XS (its
-// super-blocks as 8 blocks of 32 with a scale each).
+// vecdot_amx.c — prompt processing and batched decode (5 tokens or more) with Intel AMX (Sapphire Rapids and
+// later; cpu.c asks Linux for the tile state and names "amx-int8" where it was granted) for the types of 32-value
+// blocks whose interleaved layout is vecdot_il8.c's groups of 8 rows at this level: Q4_0, Q4_1, Q5_0, Q5_1,
+// IQ4_NL, and IQ4_XS (its super-blocks as 8 blocks of 32 with a scale each).
 //
 // Two groups are taken at a time. A range of blocks of the 16 rows is decoded once per call into bytes, each
 // block of 32 values one 8 x 64-byte tile B: row j holds values 4 j .. 4 j + 3 (j < 4) or 16 + 4 (j - 4) ..
