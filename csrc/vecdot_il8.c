@@ -819,7 +819,8 @@ IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                     const uint8_t *g = w + (size_t)r0 * ws;
 // (|x| or NULL as a constant in each call, so that each inlined tile has one kind of sums)
 #define IL8N_CALL(AX, NC)                                                                                           \
-    IL(il8n_tile)(g, nb, i0, bn, xc + t0 * xs, xs, AX, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0, t0 == 0 ? pf : 0, NC)
+    IL(il8n_tile)(g, nb, i0, bn, xc + t0 * xs, xs, AX, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0,         \
+                  t0 == 0 ? pf : 0, NC)
 #define IL8N_RUN(NC)                                                                                                \
     if (nc == 1) IL8N_CALL(ax, 1);                                                                                  \
     else IL8N_CALL(NULL, NC)
@@ -896,7 +897,8 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                 const int cn = nc - c0 < IL8X_TC ? nc - c0 : IL8X_TC;
                 for (int t0 = c0; t0 < c0 + cn; t0 += IL8_NC) {
                     const uint8_t *g = w + (size_t)r0 * ws;
-#define IL8X_CALL(AX, NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, AX, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0 ? pf : 0, NC)
+#define IL8X_CALL(AX, NC)                                                                                           \
+    IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, AX, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0 ? pf : 0, NC)
 #define IL8X_RUN(NC)                                                                                                \
     if (nc == 1) IL8X_CALL(ax, 1);                                                                                  \
     else IL8X_CALL(NULL, NC)
