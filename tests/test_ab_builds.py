@@ -48,6 +48,13 @@ def test_the_imported_build_loads_as_its_own_module(builds):
     assert sys.modules["llmbench._core"] is llmbench._core
 
 
+def test_the_private_copy_is_removed_once_loaded(builds, tmp_path, monkeypatch):
+    # each load copies the file to its own folder; every run used to leave that folder (19 MB) behind
+    monkeypatch.setattr(ab_builds.tempfile, "tempdir", str(tmp_path))
+    mod = ab_builds.load_build(builds[0])
+    assert list(tmp_path.iterdir()) == [] and mod.vec_dot_interleave(type_id("Q4_0")) in (0, 8, 16)
+
+
 def test_kernels_compared_bit_for_bit(builds, capsys):
     assert ab_builds.main([*builds, "--kernel", "Q4_K", "--shapes", "20x512", "--tokens", "9", "--rounds", "3"]) == 0
     out = capsys.readouterr().out
