@@ -7,7 +7,8 @@
 //   /tmp/bench_il8 IQ4_NL 256 2048 1           # one token, weights in L2
 //   /tmp/bench_il8 IQ4_XS 2048 8192 1 8        # one token, 8 copies of the weights cycled (from DRAM)
 //   /tmp/bench_il8 Q4_0 3072 768 512 1 1       # 512 tokens for 1 s
-// arguments: type (Q4_0, IQ4_NL, IQ4_XS, Q2_K) rows n tokens [copies, default 1] [seconds, default 0.5]
+// arguments: type (Q4_0, IQ4_NL, IQ4_XS, Q2_K) rows n tokens [copies, default 1] [seconds, default 0.5];
+// LLMBENCH_PREFETCH=far: the engine's far prefetch, which it uses by default on Intel where weights stream from DRAM
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,12 @@
 int llmb_cpu_has(const char *f) {   // (vecdot_il8.c's install asks for VNNI; unused here)
     (void)f;
     return 0;
+}
+
+// the engine's LLMBENCH_PREFETCH as this harness reads it: "far" adds the L2 prefetch where copies > 1 (from DRAM)
+int llmb_prefetch_mode(void) {
+    const char *m = getenv("LLMBENCH_PREFETCH");
+    return m && !strcmp(m, "far") ? LLMB_PREFETCH_FAR : LLMB_PREFETCH_LINES;
 }
 
 static double now(void) {
