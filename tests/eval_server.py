@@ -102,7 +102,7 @@ class _Handler(QuietHandler):
         with srv.lock:
             srv.requests.append({"path": self.path, "body": body})
             fault = srv.faults.pop(0) if srv.faults else None
-            srv.enter()
+            phase = srv.enter()
         self.fault = fault
         try:
             if srv.delay_s and srv.gather:
@@ -140,7 +140,7 @@ class _Handler(QuietHandler):
             self.close_connection = True
         finally:
             with srv.lock:
-                srv.inflight -= 1
+                srv.leave(phase)
 
     # ---- generation ----
 
@@ -327,8 +327,7 @@ class EvalServer(ThreadedServer):
                 {"id": MODEL, "object": "model", "owned_by": "llmbench-tests", "max_model_len": 4096,
                  "permission": [{"id": "modelperm-test"}]}]
             self.requests: list[dict[str, Any]] = []
-            self.inflight = 0
-            self.max_inflight = 0
+            self.restart_count()
 
     def bodies(self, path: str = "/v1/completions") -> list[dict[str, Any]]:
         with self.lock:
