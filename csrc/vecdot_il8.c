@@ -293,6 +293,7 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
 // Q5_0); the sums of a range carried in y to the next
 INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                                 size_t xs, int nc, float *y, int64_t ldy, const int stream) {
+    const int spf = il8_pf(stream);   // (the first tile's prefetch: asked once a call, not once a group)
     const int64_t nb = n / LLMB_QK, rmax = nc <= IL8_NC ? LLMB_IL8_TOKS / nc : IL8_DEC, br = nb < rmax ? nb : rmax;
     const int off = il8_offset(type);
     const int tc = off ? (int)(LLMB_IL8_TOKS / br) : nc;   // tokens per chunk
@@ -332,7 +333,7 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                     const int32_t *st = xsum + t0 * bn;
                     const float *sd = xd + t0 * bn;
                     float *yt = yc + t0 * ldy;
-                    const int pf = !d && t0 == 0 ? il8_pf(stream) : 0;
+                    const int pf = !d && t0 == 0 ? spf : 0;
 #define IL8_RUN(NC) IL(il8_tile)(type, g, nb, d, i0, bn, xt, xs, st, sd, bn, yt, ldy, first, pf, NC)
                     IL8_TILES(cn - t0, IL8_RUN)
 #undef IL8_RUN
@@ -642,6 +643,7 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
 #define IL8K_DEC 8   // super-blocks of a group decoded at a time for prefill (8 x 2.9 KiB)
 INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                                  size_t xs, int nc, float *y, int64_t ldy, const int stream) {
+    const int spf = il8_pf(stream);
     // ranges of IL8K_DEC super-blocks decoded once for several token tiles; one tile: all (one stream a group)
     const int64_t nb = n / LLMB_QK_K, br = nc <= IL8_NC || nb < IL8K_DEC ? nb : IL8K_DEC;
     const int parts = il8k_16(type) ? 2 : 4, pv = il8k_16(type) ? 32 : 16;
@@ -661,7 +663,7 @@ INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, si
             for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
                 const uint8_t *xt = x + t0 * xs;
                 float *yt = y + t0 * ldy + r0;
-                const int first = i0 == 0, pf = !d && t0 == 0 ? il8_pf(stream) : 0;
+                const int first = i0 == 0, pf = !d && t0 == 0 ? spf : 0;
 #define IL8K_RUN(NC) IL(il8k_tile)(type, g, nb, d, i0, bn, xt, xs, yt, ldy, first, pf, NC)
                 IL8_TILES(nc - t0, IL8K_RUN)
 #undef IL8K_RUN
