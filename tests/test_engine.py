@@ -197,8 +197,8 @@ def test_interleaved_weights_give_the_plain_bits(mix, wtype):
     csrc/vecdot.h's kernel table says which types), the CPU backend repacks those
     matrices at load; lowered to AVX2, groups of 8 or plain rows. The x86 levels give the same bits, so both
     engines' logits must be identical, at one token (decode), a few (batched decode's count) and many
-    (prefill: on a host with AMX, 64 of the 70 tokens go through the tiles); an engine made at the top level
-    still runs after the level is lowered."""
+    (prefill: on a host with AMX all 70 tokens go through the tiles, the last 6 as a smaller tile); an engine
+    made at the top level still runs after the level is lowered."""
     from llmbench import _core
 
     top = _core.simd_info()["active"]
