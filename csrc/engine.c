@@ -44,6 +44,9 @@ typedef struct {
     uint8_t *prompt_greedy;
     int32_t *prompt_top;      // argmax token of each scored prompt position
     float *prompt_top_lp;     // and its logprob
+    int32_t *alt;             // copy of s.alt_tokens
+    float *alt_lp;            // their logprobs and greedy flags in place of the last prompt token
+    uint8_t *alt_greedy;
     float *prompt_logits;
     int admitted;
 } seq_t;
@@ -325,6 +328,9 @@ static void seq_destroy(seq_t *s) {
     free(s->prompt_greedy);
     free(s->prompt_top);
     free(s->prompt_top_lp);
+    free(s->alt);
+    free(s->alt_lp);
+    free(s->alt_greedy);
     free(s->prompt_logits);
     free(s);
 }
@@ -427,6 +433,15 @@ llmb_status llmb_engine_add(llmb_engine *e, const int32_t *prompt, int n_prompt,
     if (sp->prompt_logprobs_from >= n_prompt)
         return llmb_fail(LLMB_E_ARG, "engine: prompt_logprobs_from %d is past the prompt (%d tokens)",
                          sp->prompt_logprobs_from, n_prompt);
+    if (sp->n_alt_tokens < 0 || (sp->n_alt_tokens && (!sp->alt_tokens || sp->prompt_logprobs_from < 0 ||
+                                                      sp->prompt_logprobs_from >= n_prompt - 1)))
+        return llmb_fail(LLMB_E_ARG, "engine: alt_tokens replace the last prompt token where it is scored: they need "
+                                     "0 <= prompt_logprobs_from < n_prompt - 1 (%d, %d tokens)",
+                         sp->prompt_logprobs_from, n_prompt);
+    for (int i = 0; i < sp->n_alt_tokens; i++)
+        if (sp->alt_tokens[i] < 0 || sp->alt_tokens[i] >= c->vocab)
+            return llmb_fail(LLMB_E_ARG, "engine: alt token %d (%d) is outside the vocabulary (0..%d)", i,
+                             sp->alt_tokens[i], c->vocab - 1);
     if (fork_from >= 0) {
         seq_t *par = get_seq(e, fork_from);
         if (!par || par->state != SEQ_FINISHED || !par->s.hold || par->n_blocks == 0)
@@ -447,6 +462,11 @@ llmb_status llmb_engine_add(llmb_engine *e, const int32_t *prompt, int n_prompt,
             s->prompt_top = xcalloc(m, sizeof(int32_t), &oom);
             s->prompt_top_lp = xcalloc(m, sizeof(float), &oom);
         }
+        if (sp->n_alt_tokens) {
+            s->alt = xcalloc((size_t)sp->n_alt_tokens, sizeof *s->alt, &oom);
+            s->alt_lp = xcalloc((size_t)sp->n_alt_tokens, sizeof *s->alt_lp, &oom);
+            s->alt_greedy = xcalloc((size_t)sp->n_alt_tokens, 1, &oom);
+        }
         if (sp->prompt_logits) s->prompt_logits = xcalloc((size_t)n_prompt * (size_t)c->vocab, sizeof(float), &oom);
     }
     if (oom || grow((void **)&e->by_id, &e->cap_ids, e->n_ids + 1, sizeof *e->by_id) ||
@@ -456,9 +476,11 @@ llmb_status llmb_engine_add(llmb_engine *e, const int32_t *prompt, int n_prompt,
     }
     memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
     if (sp->n_stop_tokens) memcpy(s->stop, sp->stop_tokens, (size_t)sp->n_stop_tokens * sizeof *s->stop);
+    if (sp->n_alt_tokens) memcpy(s->alt, sp->alt_tokens, (size_t)sp->n_alt_tokens * sizeof *s->alt);
     s->n_tokens = s->n_prompt = n_prompt;
     s->s = *sp;
     s->s.stop_tokens = s->stop;
+    s->s.alt_tokens = s->alt;
     s->fork_from = fork_from;
     s->rng = mix64(sp->seed ^ 0x5851f42d4c957f2dull);
     s->id = e->n_ids;
@@ -521,7 +543,7 @@ static llmb_status scored_prompt(llmb_engine *e, int64_t id, int n, const seq_t 
 }
 
 llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t id, float *lp, uint8_t *greedy, int n) {
-    const seq_t *s;
+    const seq_t *s = NULL;
     const llmb_status st = scored_prompt(e, id, n, &s);
     if (st) return st;
     memcpy(lp, s->prompt_lp, (size_t)n * sizeof *lp);
@@ -529,8 +551,19 @@ llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t id, float *lp, u
     return LLMB_OK;
 }
 
+llmb_status llmb_engine_alt_logprobs(llmb_engine *e, int64_t id, float *lp, uint8_t *greedy, int n) {
+    const seq_t *s = get_seq(e, id);
+    if (!s || !s->alt_lp) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has no alt tokens", (long long)id);
+    if (n != s->s.n_alt_tokens)
+        return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has %d alt tokens, not %d", (long long)id, s->s.n_alt_tokens, n);
+    if (s->n_computed < run_len(s)) return llmb_fail(LLMB_E_ARG, "engine: sequence %lld has not finished its prompt", (long long)id);
+    memcpy(lp, s->alt_lp, (size_t)n * sizeof *lp);
+    memcpy(greedy, s->alt_greedy, (size_t)n);
+    return LLMB_OK;
+}
+
 llmb_status llmb_engine_prompt_top(llmb_engine *e, int64_t id, int32_t *ids, float *lp, int n) {
-    const seq_t *s;
+    const seq_t *s = NULL;
     const llmb_status st = scored_prompt(e, id, n, &s);
     if (st) return st;
     memcpy(ids, s->prompt_top, (size_t)n * sizeof *ids);
@@ -774,6 +807,11 @@ static llmb_status process_logits(llmb_engine *e, int n, int nt) {
             s->prompt_greedy[k] = row[next] >= row[e->lse_am[it->logit_row]];
             s->prompt_top[k] = e->lse_am[it->logit_row];
             s->prompt_top_lp[k] = (float)(row[e->lse_am[it->logit_row]] - e->lse[it->logit_row]);
+            if (it->pos == s->n_prompt - 2)   // the last prompt token's row: its alternatives, the same arithmetic
+                for (int a = 0; a < s->s.n_alt_tokens; a++) {
+                    s->alt_lp[a] = (float)(row[s->alt[a]] - e->lse[it->logit_row]);
+                    s->alt_greedy[a] = row[s->alt[a]] >= row[e->lse_am[it->logit_row]];
+                }
         }
     }
     // Advance the computed counts, then sample where a sequence reached its last known token: the rows

@@ -55,6 +55,10 @@ typedef struct {
     int n_logprobs;           // top-n logprobs to report per output token (0..20)
     int prompt_logprobs_from; // -1: none; else logprob and greedy flag of prompt tokens after this position
     int prompt_logits;        // 1: keep the full logits of every prompt position (llmb_engine_prompt_logits)
+    // With prompt_logprobs_from < n_prompt - 1: other tokens scored in place of the last prompt token, from
+    // the same row (llmb_engine_alt_logprobs), so requests that differ only in their last token run as one
+    const int32_t *alt_tokens;
+    int n_alt_tokens;
     int hold;                 // 1: keep the KV cache after finishing, for forks, until released
     const int32_t *stop_tokens;
     int n_stop_tokens;
@@ -128,6 +132,8 @@ LLMB_API llmb_status llmb_engine_release(llmb_engine *e, int64_t seq);  // forge
 LLMB_API llmb_status llmb_engine_prompt_logprobs(llmb_engine *e, int64_t seq, float *lp, uint8_t *greedy, int n);
 // The same positions' most likely token and its logprob (the top-1 alternative a server's echo reports).
 LLMB_API llmb_status llmb_engine_prompt_top(llmb_engine *e, int64_t seq, int32_t *ids, float *lp, int n);
+// The logprob and greedy flag of each of the n = n_alt_tokens alternatives to the last prompt token.
+LLMB_API llmb_status llmb_engine_alt_logprobs(llmb_engine *e, int64_t seq, float *lp, uint8_t *greedy, int n);
 // After a sequence with prompt_logits finished prefill: n_prompt x vocab floats.
 LLMB_API llmb_status llmb_engine_prompt_logits(llmb_engine *e, int64_t seq, float *out, int64_t n);
 LLMB_API void llmb_engine_get_stats(const llmb_engine *e, llmb_engine_stats *st);

@@ -101,13 +101,14 @@ static PyObject *Engine_backend(EngineObject *self, void *closure) {
 
 // add(prompt, *, temperature=0, top_k=0, top_p=1, min_p=0, repetition_penalty=1, presence_penalty=0,
 //     frequency_penalty=0, seed=0, max_tokens=16, min_tokens=0, logprobs=0, prompt_logprobs_from=-1,
-//     prompt_logits=False, hold=False, stop_tokens=(), fork_from=-1) -> sequence id
+//     prompt_logits=False, hold=False, stop_tokens=(), fork_from=-1, alt_tokens=()) -> sequence id
 static PyObject *Engine_add(EngineObject *self, PyObject *args, PyObject *kw) {
     ENGINE(self);
     static char *names[] = {"prompt", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                             "presence_penalty", "frequency_penalty", "seed", "max_tokens", "min_tokens", "logprobs",
-                            "prompt_logprobs_from", "prompt_logits", "hold", "stop_tokens", "fork_from", NULL};
-    PyObject *prompt_obj, *stop_obj = NULL;
+                            "prompt_logprobs_from", "prompt_logits", "hold", "stop_tokens", "fork_from", "alt_tokens",
+                            NULL};
+    PyObject *prompt_obj, *stop_obj = NULL, *alt_obj = NULL;
     llmb_sampling sp = {0};
     sp.top_p = 1.0f;
     sp.repetition_penalty = 1.0f;
@@ -115,10 +116,10 @@ static PyObject *Engine_add(EngineObject *self, PyObject *args, PyObject *kw) {
     sp.prompt_logprobs_from = -1;
     unsigned long long seed = 0;
     long long fork = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$fifffffKiiiippOL", names, &prompt_obj, &sp.temperature, &sp.top_k,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$fifffffKiiiippOLO", names, &prompt_obj, &sp.temperature, &sp.top_k,
                                      &sp.top_p, &sp.min_p, &sp.repetition_penalty, &sp.presence_penalty,
                                      &sp.frequency_penalty, &seed, &sp.max_tokens, &sp.min_tokens, &sp.n_logprobs,
-                                     &sp.prompt_logprobs_from, &sp.prompt_logits, &sp.hold, &stop_obj, &fork))
+                                     &sp.prompt_logprobs_from, &sp.prompt_logits, &sp.hold, &stop_obj, &fork, &alt_obj))
         return NULL;
     sp.seed = seed;
     PyArrayObject *prompt = (PyArrayObject *)PyArray_FROMANY(prompt_obj, NPY_INT32, 1, 1, NPY_ARRAY_CARRAY_RO);
@@ -133,10 +134,22 @@ static PyObject *Engine_add(EngineObject *self, PyObject *args, PyObject *kw) {
         sp.stop_tokens = PyArray_DATA(stop);
         sp.n_stop_tokens = (int)PyArray_SIZE(stop);
     }
+    PyArrayObject *alt = NULL;
+    if (alt_obj && alt_obj != Py_None) {
+        alt = (PyArrayObject *)PyArray_FROMANY(alt_obj, NPY_INT32, 1, 1, NPY_ARRAY_CARRAY_RO);
+        if (!alt) {
+            Py_DECREF(prompt);
+            Py_XDECREF(stop);
+            return NULL;
+        }
+        sp.alt_tokens = PyArray_DATA(alt);
+        sp.n_alt_tokens = (int)PyArray_SIZE(alt);
+    }
     int64_t id = -1;
     llmb_status s = llmb_engine_add(self->e, PyArray_DATA(prompt), (int)PyArray_SIZE(prompt), &sp, fork, &id);
     Py_DECREF(prompt);
     Py_XDECREF(stop);
+    Py_XDECREF(alt);
     if (s) return llmb_py_raise(s, NULL);
     return PyLong_FromLongLong(id);
 }
@@ -254,6 +267,9 @@ static PyObject *prompt_pair(EngineObject *self, PyObject *args, int type_a, int
 static llmb_status fill_logprobs(llmb_engine *e, int64_t id, void *lp, void *greedy, int n) {
     return llmb_engine_prompt_logprobs(e, id, lp, greedy, n);
 }
+static llmb_status fill_alt(llmb_engine *e, int64_t id, void *lp, void *greedy, int n) {
+    return llmb_engine_alt_logprobs(e, id, lp, greedy, n);
+}
 static llmb_status fill_top(llmb_engine *e, int64_t id, void *ids, void *lp, int n) {
     return llmb_engine_prompt_top(e, id, ids, lp, n);
 }
@@ -261,6 +277,12 @@ static llmb_status fill_top(llmb_engine *e, int64_t id, void *ids, void *lp, int
 // prompt_logprobs(seq, n) -> (logprobs float32[n], greedy bool[n]) of the scored prompt positions
 static PyObject *Engine_prompt_logprobs(EngineObject *self, PyObject *args) {
     return prompt_pair(self, args, NPY_FLOAT32, NPY_BOOL, fill_logprobs);
+}
+
+// alt_logprobs(seq, n) -> (logprobs float32[n], greedy bool[n]) of the n alt_tokens in place of the last
+// prompt token
+static PyObject *Engine_alt_logprobs(EngineObject *self, PyObject *args) {
+    return prompt_pair(self, args, NPY_FLOAT32, NPY_BOOL, fill_alt);
 }
 
 // prompt_top(seq, n) -> (ids int32[n], logprobs float32[n]): each scored prompt position's most likely token
@@ -365,6 +387,8 @@ static PyMethodDef Engine_methods[] = {
     {"abort", (PyCFunction)Engine_abort, METH_O, "Finish a sequence now."},
     {"release", (PyCFunction)Engine_release, METH_O, "Forget a finished sequence and free its KV blocks."},
     {"prompt_logprobs", (PyCFunction)Engine_prompt_logprobs, METH_VARARGS, "(logprobs, is_greedy) of prompt tokens."},
+    {"alt_logprobs", (PyCFunction)Engine_alt_logprobs, METH_VARARGS,
+     "(logprobs, is_greedy) of the alt_tokens in place of the last prompt token."},
     {"prompt_top", (PyCFunction)Engine_prompt_top, METH_VARARGS, "(argmax ids, their logprobs) of scored prompt positions."},
     {"prompt_logits", (PyCFunction)Engine_prompt_logits, METH_VARARGS, "Full logits of every prompt position."},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "Phase times (ns) and token counts."},

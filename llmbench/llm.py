@@ -559,13 +559,21 @@ class LLM:
         The contexts form a tree of shared prefixes (the same context scored with several continuations,
         or a prefix of at least ``SHARED_PREFIX_MIN`` tokens, such as a few-shot header): each is computed
         once, held and forked, ``max_seqs`` requests at a time, as ``prefix_plan.plan_scoring`` plans it;
-        the KV cache never holds more than one chunk's branch of the tree. ``share_prefix=False`` holds
-        nothing: each request is computed whole."""
+        the KV cache never holds more than one chunk's branch of the tree. Requests that differ only in
+        their last token (the four letters of a multiple-choice question) run as one, the others' last
+        tokens scored from the same row (the engine's ``alt_tokens``): the same numbers.
+        ``share_prefix=False`` holds nothing: each request is computed whole."""
         reqs = [(list(ids), int(n)) for ids, n in reqs]
         for ids, n in reqs:
             if not 1 <= n < len(ids):
                 raise ValueError(f"a request needs 1 <= n_context < {len(ids)} (its length), got {n}")
-        plan = plan_scoring([ids[:n] for ids, n in reqs], max(1, self.max_seqs), share_prefix)
+        # one engine request per (all tokens but the last, n_context): the first request of each and the
+        # last tokens of the rest
+        groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
+        for i, (ids, n) in enumerate(reqs):
+            groups.setdefault((tuple(ids[:-1]), n) if share_prefix else (tuple(ids), -1 - i), []).append(i)
+        members = list(groups.values())
+        plan = plan_scoring([reqs[g[0]][0][:reqs[g[0]][1]] for g in members], max(1, self.max_seqs), share_prefix)
         held: dict[tuple[int, ...], int] = {}
         live: list[int] = []
         out: list[tuple[float, bool]] = [(0.0, False)] * len(reqs)
@@ -578,19 +586,25 @@ class LLM:
                         held[p] = self.engine.add(list(p), max_tokens=0, hold=True,
                                                   fork_from=-1 if up is None else held[up])
                     self._run_to_idle()
-                for i, base in chunk.score:
-                    ids, n_ctx = reqs[i]
-                    live.append(self.engine.add(ids, max_tokens=0, prompt_logprobs_from=n_ctx - 1,
+                for g, base in chunk.score:
+                    ids, n_ctx = reqs[members[g][0]]
+                    alt = [reqs[i][0][-1] for i in members[g][1:]]
+                    live.append(self.engine.add(ids, max_tokens=0, prompt_logprobs_from=n_ctx - 1, alt_tokens=alt,
                                                 fork_from=-1 if base is None else held[base]))
                 self._run_to_idle()
-                for (i, _), s in zip(chunk.score, live):
-                    ids, n_ctx = reqs[i]
-                    lp, greedy = self.engine.prompt_logprobs(s, len(ids) - n_ctx)
-                    out[i] = (float(np.sum(lp, dtype=np.float64)), bool(greedy.all()))
-                    if not np.isfinite(out[i][0]):
-                        raise NonFiniteError(f"{self.path.name}: the log-probability of request {i} is "
-                                             f"{out[i][0]}: the model's logits are not finite (NaN or "
-                                             "infinite weights or activations); check the model file")
+                for (g, _), s in zip(chunk.score, live):
+                    first = members[g][0]
+                    lp, greedy = self.engine.prompt_logprobs(s, len(reqs[first][0]) - reqs[first][1])
+                    if len(members[g]) > 1:
+                        alt_lp, alt_greedy = self.engine.alt_logprobs(s, len(members[g]) - 1)
+                    for k, i in enumerate(members[g]):
+                        if k:
+                            lp[-1], greedy[-1] = alt_lp[k - 1], alt_greedy[k - 1]
+                        out[i] = (float(np.sum(lp, dtype=np.float64)), bool(greedy.all()))
+                        if not np.isfinite(out[i][0]):
+                            raise NonFiniteError(f"{self.path.name}: the log-probability of request {i} is "
+                                                 f"{out[i][0]}: the model's logits are not finite (NaN or "
+                                                 "infinite weights or activations); check the model file")
                 while live:
                     self.engine.release(live.pop())
             return out

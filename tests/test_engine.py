@@ -334,6 +334,39 @@ def test_few_shot_prefix_is_computed_once(stories_path, max_seqs):
     assert shared[6][0] == pytest.approx(ref_score(ref, ids, n_ctx)[0], abs=1e-4)
 
 
+def test_letter_answers_run_as_one_request(stories_path):
+    """Multiple-choice answers (one token each after one context) run as one engine request, the other
+    letters scored from the row that scores the first: each question's tokens are computed once, and
+    every score equals the request scored alone."""
+    llm = LLM(stories_path, threads=2, kv_dtype="f32")
+    header = ("Once upon a time, there was a little girl named Lily. She liked to play in the park with "
+              "her dog. One day, she saw a big red ball under a tree.\nAnswer:")
+    questions = ["\nLily was happy.\nAnswer:", "\nThe dog ran.\nAnswer:"]
+    letters = [" the", " he", " she", " it"]   # one token each in this 512-token vocabulary
+    pairs = [(header + q, a) for q in questions for a in letters]
+    reqs = llm.loglikelihood_tokens(pairs)
+    assert all(len(ids) - n == 1 for ids, n in reqs)   # one token each
+    llm.engine.reset_stats()
+    shared = llm.score_tokens(reqs)
+    computed = llm.engine.stats()["prefill_tokens"]
+    assert shared == [llm.score_tokens([r])[0] for r in reqs] == llm.score_tokens(reqs, share_prefix=False)
+    assert len({lp for lp, _ in shared}) == len(shared)   # the letters' scores differ: each is its own
+    # the shared header once and each question's own tokens once: no token computed again per letter
+    (a, n_a), (b, n_b) = reqs[0], reqs[4]
+    common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert common >= len(llm.tokenize(header)) - 1 and computed == n_a + n_b - common
+    # the engine's checks: alternatives need the last prompt token to be scored, and ids in the vocabulary
+    e = llm.engine
+    with pytest.raises(ValueError, match="alt_tokens replace the last prompt token"):
+        e.add([1, 2, 3], max_tokens=0, alt_tokens=[5])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        e.add([1, 2, 3], max_tokens=0, prompt_logprobs_from=0, alt_tokens=[10 ** 6])
+    s = e.add([1, 2, 3], max_tokens=0, prompt_logprobs_from=0)
+    with pytest.raises(ValueError, match="no alt tokens"):
+        e.alt_logprobs(s, 1)
+    e.release(s)
+
+
 def test_held_prefix_is_shared_and_changes_nothing(stories):
     ctx = stories.tokenize("Once upon a time, there was a little girl")
     params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True, logprobs=2)
