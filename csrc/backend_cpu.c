@@ -279,7 +279,7 @@ static void store_kv(llmb_backend *b, uint8_t *dst, const float *src, int n) { b
 // (sequence of the batch, KV head). A unit with many queries (prefill) converts that head's cached K
 // (transposed) and V rows up to the sequence's last position here to float once (llmb_att_gather: 16
 // keys at a time, transposed in registers, no call per row), then serves every query head of the group
-// and every token of the sequence, LLMB_ATT_Q queries per llmb_attend_window call (attention.c). A unit
+// and every token of the sequence, LLMB_ATT_BLOCK queries per llmb_attend_block call (attention.c). A unit
 // with at most PAGED_MAX_Q queries (decode: one token's query heads of the group) reads the cache
 // straight instead (llmb_attend_paged: keys 64 at a time through an L1 chunk, values converted in
 // registers), as the whole copy, written and read back once per unit and step, went through L2/L3 and
@@ -317,14 +317,14 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
     const llmb_kv_head kvh_rows = {b->kv_type, k0, k0 + per_part, bt->block_tables + (size_t)r * bt->max_blocks, B,
                                    (size_t)B * b->kv_row_bytes, b->kv_row_bytes, first};
-    // every (token, query head) of the sequence, LLMB_ATT_Q at a time
-    const int nq_all = (i1 - i0) * group, paged = nq_all <= PAGED_MAX_Q;
+    // every (token, query head) of the sequence, LLMB_ATT_Q (paged) or LLMB_ATT_BLOCK at a time
+    const int nq_all = (i1 - i0) * group, paged = nq_all <= PAGED_MAX_Q, per = paged ? LLMB_ATT_Q : LLMB_ATT_BLOCK;
     if (!paged) llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);
-    for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q) {
-        const float *qp[LLMB_ATT_Q];
-        float *op[LLMB_ATT_Q];
-        int lo[LLMB_ATT_Q], nk[LLMB_ATT_Q], nq = 0;
-        for (; nq < LLMB_ATT_Q && q0 + nq < nq_all; nq++) {
+    for (int q0 = 0; q0 < nq_all; q0 += per) {
+        const float *qp[LLMB_ATT_BLOCK];
+        float *op[LLMB_ATT_BLOCK];
+        int lo[LLMB_ATT_BLOCK], nk[LLMB_ATT_BLOCK], nq = 0;
+        for (; nq < per && q0 + nq < nq_all; nq++) {
             const int i = i0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
             qp[nq] = b->q + i * q_dim + (int64_t)h * hd;
             op[nq] = b->att + i * q_dim + (int64_t)h * hd;
@@ -334,7 +334,7 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
         if (paged)   // kt's first llmb_att_paged_work_floats(hd) floats as the work (the assert above PAGED_MAX_Q)
             llmb_attend_paged(nq, qp, lo, nk, &kvh_rows, hd, scale, sc, kt, op);
         else
-            llmb_attend_window(nq, qp, lo, nk, kt, ldk, vf, hd, scale, sc, op);
+            llmb_attend_block(nq, qp, lo, nk, kt, ldk, vf, hd, scale, sc, op);
     }
 }
 

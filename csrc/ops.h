@@ -69,11 +69,12 @@ void llmb_geglu_ref(float *gate, const float *up, int64_t n);
 
 // ---- attention (attention.c) ----
 #define LLMB_ATT_Q 4   // queries per llmb_attend call
+#define LLMB_ATT_BLOCK 32   // queries per llmb_attend_block call (a multiple of LLMB_ATT_Q)
 
 // Row length of the transposed keys for n_keys keys (a multiple of 64; the padding is read, never used).
 size_t llmb_att_ldk(int64_t n_keys);
 // Floats of one thread's scratch for up to n_ctx keys of head size hd: the transposed keys
-// (hd x ldk), the values (ldk x hd) and LLMB_ATT_Q score rows of ldk.
+// (hd x ldk), the values (ldk x hd) and LLMB_ATT_BLOCK score rows of ldk.
 size_t llmb_att_scratch_floats(int64_t n_ctx, int hd);
 // One KV head's rows in the paged cache from position `first` on: key j is position p = first + j, at
 // k + blocks[p / block_size] * block_stride + (p % block_size) * row_stride, value j likewise from v; each
@@ -102,6 +103,11 @@ void llmb_attend(int nq, const float *const *q, const int *n_keys, const float *
 // the scalar version (bit-identical; for tests)
 void llmb_attend_ref(int nq, const float *const *q, const int *n_keys, const float *kt, size_t ldk, const float *v,
                      int hd, float scale, float *sc, float *const *out);
+// llmb_attend_window for up to LLMB_ATT_BLOCK queries, tile by tile of LLMB_ATT_Q: the same bits for each
+// query, with each chunk of keys and values read by all the tiles while it is in L1 (prefill, where many
+// queries share one head's history); sc: LLMB_ATT_BLOCK x ldk floats.
+void llmb_attend_block(int nq, const float *const *q, const int *k_lo, const int *n_keys, const float *kt, size_t ldk,
+                       const float *v, int hd, float scale, float *sc, float *const *out);
 // llmb_attend over keys k_lo[i] <= j < n_keys[i] for query i (a sliding window; k_lo NULL: from 0). Keys
 // before k_lo[i] weigh exact zeros and the 16-lane sums of the softmax group keys by j % 16, so a query's
 // output is the same bits whatever the other queries of the call and wherever the keys start, as long as

@@ -17,6 +17,7 @@
 //     gathered keys and values through llmb_attend_window, at 1..1000 keys, windows, keys from 0 or 64 (test_paged);
 //   - SwiGLU (same exp) SIMD vs scalar bit for bit at odd lengths, and vs float64 within 1e-6 relative;
 //   - llmb_attend_window (sliding windows): SIMD vs scalar, tile vs alone, keys shifted by 16 or 64 places
+//   - llmb_attend_block: up to LLMB_ATT_BLOCK queries of mixed spans, each the scalar version's bits alone
 //     bit for bit, and vs a float64 softmax over each window (test_window);
 //   - llmb_row_lse (the sampler's log-sum-exp and argmax, same exp): every SIMD level's bits equal the scalar
 //     level's at odd lengths, with ties and far-below-max entries, and within 1e-6 of a float64 log-sum-exp.
@@ -183,6 +184,44 @@ static void test_window(int hd, int nkeys) {
 }
 
 
+// llmb_attend_block: up to LLMB_ATT_BLOCK queries of mixed key counts and windows (the tiles' spans
+// differ, as a prompt's tokens' do) give each query the scalar version's bits for it alone.
+static void test_block(int hd, int nkeys) {
+    const size_t ldk = llmb_att_ldk(nkeys);
+    float *kt = calloc(ldk * hd, sizeof *kt), *v = calloc(ldk * hd, sizeof *v);
+    float *sc = malloc(LLMB_ATT_BLOCK * ldk * sizeof *sc), *sc1 = malloc(LLMB_ATT_Q * ldk * sizeof *sc1);
+    float *q = malloc((size_t)LLMB_ATT_BLOCK * hd * sizeof *q), *out = malloc((size_t)2 * LLMB_ATT_BLOCK * hd * sizeof *out);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int d = 0; d < hd; d++)
+        for (int j = 0; j < nkeys; j++) kt[(size_t)d * ldk + j] = 2.0f * rng_normal();
+    for (int j = 0; j < nkeys; j++)
+        for (int d = 0; d < hd; d++) v[(size_t)j * hd + d] = rng_normal();
+    for (int i = 0; i < LLMB_ATT_BLOCK * hd; i++) q[i] = 2.0f * rng_normal();
+    const float *qp[LLMB_ATT_BLOCK];
+    float *o[LLMB_ATT_BLOCK], *o_ref[LLMB_ATT_BLOCK];
+    int lo[LLMB_ATT_BLOCK], nk[LLMB_ATT_BLOCK];
+    for (int i = 0; i < LLMB_ATT_BLOCK; i++) {
+        qp[i] = q + (size_t)i * hd;
+        o[i] = out + (size_t)i * hd;
+        o_ref[i] = out + (size_t)(LLMB_ATT_BLOCK + i) * hd;
+        // causal (a prompt's consecutive tokens) for most, a few far shorter, every fifth a window
+        nk[i] = i % 7 == 6 ? 1 + (i * 131) % nkeys : nkeys - (LLMB_ATT_BLOCK - 1 - i) % nkeys;
+        lo[i] = i % 5 == 4 && nk[i] > 40 ? nk[i] - 40 + i : 0;
+    }
+    const int counts[] = {1, 3, 4, 5, 8, 13, LLMB_ATT_BLOCK};
+    for (size_t c = 0; c < sizeof counts / sizeof *counts; c++) {
+        const int nq = counts[c];
+        for (int i = 0; i < nq; i++) memset(o[i], 0xff, (size_t)hd * sizeof(float));   // NaNs: a write missed shows
+        llmb_attend_block(nq, qp, lo, nk, kt, ldk, v, hd, scale, sc, o);
+        for (int i = 0; i < nq; i++) {
+            llmb_attend_window_ref(1, &qp[i], &lo[i], &nk[i], kt, ldk, v, hd, scale, sc1, &o_ref[i]);
+            CHECK(!memcmp(o[i], o_ref[i], (size_t)hd * sizeof(float)), "block hd %d keys %d..%d query %d of %d: "
+                  "other bits than alone (scalar)", hd, lo[i], nk[i], i, nq);
+        }
+    }
+    free(kt), free(v), free(sc), free(sc1), free(q), free(out);
+}
+
 #if LLMB_VEXP_AVX2
 LLMB_A256 static void exp8_n(const float *x, float *y, int n) {
     for (int i = 0; i < n; i += 8) _mm256_storeu_ps(y + i, llmb_exp8(_mm256_loadu_ps(x + i)));
@@ -336,7 +375,7 @@ static void test_gather(int type, int hd, int nkeys, int bs) {
                 for (int d = 0; d < hd; d++) tmp[d] = 3.0f * rng_normal();
                 t->from_float_ref(tmp, (w ? vc : kc) + (size_t)b * block_stride + (size_t)s * row_stride + head_off, hd);
             }
-    const llmb_kv_head h = {type, kc + head_off, vc + head_off, blocks, bs, block_stride, row_stride};
+    const llmb_kv_head h = {type, kc + head_off, vc + head_off, blocks, bs, block_stride, row_stride, 0};
     float *kt[2], *v[2];
     for (int i = 0; i < 2; i++) {
         kt[i] = malloc(ldk * hd * sizeof(float)), v[i] = malloc(ldk * hd * sizeof(float));
@@ -503,7 +542,11 @@ int main(void) {
     for (int lvl = llmb_simd_detected(); lvl >= 0; lvl--) {
         if (llmb_simd_set((llmb_simd_level)lvl) != LLMB_OK) continue;
         for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
-            for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) test_shape(hds[a], keys[b]), test_window(hds[a], keys[b]);
+            for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) {
+                test_shape(hds[a], keys[b]), test_window(hds[a], keys[b]);
+                test_block(hds[a], keys[b]);
+            }
+        for (size_t a = 0; a < sizeof hds / sizeof *hds; a++) test_block(hds[a], 1000);   // many 64-key chunks
         test_exp_swiglu();
         test_rope_table();
         const int gtypes[] = {LLMB_TYPE_F32, LLMB_TYPE_F16, LLMB_TYPE_Q8_0};
