@@ -295,18 +295,27 @@ static size_t att_scratch_floats(const llmb_backend *b) {
     return llmb_att_scratch_floats(b->p.ctx, b->model->cfg.head_dim);
 }
 
-// Unit u of a layer's attention (sequence u / n_head_kv of the batch, KV head u % n_head_kv) on the
-// scratch of thread tid
-static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_t u, int tid) {
+// A unit's tokens are split into parts of at least this many (each part gathers the keys it needs):
+// below, the gather, done again per part, costs more than the balance gains
+#define ATT_PART_MIN_TOKENS 32
+
+// Part `part` of `parts` of unit u of a layer's attention (sequence u / n_head_kv of the batch, KV head
+// u % n_head_kv: its tokens split evenly, at most one part per ATT_PART_MIN_TOKENS; a part past them
+// has nothing to do) on the scratch of thread tid
+static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_t u, int part, int parts, int tid) {
     const llmb_model_config *c = &b->model->cfg;
     const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = b->block_size;
     const int64_t q_dim = (int64_t)nh * hd;
     const float scale = c->att_scale;
     const size_t head_bytes = b->kv_row_bytes / (size_t)nkv;
     const int r = (int)(u / nkv), kvh = (int)(u % nkv);
-    const int i0 = bt->q_start[r], i1 = i0 + bt->q_len[r];
+    const int i0 = bt->q_start[r], n_tok = bt->q_len[r], paged = n_tok * group <= PAGED_MAX_Q;
+    const int own = paged || n_tok < 2 * ATT_PART_MIN_TOKENS ? 1 : parts < n_tok / ATT_PART_MIN_TOKENS ? parts
+                                                                         : n_tok / ATT_PART_MIN_TOKENS;
+    if (part >= own) return;
+    const int t0 = i0 + (int)((int64_t)n_tok * part / own), t1 = i0 + (int)((int64_t)n_tok * (part + 1) / own);
     float *kt = b->att_scratch + (size_t)tid * att_scratch_floats(b);
-    const int max_pos = bt->pos[i1 - 1];   // the sequence's positions here ascend from pos0
+    const int max_pos = bt->pos[t1 - 1];   // the sequence's positions here ascend from pos0
     const int W = b->model->layers[layer].swa ? c->swa_window : 0;
     // keys from position `first` on: a window's start, where it excludes earlier positions
     const int first = W && bt->pos[i0] - W + 1 > 0 ? (bt->pos[i0] - W + 1) / 64 * 64 : 0;
@@ -317,15 +326,15 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
     const llmb_kv_head kvh_rows = {b->kv_type, k0, k0 + per_part, bt->block_tables + (size_t)r * bt->max_blocks, B,
                                    (size_t)B * b->kv_row_bytes, b->kv_row_bytes, first};
-    // every (token, query head) of the sequence, LLMB_ATT_Q (paged) or LLMB_ATT_BLOCK at a time
-    const int nq_all = (i1 - i0) * group, paged = nq_all <= PAGED_MAX_Q, per = paged ? LLMB_ATT_Q : LLMB_ATT_BLOCK;
+    // every (token, query head) of the part, LLMB_ATT_Q (paged) or LLMB_ATT_BLOCK at a time
+    const int nq_all = (t1 - t0) * group, per = paged ? LLMB_ATT_Q : LLMB_ATT_BLOCK;
     if (!paged) llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);
     for (int q0 = 0; q0 < nq_all; q0 += per) {
         const float *qp[LLMB_ATT_BLOCK];
         float *op[LLMB_ATT_BLOCK];
         int lo[LLMB_ATT_BLOCK], nk[LLMB_ATT_BLOCK], nq = 0;
         for (; nq < per && q0 + nq < nq_all; nq++) {
-            const int i = i0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
+            const int i = t0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
             qp[nq] = b->q + i * q_dim + (int64_t)h * hd;
             op[nq] = b->att + i * q_dim + (int64_t)h * hd;
             nk[nq] = bt->pos[i] + 1 - first;
@@ -339,7 +348,9 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
 }
 
 // A layer's attention: on the engine's threads (units dealt one at a time) once it has 64K query values
-// times keys, else here (no OpenMP region: see LLMB_PAR_FOR)
+// times keys, else here (no OpenMP region: see LLMB_PAR_FOR). Where the batch has fewer than 4 units a
+// thread (one sequence's prompt has n_head_kv: 3 units on 2 threads left one idle a third of the time),
+// each is split into parts by tokens, the last parts (the most keys) dealt first.
 static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
     const llmb_model_config *c = &b->model->cfg;
     const int64_t units = (int64_t)bt->n_seq * c->n_head_kv;
@@ -347,11 +358,14 @@ static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
     const int W = b->model->layers[layer].swa ? c->swa_window : 0;
     for (int i = 0; i < bt->n_tok; i++)
         work += (int64_t)(W && bt->pos[i] + 1 > W ? W : bt->pos[i] + 1) * c->n_head * c->head_dim;
-    if (b->mm.nthreads > 1 && work >= (1 << 16)) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(b->mm.nthreads)
-        for (int64_t u = 0; u < units; u++) attend_unit(b, bt, layer, u, llmb_thread_id());
+    const int nt = b->mm.nthreads;
+    if (nt > 1 && work >= (1 << 16)) {
+        const int parts = units >= 4 * nt ? 1 : (int)((4 * nt + units - 1) / units);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+        for (int64_t k = 0; k < units * parts; k++)
+            attend_unit(b, bt, layer, k % units, parts - 1 - (int)(k / units), parts, llmb_thread_id());
     } else
-        for (int64_t u = 0; u < units; u++) attend_unit(b, bt, layer, u, 0);
+        for (int64_t u = 0; u < units; u++) attend_unit(b, bt, layer, u, 0, 1, 0);
 }
 
 static void add_bias(float *y, const float *bias, int n, int64_t dim) {
