@@ -129,13 +129,15 @@ LLMB_A512 LLMB_INLINE void scores_body(const float *const *q, const float *kt, s
         for (int c = 0; c < 4; c++) _mm512_storeu_ps(sc + (size_t)i * ldsc + 16 * c, _mm512_mul_ps(acc[i][c], vs));
 }
 
-// out[i][d0 .. d0 + 16 ND) = inv[i] * sum_j sc[i][j] v[j][...] over jp <= j < nmax
-LLMB_A512 LLMB_INLINE void pv_body(const float *sc, size_t ldk, const float *v, int hd, int jp, int nmax, const float *inv,
-                                   float *const *out, int d0, const int ND, const int NQ) {
+// out[i][d0 .. d0 + 16 ND) = inv[i] * sum_j sc[i][j] v[j][...] over j0 <= j < j1, where first and last;
+// else the sums continue from out (first = 0) or stay unscaled there (last = 0), so consecutive ranges do
+// one range's operations in its order (a float stored and loaded back is the same float)
+LLMB_A512 LLMB_INLINE void pv_part(const float *sc, size_t ldk, const float *v, int hd, int j0, int j1, int first,
+                                   int last, const float *inv, float *const *out, int d0, const int ND, const int NQ) {
     __m512 acc[LLMB_ATT_Q][4];
     for (int i = 0; i < NQ; i++)
-        for (int c = 0; c < ND; c++) acc[i][c] = _mm512_setzero_ps();
-    for (int j = jp; j < nmax; j++) {
+        for (int c = 0; c < ND; c++) acc[i][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out[i] + d0 + 16 * c);
+    for (int j = j0; j < j1; j++) {
         __m512 vv[4];
         for (int c = 0; c < ND; c++) vv[c] = _mm512_loadu_ps(v + (size_t)j * hd + d0 + 16 * c);
         for (int i = 0; i < NQ; i++) {
@@ -144,7 +146,8 @@ LLMB_A512 LLMB_INLINE void pv_body(const float *sc, size_t ldk, const float *v, 
         }
     }
     for (int i = 0; i < NQ; i++)
-        for (int c = 0; c < ND; c++) _mm512_storeu_ps(out[i] + d0 + 16 * c, _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv[i])));
+        for (int c = 0; c < ND; c++)
+            _mm512_storeu_ps(out[i] + d0 + 16 * c, last ? _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv[i])) : acc[i][c]);
 }
 
 // softmax_scalar of every query's score row (rows of ldsc), 16 keys at a time
@@ -183,29 +186,8 @@ LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *lo
     float inv[LLMB_ATT_Q];
     softmax_avx512(nq, lo, nk, jp, nmax, sc, ldk, inv);
     int d0 = 0;
-    for (; d0 + 64 <= hd; d0 += 64) BY_NQ(pv_body, sc, ldk, v, hd, jp, nmax, inv, out, d0, 4);
-    for (; d0 < hd; d0 += 16) BY_NQ(pv_body, sc, ldk, v, hd, jp, nmax, inv, out, d0, 1);
-}
-
-// pv_body over the keys j0 <= j < j1 only: the sums continue from out (from zero where first) and are
-// scaled by inv where last, so consecutive ranges do pv_body's operations in its order (a float stored
-// and loaded back is the same float)
-LLMB_A512 LLMB_INLINE void pv_part(const float *sc, size_t ldk, const float *v, int hd, int j0, int j1, int first,
-                                   int last, const float *inv, float *const *out, int d0, const int ND, const int NQ) {
-    __m512 acc[LLMB_ATT_Q][4];
-    for (int i = 0; i < NQ; i++)
-        for (int c = 0; c < ND; c++) acc[i][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out[i] + d0 + 16 * c);
-    for (int j = j0; j < j1; j++) {
-        __m512 vv[4];
-        for (int c = 0; c < ND; c++) vv[c] = _mm512_loadu_ps(v + (size_t)j * hd + d0 + 16 * c);
-        for (int i = 0; i < NQ; i++) {
-            const __m512 p = _mm512_set1_ps(sc[(size_t)i * ldk + j]);
-            for (int c = 0; c < ND; c++) acc[i][c] = _mm512_fmadd_ps(p, vv[c], acc[i][c]);
-        }
-    }
-    for (int i = 0; i < NQ; i++)
-        for (int c = 0; c < ND; c++)
-            _mm512_storeu_ps(out[i] + d0 + 16 * c, last ? _mm512_mul_ps(acc[i][c], _mm512_set1_ps(inv[i])) : acc[i][c]);
+    for (; d0 + 64 <= hd; d0 += 64) BY_NQ(pv_part, sc, ldk, v, hd, jp, nmax, 1, 1, inv, out, d0, 4);
+    for (; d0 < hd; d0 += 16) BY_NQ(pv_part, sc, ldk, v, hd, jp, nmax, 1, 1, inv, out, d0, 1);
 }
 
 // Keys per chunk of attend_block_avx512: 64 x 64 floats of keys (16 KB) beside the chunk's 32 score rows
@@ -593,7 +575,7 @@ static void scale_out(int nq, const float *acc, const float *inv, int hd, float 
     }
 
 #if LLMB_VEXP_AVX512
-// acc[i * hd + d0 .. + 16 ND) += sc[i][j] value_j[...] over j0 <= j < j1 (value j's row at vr[j - j0]): pv_body's
+// acc[i * hd + d0 .. + 16 ND) += sc[i][j] value_j[...] over j0 <= j < j1 (value j's row at vr[j - j0]): pv_part's
 // chain, carried in acc from the chunks before
 LLMB_A512 LLMB_INLINE void pv_rows(const float *sc, size_t ldsc, const uint8_t *const *vr, int j0, int j1, float *acc,
                                    int hd, int d0, const int type, const int ND, const int NQ) {

@@ -62,17 +62,22 @@ static void ref_f64(const float *q, int nk, const float *kt, size_t ldk, const f
     free(s);
 }
 
+// nkeys random keys (transposed, rows of ldk: kt[d * ldk + j]) and values (v[j * hd + d]), then nq queries
+static void fill_random(float *kt, float *v, size_t ldk, int hd, int nkeys, float *q, int nq) {
+    for (int d = 0; d < hd; d++)
+        for (int j = 0; j < nkeys; j++) kt[(size_t)d * ldk + j] = 2.0f * rng_normal();
+    for (int j = 0; j < nkeys; j++)
+        for (int d = 0; d < hd; d++) v[(size_t)j * hd + d] = rng_normal();
+    for (int i = 0; i < nq * hd; i++) q[i] = 2.0f * rng_normal();
+}
+
 static void test_shape(int hd, int nkeys) {
     const size_t ldk = llmb_att_ldk(nkeys);
     float *kt = calloc(ldk * hd, sizeof *kt), *v = calloc(ldk * hd, sizeof *v), *sc = malloc(LLMB_ATT_Q * ldk * sizeof *sc);
     float *q = malloc((size_t)LLMB_ATT_Q * hd * sizeof *q), *out = malloc((size_t)3 * LLMB_ATT_Q * hd * sizeof *out);
     double *o64 = malloc((size_t)hd * sizeof *o64);
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int d = 0; d < hd; d++)
-        for (int j = 0; j < nkeys; j++) kt[(size_t)d * ldk + j] = 2.0f * rng_normal();
-    for (int j = 0; j < nkeys; j++)
-        for (int d = 0; d < hd; d++) v[(size_t)j * hd + d] = rng_normal();
-    for (int i = 0; i < LLMB_ATT_Q * hd; i++) q[i] = 2.0f * rng_normal();
+    fill_random(kt, v, ldk, hd, nkeys, q, LLMB_ATT_Q);
     // key counts of the tile: nkeys and fewer (as the tokens of one prompt run)
     int nk[LLMB_ATT_Q];
     for (int i = 0; i < LLMB_ATT_Q; i++) nk[i] = nkeys - (i * 37) % nkeys;
@@ -131,11 +136,7 @@ static void test_window(int hd, int nkeys) {
     float *q = malloc((size_t)LLMB_ATT_Q * hd * sizeof *q), *out = malloc((size_t)4 * LLMB_ATT_Q * hd * sizeof *out);
     double *o64 = malloc((size_t)hd * sizeof *o64);
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int d = 0; d < hd; d++)
-        for (int j = 0; j < nkeys; j++) kt[(size_t)d * ldk + j] = 2.0f * rng_normal();
-    for (int j = 0; j < nkeys; j++)
-        for (int d = 0; d < hd; d++) v[(size_t)j * hd + d] = rng_normal();
-    for (int i = 0; i < LLMB_ATT_Q * hd; i++) q[i] = 2.0f * rng_normal();
+    fill_random(kt, v, ldk, hd, nkeys, q, LLMB_ATT_Q);
     int lo[LLMB_ATT_Q], nk[LLMB_ATT_Q], lo2[LLMB_ATT_Q], nk2[LLMB_ATT_Q];
     for (int i = 0; i < LLMB_ATT_Q; i++) {   // windows of 1..21 keys ending at various keys
         nk[i] = nkeys - (i * 37) % nkeys;
@@ -192,11 +193,7 @@ static void test_block(int hd, int nkeys) {
     float *sc = malloc(LLMB_ATT_BLOCK * ldk * sizeof *sc), *sc1 = malloc(LLMB_ATT_Q * ldk * sizeof *sc1);
     float *q = malloc((size_t)LLMB_ATT_BLOCK * hd * sizeof *q), *out = malloc((size_t)2 * LLMB_ATT_BLOCK * hd * sizeof *out);
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int d = 0; d < hd; d++)
-        for (int j = 0; j < nkeys; j++) kt[(size_t)d * ldk + j] = 2.0f * rng_normal();
-    for (int j = 0; j < nkeys; j++)
-        for (int d = 0; d < hd; d++) v[(size_t)j * hd + d] = rng_normal();
-    for (int i = 0; i < LLMB_ATT_BLOCK * hd; i++) q[i] = 2.0f * rng_normal();
+    fill_random(kt, v, ldk, hd, nkeys, q, LLMB_ATT_BLOCK);
     const float *qp[LLMB_ATT_BLOCK];
     float *o[LLMB_ATT_BLOCK], *o_ref[LLMB_ATT_BLOCK];
     int lo[LLMB_ATT_BLOCK], nk[LLMB_ATT_BLOCK];
