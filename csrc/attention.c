@@ -193,6 +193,8 @@ LLMB_A512 static void attend_avx512(int nq, const float *const *q, const int *lo
 // Keys per chunk of attend_block_avx512: 64 x 64 floats of keys (16 KB) beside the chunk's 32 score rows
 // (8 KB), or of values beside the sums, stay in L1. 128 and 256 keys measured 0.89x and 0.84x at 2,800 keys.
 #define ATT_KC 64
+// the queries of tile t of a call of n: LLMB_ATT_Q, fewer in the last
+static inline int tile_nq(int n, int t) { return n - t * LLMB_ATT_Q < LLMB_ATT_Q ? n - t * LLMB_ATT_Q : LLMB_ATT_Q; }
 // attend_avx512 tile by tile (LLMB_ATT_Q queries each, the same operations), with the loops over keys
 // outside the loops over tiles: a chunk of keys, then of values, is read by every tile of the call while
 // it sits in L1 (one tile alone streamed the whole head from L2 for each 4 queries)
@@ -203,7 +205,7 @@ LLMB_A512 static void attend_block_avx512(int n, const float *const *q, const in
     int jp[LLMB_ATT_BLOCK / LLMB_ATT_Q], nmax[LLMB_ATT_BLOCK / LLMB_ATT_Q], first = INT_MAX, end = 0;
     float inv[LLMB_ATT_BLOCK];
     for (int t = 0; t < nt; t++) {
-        const int nq = n - t * LLMB_ATT_Q < LLMB_ATT_Q ? n - t * LLMB_ATT_Q : LLMB_ATT_Q;
+        const int nq = tile_nq(n, t);
         key_span(nq, lo + t * LLMB_ATT_Q, nk + t * LLMB_ATT_Q, &jp[t], &nmax[t]);
         first = jp[t] < first ? jp[t] : first;
         end = nmax[t] > end ? nmax[t] : end;
@@ -211,19 +213,19 @@ LLMB_A512 static void attend_block_avx512(int n, const float *const *q, const in
     first = first / 64 * 64;
     for (int c0 = first; c0 < end; c0 += kc)   // attend_avx512's 64-key bodies, by chunk
         for (int t = 0; t < nt; t++) {
-            const int nq = n - t * LLMB_ATT_Q < LLMB_ATT_Q ? n - t * LLMB_ATT_Q : LLMB_ATT_Q;
+            const int nq = tile_nq(n, t);
             const int j1 = c0 + kc < nmax[t] ? c0 + kc : nmax[t];
             for (int j0 = c0 > jp[t] / 64 * 64 ? c0 : jp[t] / 64 * 64; j0 < j1; j0 += 64)
                 BY_NQ(scores_body, q + t * LLMB_ATT_Q, kt + j0, ldk, hd, scale, sc + (size_t)t * LLMB_ATT_Q * ldk + j0, ldk);
         }
     for (int t = 0; t < nt; t++) {
-        const int nq = n - t * LLMB_ATT_Q < LLMB_ATT_Q ? n - t * LLMB_ATT_Q : LLMB_ATT_Q;
+        const int nq = tile_nq(n, t);
         softmax_avx512(nq, lo + t * LLMB_ATT_Q, nk + t * LLMB_ATT_Q, jp[t], nmax[t], sc + (size_t)t * LLMB_ATT_Q * ldk,
                        ldk, inv + t * LLMB_ATT_Q);
     }
     for (int c0 = first; c0 < end; c0 += kc)
         for (int t = 0; t < nt; t++) {
-            const int nq = n - t * LLMB_ATT_Q < LLMB_ATT_Q ? n - t * LLMB_ATT_Q : LLMB_ATT_Q;
+            const int nq = tile_nq(n, t);
             const int j0 = c0 > jp[t] ? c0 : jp[t], j1 = c0 + kc < nmax[t] ? c0 + kc : nmax[t];
             if (j0 >= j1) continue;
             const float *st = sc + (size_t)t * LLMB_ATT_Q * ldk;
