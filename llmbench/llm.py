@@ -595,8 +595,8 @@ class LLM:
                 for (g, _), s in zip(chunk.score, live):
                     first = members[g][0]
                     lp, greedy = self.engine.prompt_logprobs(s, len(reqs[first][0]) - reqs[first][1])
-                    if len(members[g]) > 1:
-                        alt_lp, alt_greedy = self.engine.alt_logprobs(s, len(members[g]) - 1)
+                    alt_lp, alt_greedy = (self.engine.alt_logprobs(s, len(members[g]) - 1) if len(members[g]) > 1
+                                          else (lp[:0], greedy[:0]))
                     for k, i in enumerate(members[g]):
                         if k:
                             lp[-1], greedy[-1] = alt_lp[k - 1], alt_greedy[k - 1]
