@@ -310,8 +310,7 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const size_t head_bytes = b->kv_row_bytes / (size_t)nkv;
     const int r = (int)(u / nkv), kvh = (int)(u % nkv);
     const int i0 = bt->q_start[r], n_tok = bt->q_len[r], paged = n_tok * group <= PAGED_MAX_Q;
-    const int own = paged || n_tok < 2 * ATT_PART_MIN_TOKENS ? 1 : parts < n_tok / ATT_PART_MIN_TOKENS ? parts
-                                                                         : n_tok / ATT_PART_MIN_TOKENS;
+    const int most = n_tok / ATT_PART_MIN_TOKENS, own = paged || most < 2 ? 1 : parts < most ? parts : most;
     if (part >= own) return;
     const int t0 = i0 + (int)((int64_t)n_tok * part / own), t1 = i0 + (int)((int64_t)n_tok * (part + 1) / own);
     float *kt = b->att_scratch + (size_t)tid * att_scratch_floats(b);
