@@ -6,6 +6,8 @@
 // attention stays batch-invariant. llmb_attend_paged runs the same operations straight over the
 // paged cache (keys through a 64-key chunk, values converted in registers) for decode, where the
 // gathered copy of the whole history cost more than the arithmetic; its bits are the gathered path's.
+// The cache keeps keys transposed within each block (llmb_kv_head), so 16 keys load into 16 lanes
+// straight: the register transposes of 16 x 16 floats they replaced were most of a decode call.
 // The AVX-512 version, the AVX2+FMA one and the scalar one run the same operations (fmaf for every
 // fmadd, the same exp polynomial, the same 16-lane sums and reduction tree), so they are
 // bit-identical; tested by csrc/tests/test_attention.c (bit for bit at every SIMD level this CPU has,
@@ -345,23 +347,89 @@ LLMB_A256 static void attend_avx2(int nq, const float *const *q, const int *lo, 
 // ---- gathering one KV head's rows as floats ----
 
 // bytes of one head's row of a cache of this type
-static size_t head_row_bytes(int type, int hd) {
+size_t llmb_kv_row_bytes(int type, int hd) {
     return type == LLMB_TYPE_F32 ? 4 * (size_t)hd
            : type == LLMB_TYPE_F16 ? 2 * (size_t)hd : (size_t)hd / LLMB_QK * sizeof(llmb_block_q8_0);
 }
 
-static const uint8_t *kv_at(const llmb_kv_head *h, const uint8_t *base, int j) {
+// value row j of the head
+static const uint8_t *v_at(const llmb_kv_head *h, int j) {
     j += h->first;
-    return base + (size_t)h->blocks[j / h->block_size] * h->block_stride + (size_t)(j % h->block_size) * h->row_stride;
+    return h->v + (size_t)h->blocks[j / h->block_size] * h->block_stride + (size_t)(j % h->block_size) * h->row_stride;
+}
+
+// the key block holding key j, and j's slot in it
+static const uint8_t *k_block(const llmb_kv_head *h, int j, int *slot) {
+    j += h->first;
+    *slot = j % h->block_size;
+    return h->k + (size_t)h->blocks[j / h->block_size] * h->block_stride;
+}
+
+// a Q8_0 key block's int8 values, after the scales of its hd / 32 groups
+static size_t q8_key_values(int hd, int block_size) { return (size_t)hd / LLMB_QK * block_size * sizeof(llmb_half); }
+
+void llmb_kv_store_key(int type, uint8_t *kb, int block_size, int slot, const float *x, int hd) {
+    const llmb_quant_traits *t = llmb_quant_traits_get(type);
+    const size_t B = (size_t)block_size;
+    union { float f[256]; llmb_half h[256]; llmb_block_q8_0 q[256 / LLMB_QK]; } r;   // a row of up to 256 values
+    for (int c = 0; c < hd; c += 256) {
+        const int n = hd - c < 256 ? hd - c : 256;
+        t->from_float(x + c, &r, n);
+        if (type == LLMB_TYPE_F32) {
+            for (int i = 0; i < n; i++) ((float *)kb)[(size_t)(c + i) * B + (size_t)slot] = r.f[i];
+        } else if (type == LLMB_TYPE_F16) {
+            for (int i = 0; i < n; i++) ((llmb_half *)kb)[(size_t)(c + i) * B + (size_t)slot] = r.h[i];
+        } else {
+            int8_t *qs = (int8_t *)(kb + q8_key_values(hd, block_size));
+            for (int i = 0; i < n; i++) qs[(size_t)(c + i) * B + (size_t)slot] = r.q[i / LLMB_QK].qs[i % LLMB_QK];
+            for (int g = 0; g < n / LLMB_QK; g++) ((llmb_half *)kb)[(size_t)(c / LLMB_QK + g) * B + (size_t)slot] = r.q[g].d;
+        }
+    }
+}
+
+// key j as hd floats at dst[d * stride], as the type's to_float converts a row (x.qs[j] * d for Q8_0)
+static void key_to_float(const llmb_kv_head *h, int j, int hd, float *dst, size_t stride) {
+    int s;
+    const uint8_t *kb = k_block(h, j, &s);
+    const size_t B = (size_t)h->block_size;
+    for (int d = 0; d < hd; d++) {
+        const size_t at = (size_t)d * B + (size_t)s;
+        float x;
+        if (h->type == LLMB_TYPE_F32) x = ((const float *)kb)[at];
+        else if (h->type == LLMB_TYPE_F16) x = llmb_fp16_to_fp32(((const llmb_half *)kb)[at]);
+        else
+            x = ((const int8_t *)(kb + q8_key_values(hd, h->block_size)))[at] *
+                llmb_fp16_to_fp32(((const llmb_half *)kb)[(size_t)(d / LLMB_QK) * B + (size_t)s]);
+        dst[(size_t)d * stride] = x;
+    }
+}
+
+// the lines of key j's block from j's slot on (its rows' 16 slots from there; the whole block where
+// that is most of it), asked for, when j < n_keys
+LLMB_INLINE void prefetch_keys(const llmb_kv_head *h, int j, int n_keys, int hd) {
+    if (j >= n_keys) return;
+    int s;
+    const char *kb = (const char *)k_block(h, j, &s);
+    const int B = h->block_size;
+    const size_t es = h->type == LLMB_TYPE_F32 ? 4 : h->type == LLMB_TYPE_F16 ? 2 : 1;
+    const char *x = h->type == LLMB_TYPE_Q8_0 ? kb + q8_key_values(hd, B) : kb;
+    if (B * es <= 128) {   // rows of at most two lines: the block, every line
+        for (size_t o = 0; o < (size_t)hd * B * es; o += 64) __builtin_prefetch(x + o, 0, 3);
+    } else {
+        for (int d = 0; d < hd; d++) {
+            __builtin_prefetch(x + ((size_t)d * B + s) * es, 0, 3);
+            __builtin_prefetch(x + ((size_t)d * B + s + 15) * es, 0, 3);
+        }
+    }
+    if (h->type == LLMB_TYPE_Q8_0)
+        for (int c = 0; c < hd / LLMB_QK; c++) __builtin_prefetch(kb + ((size_t)c * B + s) * 2, 0, 3);
 }
 
 static void gather_scalar(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
     const llmb_quant_traits *t = llmb_quant_traits_get(h->type);
     for (int j = 0; j < n_keys; j++) {
-        float *row = v + (size_t)j * hd;
-        t->to_float_ref(kv_at(h, h->k, j), row, hd);   // the key row first, through v's row
-        for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + j] = row[d];
-        t->to_float_ref(kv_at(h, h->v, j), row, hd);
+        key_to_float(h, j, hd, kt + j, ldk);
+        t->to_float_ref(v_at(h, j), v + (size_t)j * hd, hd);
     }
 }
 
@@ -375,57 +443,53 @@ LLMB_A512 LLMB_INLINE __m512 row16(int type, const uint8_t *row, int d0) {
     return _mm512_mul_ps(q, _mm512_set1_ps(llmb_fp16_to_fp32(b->d)));   // x.qs[j] * d as the dequantizer
 }
 
-// r[0..15] (rows) transposed in place: r[c] lane t = old r[t] lane c
-LLMB_A512 LLMB_INLINE void transpose16(__m512 r[16]) {
-    __m512 a[16], b[16];
-    for (int k = 0; k < 8; k++) {
-        a[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-        a[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+// keys j0 .. j0 + nj - 1 (nj <= 16) as kt[d * ldk + t], t < 16 (zeros from nj on), for every d: the
+// lanes read straight from the key block's rows (masked), or key by key where they span two blocks (a
+// block size not a multiple of 16)
+LLMB_A512 static void keys16(const llmb_kv_head *h, int j0, int nj, int hd, float *kt, size_t ldk) {
+    int s;
+    const uint8_t *kb = k_block(h, j0, &s);
+    const size_t B = (size_t)h->block_size;
+    if (s + nj > h->block_size) {
+        for (int t = 0; t < 16; t++)
+            if (t < nj) key_to_float(h, j0 + t, hd, kt + t, ldk);
+            else for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + t] = 0.0f;
+        return;
     }
-    for (int k = 0; k < 4; k++) {   // b[4k + c], 128-bit lane L: rows 4k..4k+3 of column 4L + c
-        const __m512d a0 = _mm512_castps_pd(a[4 * k]), a1 = _mm512_castps_pd(a[4 * k + 1]),
-                      a2 = _mm512_castps_pd(a[4 * k + 2]), a3 = _mm512_castps_pd(a[4 * k + 3]);
-        b[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-        b[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-        b[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-        b[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-    }
-    for (int c = 0; c < 4; c++) {
-        const __m512 s1 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0x88), s2 = _mm512_shuffle_f32x4(b[c], b[4 + c], 0xDD);
-        const __m512 s3 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0x88), s4 = _mm512_shuffle_f32x4(b[8 + c], b[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_f32x4(s1, s3, 0x88);
-        r[4 + c] = _mm512_shuffle_f32x4(s2, s4, 0x88);
-        r[8 + c] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
-        r[12 + c] = _mm512_shuffle_f32x4(s2, s4, 0xDD);
+    const __mmask16 m = (__mmask16)((1u << nj) - 1);
+    if (h->type == LLMB_TYPE_F16) {
+        for (int d = 0; d < hd; d++)
+            _mm512_storeu_ps(kt + (size_t)d * ldk,
+                             _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const llmb_half *)kb + (size_t)d * B + s)));
+    } else if (h->type == LLMB_TYPE_F32) {
+        for (int d = 0; d < hd; d++)
+            _mm512_storeu_ps(kt + (size_t)d * ldk, _mm512_maskz_loadu_ps(m, (const float *)kb + (size_t)d * B + s));
+    } else {
+        const int8_t *qs = (const int8_t *)(kb + q8_key_values(hd, h->block_size));
+        for (int d = 0; d < hd; d++) {   // x.qs[j] * d as the dequantizer
+            const __m512 sc = _mm512_cvtph_ps(
+                _mm256_maskz_loadu_epi16(m, (const llmb_half *)kb + (size_t)(d / LLMB_QK) * B + s));
+            const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, qs + (size_t)d * B + s)));
+            _mm512_storeu_ps(kt + (size_t)d * ldk, _mm512_mul_ps(q, sc));
+        }
     }
 }
 
-// 16 keys at a time: 16 values of each of their rows converted, transposed in registers and stored
-// as 16 rows of kt; the values converted row by row (v NULL: the keys only). No call per row.
+// 16 keys at a time into kt; the values converted row by row (v NULL: the keys only). No call per row.
 LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
     const int type = h->type;
-    const size_t row_bytes = head_row_bytes(type, hd);
+    const size_t row_bytes = llmb_kv_row_bytes(type, hd);
     for (int j0 = 0; j0 < n_keys; j0 += 16) {
         const int nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
-        const uint8_t *kr[16];
-        for (int t = j0 + 16; t < j0 + 32 && t < n_keys; t++) {   // the next 16 rows, from DRAM at large batch
-            const uint8_t *kn = kv_at(h, h->k, t), *vn = kv_at(h, h->v, t);
-            for (size_t o = 0; o < row_bytes; o += 64) {
-                _mm_prefetch((const char *)kn + o, _MM_HINT_T0);
-                if (v) _mm_prefetch((const char *)vn + o, _MM_HINT_T0);
-            }
-        }
+        prefetch_keys(h, j0 + 16, n_keys, hd);   // from DRAM at large batch
+        if (v)
+            for (int t = j0 + 16; t < j0 + 32 && t < n_keys; t++)
+                for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch((const char *)v_at(h, t) + o, 0, 3);
+        keys16(h, j0, nj, hd, kt + j0, ldk);
+        if (!v) continue;
         for (int t = 0; t < nj; t++) {
-            kr[t] = kv_at(h, h->k, j0 + t);
-            if (!v) continue;
-            const uint8_t *vr = kv_at(h, h->v, j0 + t);
+            const uint8_t *vr = v_at(h, j0 + t);
             for (int d0 = 0; d0 < hd; d0 += 16) _mm512_storeu_ps(v + (size_t)(j0 + t) * hd + d0, row16(type, vr, d0));
-        }
-        for (int d0 = 0; d0 < hd; d0 += 16) {
-            __m512 r[16];
-            for (int t = 0; t < 16; t++) r[t] = t < nj ? row16(type, kr[t], d0) : _mm512_setzero_ps();
-            transpose16(r);
-            for (int c = 0; c < 16; c++) _mm512_storeu_ps(kt + (size_t)(d0 + c) * ldk + j0, r[c]);
         }
     }
 }
@@ -441,22 +505,30 @@ LLMB_A256 LLMB_INLINE __m256 row8(int type, const uint8_t *row, int d0) {
     return _mm256_mul_ps(q, _mm256_set1_ps(llmb_fp16_to_fp32(b->d)));   // x.qs[j] * d as the dequantizer
 }
 
-// r[0..7] (rows) transposed in place: r[c] lane t = old r[t] lane c
-LLMB_A256 LLMB_INLINE void transpose8(__m256 r[8]) {
-    __m256 a[8], b[8];
-    for (int k = 0; k < 4; k++) {
-        a[2 * k] = _mm256_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-        a[2 * k + 1] = _mm256_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+// keys16 with 8 lanes: the lanes read straight where all 8 slots lie in the key block (the lanes from
+// nj on, read from its rows, then zeroed), else key by key
+LLMB_A256 static void keys8(const llmb_kv_head *h, int j0, int nj, int hd, float *kt, size_t ldk) {
+    int s;
+    const uint8_t *kb = k_block(h, j0, &s);
+    const size_t B = (size_t)h->block_size;
+    if (s + 8 > h->block_size) {
+        for (int t = 0; t < 8; t++)
+            if (t < nj) key_to_float(h, j0 + t, hd, kt + t, ldk);
+            else for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + t] = 0.0f;
+        return;
     }
-    for (int k = 0; k < 2; k++) {   // b[4k + c], 128-bit lane L: rows 4k..4k+3 of column 4L + c
-        b[4 * k] = _mm256_shuffle_ps(a[4 * k], a[4 * k + 2], 0x44);
-        b[4 * k + 1] = _mm256_shuffle_ps(a[4 * k], a[4 * k + 2], 0xEE);
-        b[4 * k + 2] = _mm256_shuffle_ps(a[4 * k + 1], a[4 * k + 3], 0x44);
-        b[4 * k + 3] = _mm256_shuffle_ps(a[4 * k + 1], a[4 * k + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; c++) {
-        r[c] = _mm256_permute2f128_ps(b[c], b[4 + c], 0x20);
-        r[4 + c] = _mm256_permute2f128_ps(b[c], b[4 + c], 0x31);
+    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nj), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    for (int d = 0; d < hd; d++) {
+        const size_t at = (size_t)d * B + (size_t)s;
+        __m256 x;
+        if (h->type == LLMB_TYPE_F16) x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const llmb_half *)kb + at)));
+        else if (h->type == LLMB_TYPE_F32) x = _mm256_loadu_ps((const float *)kb + at);
+        else {   // x.qs[j] * d as the dequantizer
+            const int8_t *qs = (const int8_t *)(kb + q8_key_values(hd, h->block_size));
+            const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const llmb_half *)kb + (size_t)(d / LLMB_QK) * B + s)));
+            x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + at)))), sc);
+        }
+        _mm256_storeu_ps(kt + (size_t)d * ldk, _mm256_and_ps(x, keep));
     }
 }
 
@@ -466,18 +538,11 @@ LLMB_A256 static void gather_avx2(const llmb_kv_head *h, int n_keys, int hd, flo
     const int type = h->type;
     for (int j0 = 0; j0 < n_keys; j0 += 8) {
         const int nj = n_keys - j0 < 8 ? n_keys - j0 : 8;
-        const uint8_t *kr[8];
+        keys8(h, j0, nj, hd, kt + j0, ldk);
+        if (!v) continue;
         for (int t = 0; t < nj; t++) {
-            kr[t] = kv_at(h, h->k, j0 + t);
-            if (!v) continue;
-            const uint8_t *vr = kv_at(h, h->v, j0 + t);
+            const uint8_t *vr = v_at(h, j0 + t);
             for (int d0 = 0; d0 < hd; d0 += 8) _mm256_storeu_ps(v + (size_t)(j0 + t) * hd + d0, row8(type, vr, d0));
-        }
-        for (int d0 = 0; d0 < hd; d0 += 8) {
-            __m256 r[8];
-            for (int t = 0; t < 8; t++) r[t] = t < nj ? row8(type, kr[t], d0) : _mm256_setzero_ps();
-            transpose8(r);
-            for (int c = 0; c < 8; c++) _mm256_storeu_ps(kt + (size_t)(d0 + c) * ldk + j0, r[c]);
         }
     }
 }
@@ -523,7 +588,7 @@ static void attend_paged_scalar(int nq, const float *const *q, const int *lo, co
     key_span(nq, lo, nk, &jp, &nmax);
     float *row = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
     for (int j = jp; j < nmax; j++) {
-        t->to_float_ref(kv_at(h, h->k, j), row, hd);
+        key_to_float(h, j, hd, row, 1);
         for (int i = 0; i < nq; i++) {
             if (j < lo[i] || j >= nk[i]) continue;
             float a = 0.0f;
@@ -534,7 +599,7 @@ static void attend_paged_scalar(int nq, const float *const *q, const int *lo, co
     for (int i = 0; i < nq; i++) inv[i] = softmax_scalar(sc + (size_t)i * ldsc, lo[i], nk[i], jp, nmax);
     memset(acc, 0, (size_t)nq * hd * sizeof *acc);
     for (int j = jp; j < nmax; j++) {
-        t->to_float_ref(kv_at(h, h->v, j), row, hd);
+        t->to_float_ref(v_at(h, j), row, hd);
         for (int i = 0; i < nq; i++) {
             const float p = sc[(size_t)i * ldsc + j];
             for (int d = 0; d < hd; d++) acc[(size_t)i * hd + d] = fmaf(p, row[d], acc[(size_t)i * hd + d]);
@@ -544,21 +609,21 @@ static void attend_paged_scalar(int nq, const float *const *q, const int *lo, co
         for (int d = 0; d < hd; d++) out[i][d] = acc[(size_t)i * hd + d] * inv[i];
 }
 
-// The rows of a decode step come from DRAM (the weights streamed in between evict them), a head's 2 or
-// 3 lines out of each position's row, and the hardware prefetchers leave the loops waiting on them:
-// each step of 8 or 16 keys (of values: PV_KEYS) first asks for the rows PF_KEYS positions further on.
-// 16 ahead measured best, 32 and 64 close behind (a whole 64-row chunk at once is unmeasured: the
-// one try never ran, see prefetch_rows).
+// The rows of a decode step come from DRAM (the weights streamed in between evict them), and the
+// hardware prefetchers leave the loops waiting on them: each step of 8 or 16 keys first asks for the
+// key block's lines PF_KEYS positions further on, each step of PV_KEYS values for the value rows (a
+// head's 2 or 3 lines out of each position's row) as far on. 16 ahead measured best, 32 and 64 close
+// behind.
 #define PF_KEYS 16
 #define PV_KEYS 16
 
-// the lines of rows j0 <= j < min(j1, nmax) of base (h->k or h->v), asked for. Inlined always: as a
-// function of its own GCC finds it free of side effects and drops every call
-LLMB_INLINE void prefetch_rows(const llmb_kv_head *h, const uint8_t *base, int j0, int j1, int nmax, size_t row_bytes) {
+// the lines of value rows j0 <= j < min(j1, nmax), asked for. Inlined always: as a function of its
+// own GCC finds it free of side effects and drops every call
+LLMB_INLINE void prefetch_values(const llmb_kv_head *h, int j0, int j1, int nmax, size_t row_bytes) {
     for (int j = j0; j < j1 && j < nmax; j++) {
-        const char *r = (const char *)kv_at(h, base, j);
-        for (size_t o = 0; o < row_bytes; o += 64) _mm_prefetch(r + o, _MM_HINT_T0);
-        _mm_prefetch(r + row_bytes - 1, _MM_HINT_T0);   // a row that starts inside a line ends in one more
+        const char *r = (const char *)v_at(h, j);
+        for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(r + o, 0, 3);
+        __builtin_prefetch(r + row_bytes - 1, 0, 3);   // a row that starts inside a line ends in one more
     }
 }
 
@@ -602,14 +667,12 @@ LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const i
     int jp, nmax;
     key_span(nq, lo, nk, &jp, &nmax);
     float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
-    const size_t rb = head_row_bytes(h->type, hd);
-    llmb_kv_head hc = *h;
+    const size_t rb = llmb_kv_row_bytes(h->type, hd);
     for (int c0 = jp / 64 * 64; c0 < nmax; c0 += LLMB_ATT_CHUNK) {   // attend_avx512's 64-key bodies
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
         for (int g = c0; g < c1; g += 16) {   // 16 keys a step
-            prefetch_rows(h, h->k, g + PF_KEYS, g + PF_KEYS + 16, nmax, rb);
-            hc.first = h->first + g;
-            gather_avx512(&hc, c1 - g < 16 ? c1 - g : 16, hd, ktc + (g - c0), LLMB_ATT_CHUNK, NULL);
+            prefetch_keys(h, g + PF_KEYS, nmax, hd);
+            keys16(h, g, c1 - g < 16 ? c1 - g : 16, hd, ktc + (g - c0), LLMB_ATT_CHUNK);
         }
         for (int j0 = c0; j0 < c1; j0 += 64)
             BY_NQ(scores_body, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
@@ -619,10 +682,10 @@ LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const i
     const uint8_t *vr[LLMB_ATT_CHUNK];
     for (int c0 = jp; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
-        for (int j = c0; j < c1; j++) vr[j - c0] = kv_at(h, h->v, j);
+        for (int j = c0; j < c1; j++) vr[j - c0] = v_at(h, j);
         for (int s0 = c0; s0 < c1; s0 += PV_KEYS) {   // every slice of hd over PV_KEYS values a step
             const int s1 = c1 - s0 < PV_KEYS ? c1 : s0 + PV_KEYS;
-            prefetch_rows(h, h->v, s0 + PF_KEYS, s1 + PF_KEYS, nmax, rb);
+            prefetch_values(h, s0 + PF_KEYS, s1 + PF_KEYS, nmax, rb);
             int d0 = 0;
 #define ND_ 4
             for (; d0 + 64 <= hd; d0 += 64) BY_TYPE_NQ(pv_rows, sc, ldsc, vr + (s0 - c0), s0, s1, acc, hd, d0);
@@ -691,14 +754,12 @@ LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int
     int jp, nmax;
     key_span(nq, lo, nk, &jp, &nmax);
     float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
-    const size_t rb = head_row_bytes(h->type, hd);
-    llmb_kv_head hc = *h;
+    const size_t rb = llmb_kv_row_bytes(h->type, hd);
     for (int c0 = jp / 64 * 64; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
         for (int g = c0; g < c1; g += 8) {    // 8 keys a step
-            prefetch_rows(h, h->k, g + PF_KEYS, g + PF_KEYS + 8, nmax, rb);
-            hc.first = h->first + g;
-            gather_avx2(&hc, c1 - g < 8 ? c1 - g : 8, hd, ktc + (g - c0), LLMB_ATT_CHUNK, NULL);
+            if (g % 16 == 0) prefetch_keys(h, g + PF_KEYS, nmax, hd);
+            keys8(h, g, c1 - g < 8 ? c1 - g : 8, hd, ktc + (g - c0), LLMB_ATT_CHUNK);
         }
         if (nq <= 3) {   // 32 keys a body from a multiple of 32 (scores before jp are written, never read)
             for (int j0 = c0 > jp / 32 * 32 ? c0 : jp / 32 * 32; j0 < c1; j0 += 32)
@@ -713,11 +774,11 @@ LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int
     const uint8_t *vr[LLMB_ATT_CHUNK];
     for (int c0 = jp; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
-        for (int j = c0; j < c1; j++) vr[j - c0] = kv_at(h, h->v, j);
+        for (int j = c0; j < c1; j++) vr[j - c0] = v_at(h, j);
         for (int s0 = c0; s0 < c1; s0 += PV_KEYS) {   // every slice of hd over PV_KEYS values a step
             const int s1 = c1 - s0 < PV_KEYS ? c1 : s0 + PV_KEYS;
             const uint8_t *const *vs = vr + (s0 - c0);
-            prefetch_rows(h, h->v, s0 + PF_KEYS, s1 + PF_KEYS, nmax, rb);
+            prefetch_values(h, s0 + PF_KEYS, s1 + PF_KEYS, nmax, rb);
             int d0 = 0;
 #define ND_ 4
             if (nq <= 3) {

@@ -29,7 +29,8 @@ typedef struct {
 struct llmb_backend {
     const llmb_model *model;      // borrowed from the engine
     llmb_backend_params p;
-    // KV pool: [layer][K|V][block][slot] rows of kv_row_bytes (one token's K or V of one layer)
+    // KV pool: [layer][K|V][block] of block_size x kv_row_bytes (one token's K or V of one layer), each
+    // block its heads one after another: a head's keys transposed, its values as [slot] rows (llmb_kv_head)
     int kv_type;
     const llmb_quant_traits *kv_q; // its row conversions (from_float writes the cache)
     int block_size;
@@ -255,40 +256,76 @@ static llmb_status cpu_kv_alloc(llmb_backend *b, int kv_type, int block_size, in
     return LLMB_OK;
 }
 
-static uint8_t *kv_row(llmb_backend *b, int layer, int which, int32_t block, int slot) {
+static uint8_t *kv_block(llmb_backend *b, int layer, int which, int32_t block) {
     size_t per_block = (size_t)b->block_size * b->kv_row_bytes;
     size_t per_part = (size_t)b->n_blocks * per_block;
-    return b->kv + ((size_t)layer * 2 + (size_t)which) * per_part + (size_t)block * per_block + (size_t)slot * b->kv_row_bytes;
+    return b->kv + ((size_t)layer * 2 + (size_t)which) * per_part + (size_t)block * per_block;
 }
 
 static llmb_status cpu_kv_copy(llmb_backend *b, int32_t dst, int32_t src, int n_tokens) {
     if (dst < 0 || dst >= b->n_blocks || src < 0 || src >= b->n_blocks || n_tokens < 0 || n_tokens > b->block_size)
         return llmb_fail(LLMB_E_ARG, "cpu backend: kv_copy of %d slots from block %d to %d (pool of %lld blocks of %d)",
                          n_tokens, src, dst, (long long)b->n_blocks, b->block_size);
-    size_t bytes = (size_t)n_tokens * b->kv_row_bytes;
+    // whole blocks: each holds its heads one after another (llmb_kv_head), slots past n_tokens unused
     for (int l = 0; l < b->model->cfg.n_layer; l++)
-        for (int w = 0; w < 2; w++) memcpy(kv_row(b, l, w, dst, 0), kv_row(b, l, w, src, 0), bytes);
+        for (int w = 0; w < 2; w++)
+            memcpy(kv_block(b, l, w, dst), kv_block(b, l, w, src), (size_t)b->block_size * b->kv_row_bytes);
     return LLMB_OK;
 }
 
-static void store_kv(llmb_backend *b, uint8_t *dst, const float *src, int n) { b->kv_q->from_float(src, dst, n); }
+// head h's part of block blk of layer l's keys (which 0) or values (1): a block holds each head's keys
+// transposed (llmb_kv_head), or its value rows, one head after another
+static uint8_t *head_block(llmb_backend *b, int l, int which, int32_t blk, int h) {
+    return kv_block(b, l, which, blk) + (size_t)h * b->block_size * (b->kv_row_bytes / (size_t)b->model->cfg.n_head_kv);
+}
+
+// batch token i's key of head h (k: its n_head_kv heads) into its column of layer l's key block
+static void store_key(llmb_backend *b, const llmb_batch *bt, int l, int i, int h, const float *k) {
+    const int hd = b->model->cfg.head_dim;
+    llmb_kv_store_key(b->kv_type, head_block(b, l, 0, bt->slots[i] / b->block_size, h), b->block_size,
+                      bt->slots[i] % b->block_size, k + (size_t)h * hd, hd);
+}
+
+// its value of head h (v: its n_head_kv heads) into the row of its slot in layer l's value block
+static void store_value(llmb_backend *b, const llmb_batch *bt, int l, int i, int h, const float *v) {
+    const int hd = b->model->cfg.head_dim;
+    b->kv_q->from_float(v + (size_t)h * hd, head_block(b, l, 1, bt->slots[i] / b->block_size, h) +
+                                                (size_t)(bt->slots[i] % b->block_size) * llmb_kv_row_bytes(b->kv_type, hd),
+                        hd);
+}
 
 // ---- forward ----
 
 // Attention of every batch token over its sequence's cached keys and values. Work is split by
 // (sequence of the batch, KV head). A unit with many queries (prefill) converts that head's cached K
-// (transposed) and V rows up to the sequence's last position here to float once (llmb_att_gather: 16
-// keys at a time, transposed in registers, no call per row), then serves every query head of the group
+// (transposed in the cache) and V rows up to the sequence's last position here to float once
+// (llmb_att_gather: 16 keys at a time, no call per row), then serves every query head of the group
 // and every token of the sequence, LLMB_ATT_BLOCK queries per llmb_attend_block call (attention.c). A unit
 // with at most PAGED_MAX_Q queries (decode: one token's query heads of the group) reads the cache
 // straight instead (llmb_attend_paged: keys 64 at a time through an L1 chunk, values converted in
 // registers), as the whole copy, written and read back once per unit and step, went through L2/L3 and
 // was most of a decode step at a thousand tokens of context; both give the same bits, so the choice is
-// speed only. Each (token, head) output is computed by the same operations whatever else is in the batch.
+// speed only. A paged unit stores its tokens' keys itself, just before it reads their block: a key's
+// store touches every line of its head's key block (a column of it), and done here those lines are in
+// L1 when the attention reads them. Other tokens' keys, and every value, are stored with RoPE. Each (token, head) output is computed by the same operations whatever else is in the batch.
 // A sliding-window layer reads from the first token's window start rounded down to a multiple of 64
 // (then the softmax's 16-lane sums see every key in the lane of its position, as from 0), and each
 // query weighs only its own window.
 #define PAGED_MAX_Q (2 * LLMB_ATT_Q)
+static int paged_seq(const llmb_backend *b, const llmb_batch *bt, int r) {
+    const llmb_model_config *c = &b->model->cfg;
+    return bt->q_len[r] * (c->n_head / c->n_head_kv) <= PAGED_MAX_Q;
+}
+// the batch sequence of token i (q_start ascends)
+static int seq_of(const llmb_batch *bt, int64_t i) {
+    int lo = 0, hi = bt->n_seq - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (bt->q_start[mid] <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
 // the paged path's work sits in the first floats of a unit's scratch, below the score rows (from 2 x 64 x hd on)
 _Static_assert(LLMB_ATT_CHUNK + LLMB_ATT_Q <= 2 * 64, "llmb_att_paged_work_floats must fit below the score rows");
 static size_t att_scratch_floats(const llmb_backend *b) {
@@ -309,7 +346,7 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const float scale = c->att_scale;
     const size_t head_bytes = b->kv_row_bytes / (size_t)nkv;
     const int r = (int)(u / nkv), kvh = (int)(u % nkv);
-    const int i0 = bt->q_start[r], n_tok = bt->q_len[r], paged = n_tok * group <= PAGED_MAX_Q;
+    const int i0 = bt->q_start[r], n_tok = bt->q_len[r], paged = paged_seq(b, bt, r);
     const int most = n_tok / ATT_PART_MIN_TOKENS, own = paged || most < 2 ? 1 : parts < most ? parts : most;
     if (part >= own) return;
     const int t0 = i0 + (int)((int64_t)n_tok * part / own), t1 = i0 + (int)((int64_t)n_tok * (part + 1) / own);
@@ -322,12 +359,15 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const size_t ldk = llmb_att_ldk(max_pos + 1 - first);
     float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
     const size_t per_part = (size_t)b->n_blocks * B * b->kv_row_bytes;
-    const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part + (size_t)kvh * head_bytes;
-    const llmb_kv_head kvh_rows = {b->kv_type, k0, k0 + per_part, bt->block_tables + (size_t)r * bt->max_blocks, B,
-                                   (size_t)B * b->kv_row_bytes, b->kv_row_bytes, first};
+    const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part;   // this head's key block, then its value rows
+    const llmb_kv_head kvh_rows = {b->kv_type, k0 + (size_t)kvh * B * head_bytes, k0 + per_part + (size_t)kvh * B * head_bytes,
+                                   bt->block_tables + (size_t)r * bt->max_blocks, B, (size_t)B * b->kv_row_bytes,
+                                   head_bytes, first};
     // every (token, query head) of the part, LLMB_ATT_Q (paged) or LLMB_ATT_BLOCK at a time
     const int nq_all = (t1 - t0) * group, per = paged ? LLMB_ATT_Q : LLMB_ATT_BLOCK;
     if (!paged) llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);
+    else   // its keys, stored here: their block's lines, fetched for the store, are then read from L1
+        for (int i = t0; i < t1; i++) store_key(b, bt, layer, i, kvh, b->k + (int64_t)i * nkv * hd);
     for (int q0 = 0; q0 < nq_all; q0 += per) {
         const float *qp[LLMB_ATT_BLOCK];
         float *op[LLMB_ATT_BLOCK];
@@ -399,7 +439,7 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     const uint64_t t0 = llmb_now_ns();
     const llmb_model *m = b->model;
     const llmb_model_config *c = &m->cfg;
-    const int hd = c->head_dim, B = b->block_size, n = bt->n_tok, n_rows = bt->n_rows;
+    const int hd = c->head_dim, n = bt->n_tok, n_rows = bt->n_rows;
     const int64_t dim = c->dim, q_dim = (int64_t)c->n_head * hd, kv_dim = (int64_t)c->n_head_kv * hd, ff = c->ff;
     *out = (llmb_forward_out){0};
     if (!b->kv) return llmb_fail(LLMB_E_ARG, "cpu backend: forward before kv_alloc");
@@ -449,9 +489,9 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         TIMED(LLMB_PROF_ROPE_KV, PER_TOKEN(i, n, {
             llmb_rope(b->q + i * q_dim, c->n_head, hd, cs + i * hd, c->rope_neox);
             llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, cs + i * hd, c->rope_neox);
-            const int32_t blk = bt->slots[i] / B, slot = bt->slots[i] % B;
-            store_kv(b, kv_row(b, l, 0, blk, slot), b->k + i * kv_dim, (int)kv_dim);
-            store_kv(b, kv_row(b, l, 1, blk, slot), b->v + i * kv_dim, (int)kv_dim);
+            for (int h = 0; h < c->n_head_kv; h++) store_value(b, bt, l, (int)i, h, b->v + i * kv_dim);
+            if (!paged_seq(b, bt, seq_of(bt, i)))   // a paged unit stores its keys itself (attend_unit)
+                for (int h = 0; h < c->n_head_kv; h++) store_key(b, bt, l, (int)i, h, b->k + i * kv_dim);
         }));
         TIMED(LLMB_PROF_ATTENTION, attention(b, bt, l));
         PRODUCT(llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->proj, dim));

@@ -76,17 +76,27 @@ size_t llmb_att_ldk(int64_t n_keys);
 // Floats of one thread's scratch for up to n_ctx keys of head size hd: the transposed keys
 // (hd x ldk), the values (ldk x hd) and LLMB_ATT_BLOCK score rows of ldk.
 size_t llmb_att_scratch_floats(int64_t n_ctx, int hd);
-// One KV head's rows in the paged cache from position `first` on: key j is position p = first + j, at
-// k + blocks[p / block_size] * block_stride + (p % block_size) * row_stride, value j likewise from v; each
-// row holds hd values of `type`.
+// One KV head in the paged cache from position `first` on: key and value j are position p = first + j,
+// in block b = blocks[p / block_size] at slot s = p % block_size.
+// - Values: rows of hd values of `type`, value j at v + b * block_stride + s * row_stride.
+// - Keys: transposed within each block (llmb_kv_store_key writes them), the head's key block at
+//   k + b * block_stride, block_size * llmb_kv_row_bytes(type, hd) bytes: element d of slot s at index
+//   d * block_size + s of an F32 or F16 array; for Q8_0, the scales (F16) of the 32-value group c at
+//   index c * block_size + s, then the int8 values, element d of slot s at byte d * block_size + s. So the
+//   keys of consecutive slots lie side by side: SIMD lanes read them straight, with no transpose.
 typedef struct {
     int type;                   // LLMB_TYPE_F32, LLMB_TYPE_F16 or LLMB_TYPE_Q8_0
     const uint8_t *k, *v;
     const int32_t *blocks;      // block table
     int block_size;
-    size_t block_stride, row_stride;   // bytes
+    size_t block_stride, row_stride;   // bytes (row_stride: the values only)
     int first;                  // the position of key 0 (a sliding window's start; 0: the sequence's start)
 } llmb_kv_head;
+// Bytes of one row of hd values of `type` (F32, F16 or Q8_0): a value row, or a slot's share of a key block
+size_t llmb_kv_row_bytes(int type, int hd);
+// Key x (hd floats) into slot `slot` of a head's key block (see llmb_kv_head), converted as the type's
+// from_float converts a row
+void llmb_kv_store_key(int type, uint8_t *key_block, int block_size, int slot, const float *x, int hd);
 // The first n_keys keys of the head as floats, transposed (kt[d * ldk + j]; j >= n_keys unspecified:
 // llmb_attend's 64-key loads read it, and no result depends on it), and the values as rows
 // (v[j * hd + d]): llmb_attend's inputs. The conversion is exact (F16, F32) or the single float

@@ -352,34 +352,53 @@ static void test_exp_swiglu(void) {
     }
 }
 
+// A test cache of nblk blocks of bs slots holding two KV heads of hd values of `type`, the head under
+// test the second: its keys stored by llmb_kv_store_key, its values as rows (from_float_ref), every
+// element ks (keys) or vs (values) times a normal draw; blocks and value rows padded past the data.
+// kf (nblk * bs * hd floats, or NULL) gets each key as to_float_ref reads back its from_float_ref row.
+typedef struct { uint8_t *kc, *vc; int32_t *blocks; llmb_kv_head h; } test_cache;
+static test_cache test_cache_new(int type, int hd, int nblk, int bs, int first, float ks, float vs, int perm, float *kf) {
+    const llmb_quant_traits *t = llmb_quant_traits_get(type);
+    const size_t row = llmb_kv_row_bytes(type, hd), row_stride = 2 * row + 8, block_stride = (size_t)bs * row_stride + 24;
+    test_cache c = {calloc((size_t)nblk * block_stride, 1), calloc((size_t)nblk * block_stride, 1),
+                    malloc((size_t)nblk * sizeof(int32_t)), {0}};
+    for (int b = 0; b < nblk; b++) c.blocks[b] = (b * perm + 3) % nblk;   // a permutation when perm and nblk are coprime
+    float *tmp = malloc((size_t)hd * sizeof *tmp);
+    uint8_t *q = malloc(row);
+    for (int b = 0; b < nblk; b++)
+        for (int s = 0; s < bs; s++) {
+            for (int d = 0; d < hd; d++) tmp[d] = ks * rng_normal();
+            llmb_kv_store_key(type, c.kc + (size_t)b * block_stride + (size_t)bs * row, bs, s, tmp, hd);
+            if (kf) {
+                t->from_float_ref(tmp, q, hd);
+                t->to_float_ref(q, kf + ((size_t)b * bs + s) * hd, hd);
+            }
+            for (int d = 0; d < hd; d++) tmp[d] = vs * rng_normal();
+            t->from_float_ref(tmp, c.vc + (size_t)b * block_stride + (size_t)s * row_stride + row, hd);
+        }
+    c.h = (llmb_kv_head){type, c.kc + (size_t)bs * row, c.vc + row, c.blocks, bs, block_stride, row_stride, first};
+    free(tmp), free(q);
+    return c;
+}
+static void test_cache_free(test_cache *c) { free(c->kc), free(c->vc), free(c->blocks); }
+
 // llmb_att_gather vs its scalar version bit for bit (kt's first nkeys columns, v), for F32, F16
-// and Q8_0 rows of random values in a paged layout (blocks in shuffled order, odd block sizes), and
-// the scalar version vs the type's to_float row by row.
+// and Q8_0 heads of random values in a paged layout (blocks in shuffled order, odd block sizes), and
+// the scalar version vs the type's row conversions: each key as from_float_ref then to_float_ref
+// give it (llmb_kv_store_key's transposed block holds the same values), each value row's to_float.
 static void test_gather(int type, int hd, int nkeys, int bs) {
     const llmb_quant_traits *t = llmb_quant_traits_get(type);
-    const llmb_type_traits *tt = llmb_type_traits_get(type);
-    const size_t row = (size_t)(hd / tt->blck_size * tt->type_size), ldk = llmb_att_ldk(nkeys);
+    const size_t ldk = llmb_att_ldk(nkeys);
     const int nblk = (nkeys + bs - 1) / bs + 3;
-    const size_t head_off = row;   // this head is the second of two in a cache row
-    const size_t row_stride = 2 * row + 8, block_stride = (size_t)bs * row_stride + 24;
-    uint8_t *kc = calloc((size_t)nblk * block_stride, 1), *vc = calloc((size_t)nblk * block_stride, 1);
-    int32_t *blocks = malloc((size_t)nblk * sizeof *blocks);
-    for (int b = 0; b < nblk; b++) blocks[b] = (b * 7 + 3) % nblk;   // 7 and nblk coprime unless nblk % 7 == 0
-    float *tmp = malloc((size_t)hd * sizeof *tmp);
-    for (int w = 0; w < 2; w++)
-        for (int b = 0; b < nblk; b++)
-            for (int s = 0; s < bs; s++) {
-                for (int d = 0; d < hd; d++) tmp[d] = 3.0f * rng_normal();
-                t->from_float_ref(tmp, (w ? vc : kc) + (size_t)b * block_stride + (size_t)s * row_stride + head_off, hd);
-            }
-    const llmb_kv_head h = {type, kc + head_off, vc + head_off, blocks, bs, block_stride, row_stride, 0};
+    float *kf = malloc((size_t)nblk * bs * hd * sizeof *kf), *tmp = malloc((size_t)hd * sizeof *tmp);
+    test_cache c = test_cache_new(type, hd, nblk, bs, 0, 3.0f, 3.0f, 7, kf);   // 7, nblk coprime unless nblk % 7 == 0
     float *kt[2], *v[2];
     for (int i = 0; i < 2; i++) {
         kt[i] = malloc(ldk * hd * sizeof(float)), v[i] = malloc(ldk * hd * sizeof(float));
         for (size_t k = 0; k < ldk * hd; k++) kt[i][k] = v[i][k] = NAN;   // every key element must be written
     }
-    llmb_att_gather(&h, nkeys, hd, kt[0], ldk, v[0]);
-    llmb_att_gather_ref(&h, nkeys, hd, kt[1], ldk, v[1]);
+    llmb_att_gather(&c.h, nkeys, hd, kt[0], ldk, v[0]);
+    llmb_att_gather_ref(&c.h, nkeys, hd, kt[1], ldk, v[1]);
     int kdiff = 0;
     for (int d = 0; d < hd; d++)
         kdiff += memcmp(kt[0] + (size_t)d * ldk, kt[1] + (size_t)d * ldk, (size_t)nkeys * sizeof(float)) != 0;
@@ -388,15 +407,14 @@ static void test_gather(int type, int hd, int nkeys, int bs) {
           type, hd, nkeys, bs);
     int bad = 0;
     for (int j = 0; j < nkeys; j++) {
-        const size_t off = (size_t)blocks[j / bs] * block_stride + (size_t)(j % bs) * row_stride + head_off;
-        t->to_float_ref(kc + off, tmp, hd);
-        for (int d = 0; d < hd; d++) bad += memcmp(&tmp[d], &kt[1][(size_t)d * ldk + j], sizeof(float)) != 0;
-        t->to_float_ref(vc + off, tmp, hd);
+        const int b = c.blocks[j / bs], s = j % bs;
+        for (int d = 0; d < hd; d++) bad += memcmp(&kf[((size_t)b * bs + s) * hd + d], &kt[1][(size_t)d * ldk + j], sizeof(float)) != 0;
+        t->to_float_ref(c.h.v + (size_t)b * c.h.block_stride + (size_t)s * c.h.row_stride, tmp, hd);
         bad += memcmp(tmp, v[1] + (size_t)j * hd, (size_t)hd * sizeof(float)) != 0;
     }
-    CHECK(!bad, "gather_ref type %d hd %d keys %d: %d elements not the rows' to_float", type, hd, nkeys, bad);
+    CHECK(!bad, "gather_ref type %d hd %d keys %d bs %d: %d elements not the rows' conversions", type, hd, nkeys, bs, bad);
     for (int i = 0; i < 2; i++) free(kt[i]), free(v[i]);
-    free(kc), free(vc), free(blocks), free(tmp);
+    test_cache_free(&c), free(kf), free(tmp);
 }
 
 // llmb_attend_paged (straight over the paged cache) vs llmb_att_gather_ref then llmb_attend_window_ref,
@@ -404,22 +422,10 @@ static void test_gather(int type, int hd, int nkeys, int bs) {
 // key 0 at position `first` of the cache, 1..4 queries of other key counts, whole histories and
 // sliding windows (lo > 0), the scratch and the work filled with NaN first (no result may read them).
 static void test_paged(int type, int hd, int nkeys, int bs, int first) {
-    const llmb_quant_traits *t = llmb_quant_traits_get(type);
-    const llmb_type_traits *tt = llmb_type_traits_get(type);
-    const size_t row = (size_t)(hd / tt->blck_size * tt->type_size), ldk = llmb_att_ldk(nkeys);
+    const size_t ldk = llmb_att_ldk(nkeys);
     const int nblk = (first + nkeys + bs - 1) / bs + 2;
-    const size_t head_off = row, row_stride = 2 * row + 8, block_stride = (size_t)bs * row_stride + 24;
-    uint8_t *kc = calloc((size_t)nblk * block_stride, 1), *vc = calloc((size_t)nblk * block_stride, 1);
-    int32_t *blocks = malloc((size_t)nblk * sizeof *blocks);
-    for (int b = 0; b < nblk; b++) blocks[b] = (b * 5 + 1) % nblk;   // a permutation unless nblk % 5 == 0
-    float *tmp = malloc((size_t)hd * sizeof *tmp);
-    for (int w = 0; w < 2; w++)
-        for (int b = 0; b < nblk; b++)
-            for (int s = 0; s < bs; s++) {
-                for (int d = 0; d < hd; d++) tmp[d] = (w ? 1.0f : 2.0f) * rng_normal();
-                t->from_float_ref(tmp, (w ? vc : kc) + (size_t)b * block_stride + (size_t)s * row_stride + head_off, hd);
-            }
-    const llmb_kv_head h = {type, kc + head_off, vc + head_off, blocks, bs, block_stride, row_stride, first};
+    test_cache c = test_cache_new(type, hd, nblk, bs, first, 2.0f, 1.0f, 5, NULL);   // 5: a permutation unless nblk % 5 == 0
+    const llmb_kv_head h = c.h;
     float *kt = malloc(ldk * hd * sizeof *kt), *v = malloc(ldk * hd * sizeof *v), *sc = malloc(LLMB_ATT_Q * ldk * sizeof *sc);
     const size_t nw = llmb_att_paged_work_floats(hd);
     float *work = malloc(nw * sizeof *work), *q = malloc((size_t)LLMB_ATT_Q * hd * sizeof *q);
@@ -463,7 +469,7 @@ static void test_paged(int type, int hd, int nkeys, int bs, int first) {
             }
         }
     }
-    free(kc), free(vc), free(blocks), free(tmp), free(kt), free(v), free(sc), free(work), free(q), free(out);
+    test_cache_free(&c), free(kt), free(v), free(sc), free(work), free(q), free(out);
 }
 
 // RoPE's table from the inverse frequencies computed once equals the angle computed from pow() per
@@ -553,7 +559,7 @@ int main(void) {
             for (size_t b = 0; b < sizeof ghds / sizeof *ghds; b++)
                 for (size_t c = 0; c < sizeof gkeys / sizeof *gkeys; c++) {
                     if (gtypes[a] == LLMB_TYPE_Q8_0 && ghds[b] % LLMB_QK) continue;
-                    test_gather(gtypes[a], ghds[b], gkeys[c], c % 2 ? 16 : 5);
+                    test_gather(gtypes[a], ghds[b], gkeys[c], c % 3 == 0 ? 5 : c % 3 == 1 ? 16 : 64);
                 }
         const int phds[] = {64, 128, 96, 32, 48, 8, 24, 20};   // 24: the 8-lane tail at AVX-512; 20: scalar only
         const int pkeys[] = {1, 15, 16, 17, 63, 64, 65, 301, 1000};
@@ -561,7 +567,7 @@ int main(void) {
             for (size_t b = 0; b < sizeof phds / sizeof *phds; b++)
                 for (size_t c = 0; c < sizeof pkeys / sizeof *pkeys; c++) {
                     if (gtypes[a] == LLMB_TYPE_Q8_0 && phds[b] % LLMB_QK) continue;
-                    test_paged(gtypes[a], phds[b], pkeys[c], c % 2 ? 16 : 5, c % 3 ? 0 : 64);
+                    test_paged(gtypes[a], phds[b], pkeys[c], c % 3 == 0 ? 5 : c % 3 == 1 ? 16 : 64, c % 2 ? 0 : 64);
                 }
     }
     llmb_simd_set(llmb_simd_detected());
