@@ -1,10 +1,12 @@
 """Two builds of the engine in one process, alternated round by round: the median ratio B/A of their
-pp N or tg N tokens/s, or of one matrix product's GOP/s. On a shared host, runs in separate processes
+pp N or tg N tokens/s, of batched decode's tokens/s (--mode decode: --batch sequences at --depth tokens of
+context, tg N each), or of one matrix product's GOP/s. On a shared host, runs in separate processes
 minutes apart drift by more than most kernel changes; two builds timed side by side in one process see
 the same machine.
 
     git worktree add /tmp/base HEAD~1 && (cd /tmp/base && LLMBENCH_CUDA=0 python setup.py -q build_ext --inplace)
     python benchmarks/ab_builds.py /tmp/base/llmbench/_core.*.so llmbench/_core.*.so --model llama-125m:F16 --threads 1
+    python benchmarks/ab_builds.py A.so B.so --model M.gguf --mode decode --batch 16 --depth 500 --tg 64 --threads 2
     python benchmarks/ab_builds.py A.so B.so --kernel F16 --shapes 768x768 2048x768 --tokens 512
     python benchmarks/ab_builds.py A.so B.so --kernel Q6_K --interleaved --shapes 2048x8192 --tokens 1 --copies 40
 
@@ -89,11 +91,31 @@ def engine_ab(builds, a: argparse.Namespace) -> str:
     from bench_engine import run_once
 
     llms = [make_llm(b, a.model, a.threads) for b in builds]
+    if a.mode == "decode":
+        for llm in llms:
+            decode_rate(llm, a)   # warmup
+        rates = alternate([lambda llm=llm: decode_rate(llm, a) for llm in llms], a.rounds)
+        return summary(f"{a.model} decode of {a.batch} x tg{a.tg} at depth {a.depth}, {a.threads} thread(s)", rates,
+                       "t/s")
     n_prompt, n_gen, n = (a.pp, 1, a.pp) if a.mode == "pp" else (1, a.tg, a.tg)
     for llm in llms:
         run_once(llm, n_prompt, n_gen, 100)   # warmup
     rates = alternate([lambda llm=llm: n / run_once(llm, n_prompt, n_gen, 0) for llm in llms], a.rounds)
     return summary(f"{a.model} {a.mode}{n}, {a.threads} thread(s)", rates, "t/s")
+
+
+def decode_rate(llm: LLM, a: argparse.Namespace) -> float:
+    """Tokens/s of the decode steps alone (the engine's forward time) of a.batch sequences of a.depth
+    prompt tokens generating a.tg tokens each, all at once."""
+    from llmbench.llm import SamplingParams
+
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(10, llm.info["vocab"], a.depth).tolist() for _ in range(a.batch)]
+    before = llm.engine.stats()
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=a.tg, ignore_eos=True))
+    after = llm.engine.stats()
+    return (after["decode_tokens"] - before["decode_tokens"]) / ((after["backend_decode_ns"] -
+                                                                  before["backend_decode_ns"]) / 1e9)
 
 
 def product_rate(build, tid: int, ws, x, threads: int, ops: float, group: int) -> float:
@@ -146,9 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("a", help="build A's extension module (llmbench/_core*.so of the base)")
     ap.add_argument("b", help="build B's extension module (of the change)")
     ap.add_argument("--model", default="llama-125m:F16", help="GGUF path or dummy preset (engine mode)")
-    ap.add_argument("--mode", choices=("pp", "tg"), default="pp")
+    ap.add_argument("--mode", choices=("pp", "tg", "decode"), default="pp")
     ap.add_argument("--pp", type=int, default=512)
     ap.add_argument("--tg", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=16, help="decode mode: sequences decoded together")
+    ap.add_argument("--depth", type=int, default=64, help="decode mode: prompt tokens of each sequence")
     ap.add_argument("--kernel", help="weight type: time one matrix product (llmbench._core.vec_dot) instead")
     ap.add_argument("--shapes", nargs="+", default=["768x768", "2048x768", "768x2048"], help="ROWSxCOLS")
     ap.add_argument("--tokens", type=int, default=512, help="tokens of the kernel mode's product")
@@ -160,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args(argv)
-    for name in ("pp", "tg", "tokens", "threads", "rounds", "copies"):
+    for name in ("pp", "tg", "batch", "depth", "tokens", "threads", "rounds", "copies"):
         if getattr(a, name) < 1:
             ap.error(f"--{name} must be at least 1, got {getattr(a, name)}")
     for shape in a.shapes:

@@ -40,6 +40,15 @@ def test_engines_of_each_build(builds, stories_path, capsys):
     assert "pp32, 1 thread(s)" in out and LINE.search(out), out
 
 
+def test_decode_mode_times_the_decode_steps_of_a_batch(builds, stories_path, capsys):
+    assert ab_builds.main([*builds, "--model", str(stories_path), "--mode", "decode", "--batch", "3", "--depth", "20",
+                           "--tg", "5", "--rounds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "decode of 3 x tg5 at depth 20, 1 thread(s)" in out and LINE.search(out), out
+    with pytest.raises(SystemExit):
+        ab_builds.main([*builds, "--model", str(stories_path), "--mode", "decode", "--batch", "0"])
+
+
 def test_the_imported_build_loads_as_its_own_module(builds):
     # the usual call names this checkout's own extension as B: loading the file `import llmbench` had
     # loaded once handed back A's module object refilled with B's functions, so A ran B's kernels
