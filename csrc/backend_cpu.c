@@ -29,8 +29,8 @@ typedef struct {
 struct llmb_backend {
     const llmb_model *model;      // borrowed from the engine
     llmb_backend_params p;
-    // KV pool: [layer][K|V][block] of block_size x kv_row_bytes (one token's K or V of one layer), each
-    // block its heads one after another: a head's keys transposed, its values as [slot] rows (llmb_kv_head)
+    // KV pool: [layer][K|V][head][block] of block_size x kv_row_bytes / n_head_kv: a head's keys transposed,
+    // its values as [slot] rows (llmb_kv_head; head_block)
     int kv_type;
     const llmb_quant_traits *kv_q; // its row conversions (from_float writes the cache)
     int block_size;
@@ -256,27 +256,26 @@ static llmb_status cpu_kv_alloc(llmb_backend *b, int kv_type, int block_size, in
     return LLMB_OK;
 }
 
-static uint8_t *kv_block(llmb_backend *b, int layer, int which, int32_t block) {
-    size_t per_block = (size_t)b->block_size * b->kv_row_bytes;
-    size_t per_part = (size_t)b->n_blocks * per_block;
-    return b->kv + ((size_t)layer * 2 + (size_t)which) * per_part + (size_t)block * per_block;
+// head h's part of block blk of layer l's keys (which 0) or values (1): its keys transposed or its value
+// rows (llmb_kv_head), block_size x kv_row_bytes / n_head_kv bytes. Each head's blocks lie one after
+// another (the pool is [layer][K|V][head][block]), so a sequence's consecutive blocks are one stream.
+static uint8_t *head_block(llmb_backend *b, int l, int which, int32_t blk, int h) {
+    const size_t per_block = (size_t)b->block_size * (b->kv_row_bytes / (size_t)b->model->cfg.n_head_kv);
+    const size_t per_part = (size_t)b->n_blocks * b->block_size * b->kv_row_bytes;
+    return b->kv + ((size_t)l * 2 + (size_t)which) * per_part + ((size_t)h * b->n_blocks + (size_t)blk) * per_block;
 }
 
 static llmb_status cpu_kv_copy(llmb_backend *b, int32_t dst, int32_t src, int n_tokens) {
     if (dst < 0 || dst >= b->n_blocks || src < 0 || src >= b->n_blocks || n_tokens < 0 || n_tokens > b->block_size)
         return llmb_fail(LLMB_E_ARG, "cpu backend: kv_copy of %d slots from block %d to %d (pool of %lld blocks of %d)",
                          n_tokens, src, dst, (long long)b->n_blocks, b->block_size);
-    // whole blocks: each holds its heads one after another (llmb_kv_head), slots past n_tokens unused
+    const int nkv = b->model->cfg.n_head_kv;   // whole head blocks (keys are transposed), slots past n_tokens unused
     for (int l = 0; l < b->model->cfg.n_layer; l++)
         for (int w = 0; w < 2; w++)
-            memcpy(kv_block(b, l, w, dst), kv_block(b, l, w, src), (size_t)b->block_size * b->kv_row_bytes);
+            for (int h = 0; h < nkv; h++)
+                memcpy(head_block(b, l, w, dst, h), head_block(b, l, w, src, h),
+                       (size_t)b->block_size * (b->kv_row_bytes / (size_t)nkv));
     return LLMB_OK;
-}
-
-// head h's part of block blk of layer l's keys (which 0) or values (1): a block holds each head's keys
-// transposed (llmb_kv_head), or its value rows, one head after another
-static uint8_t *head_block(llmb_backend *b, int l, int which, int32_t blk, int h) {
-    return kv_block(b, l, which, blk) + (size_t)h * b->block_size * (b->kv_row_bytes / (size_t)b->model->cfg.n_head_kv);
 }
 
 // batch token i's key of head h (k: its n_head_kv heads) into its column of layer l's key block
@@ -358,11 +357,9 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     // this head's keys transposed (kt[d * ldk + j]) and values as rows, as floats
     const size_t ldk = llmb_att_ldk(max_pos + 1 - first);
     float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
-    const size_t per_part = (size_t)b->n_blocks * B * b->kv_row_bytes;
-    const uint8_t *k0 = b->kv + (size_t)layer * 2 * per_part;   // this head's key block, then its value rows
-    const llmb_kv_head kvh_rows = {b->kv_type, k0 + (size_t)kvh * B * head_bytes, k0 + per_part + (size_t)kvh * B * head_bytes,
-                                   bt->block_tables + (size_t)r * bt->max_blocks, B, (size_t)B * b->kv_row_bytes,
-                                   head_bytes, first};
+    const llmb_kv_head kvh_rows = {b->kv_type, head_block(b, layer, 0, 0, kvh), head_block(b, layer, 1, 0, kvh),
+                                   bt->block_tables + (size_t)r * bt->max_blocks, B, (size_t)B * head_bytes, head_bytes,
+                                   first};
     // every (token, query head) of the part, LLMB_ATT_Q (paged) or LLMB_ATT_BLOCK at a time
     const int nq_all = (t1 - t0) * group, per = paged ? LLMB_ATT_Q : LLMB_ATT_BLOCK;
     if (!paged) llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);

@@ -180,8 +180,10 @@ static void block_unref(llmb_engine *e, int32_t b) {
     if (--e->block_ref[b] == 0) e->free_list[e->n_free++] = b;
 }
 
+// last block first, so that the free list hands them out again in the sequence's order (the CPU
+// backend keeps each head's blocks side by side: consecutive blocks are one stream to read)
 static void seq_free_blocks(llmb_engine *e, seq_t *s) {
-    for (int i = 0; i < s->n_blocks; i++) block_unref(e, s->blocks[i]);
+    for (int i = s->n_blocks - 1; i >= 0; i--) block_unref(e, s->blocks[i]);
     s->n_blocks = 0;
 }
 
