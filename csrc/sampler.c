@@ -111,11 +111,77 @@ LLMB_A256 static void lse_lanes_avx2(const float *x, int n, float mx, double lan
 }
 #endif
 
+// The row's maximum and its first index, as this loop finds them: x[i] > max (a NaN is never greater,
+// and a NaN x[0] stays the maximum). The SIMD versions keep a maximum and its index per lane (the same
+// strict compare), then take the lanes' largest, the lowest index among equal ones, then the tail in
+// order: the same index and value. The scalar loop was ~30 µs on SmolLM2's 49,152 logits, 3% of a batch-16
+// decode step.
+static float row_max_scalar(const float *x, int i, int n, float mx, int *am) {
+    for (; i < n; i++)
+        if (x[i] > mx) mx = x[i], *am = i;
+    return mx;
+}
+
+// the lanes' maximum (lowest index among equal ones), then the tail from i; none taken (every entry -inf
+// or NaN, x[0] not NaN): x[0] and 0, as the scalar loop leaves them
+static float row_max_lanes(const float *x, int i, int n, const float *lv, const int *li, int nl, int *am) {
+    float mx = -INFINITY;
+    int a = -1;
+    for (int l = 0; l < nl; l++)
+        if (li[l] >= 0 && (a < 0 || lv[l] > mx || (lv[l] == mx && li[l] < a))) mx = lv[l], a = li[l];
+    if (a < 0) mx = x[0], a = 0;
+    *am = a;
+    return row_max_scalar(x, i, n, mx, am);
+}
+
+#if LLMB_VEXP_AVX512
+LLMB_A512 static float row_max_avx512(const float *x, int n, int *am) {
+    __m512 best = _mm512_set1_ps(-INFINITY);
+    __m512i bi = _mm512_set1_epi32(-1), idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    int i = 0;
+    for (; i + 16 <= n; i += 16, idx = _mm512_add_epi32(idx, _mm512_set1_epi32(16))) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+        best = _mm512_mask_mov_ps(best, gt, v);
+        bi = _mm512_mask_mov_epi32(bi, gt, idx);
+    }
+    float lv[16];
+    int li[16];
+    _mm512_storeu_ps(lv, best);
+    _mm512_storeu_si512(li, bi);
+    return row_max_lanes(x, i, n, lv, li, 16, am);
+}
+#endif
+
+#if LLMB_VEXP_AVX2
+LLMB_A256 static float row_max_avx2(const float *x, int n, int *am) {
+    __m256 best = _mm256_set1_ps(-INFINITY);
+    __m256i bi = _mm256_set1_epi32(-1), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    int i = 0;
+    for (; i + 8 <= n; i += 8, idx = _mm256_add_epi32(idx, _mm256_set1_epi32(8))) {
+        const __m256 v = _mm256_loadu_ps(x + i), gt = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
+        best = _mm256_blendv_ps(best, v, gt);
+        bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(idx), gt));
+    }
+    float lv[8];
+    int li[8];
+    _mm256_storeu_ps(lv, best);
+    _mm256_storeu_si256((__m256i *)li, bi);
+    return row_max_lanes(x, i, n, lv, li, 8, am);
+}
+#endif
+
 double llmb_row_lse(const float *x, int n, int *argmax) {
-    float mx = x[0];
     int am = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > mx) mx = x[i], am = i;
+    float mx;
+    if (x[0] != x[0]) mx = x[0];   // NaN: the scalar loop's maximum whatever follows
+#if LLMB_VEXP_AVX512
+    else if (llmb_simd_active() >= LLMB_SIMD_AVX512) mx = row_max_avx512(x, n, &am);
+#endif
+#if LLMB_VEXP_AVX2
+    else if (llmb_simd_active() >= LLMB_SIMD_AVX2) mx = row_max_avx2(x, n, &am);
+#endif
+    else mx = row_max_scalar(x, 1, n, x[0], &am);
     double lanes[16] = {0};
 #if LLMB_VEXP_AVX512
     if (llmb_simd_active() >= LLMB_SIMD_AVX512) lse_lanes_avx512(x, n, mx, lanes);

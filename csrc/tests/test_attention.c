@@ -531,7 +531,51 @@ static void test_row_lse(double lse_ref[LSE_CASES], int argmax_ref[LSE_CASES], i
     }
 }
 
+// llmb_row_lse's maximum and first argmax at the current SIMD level against the scalar level on rows
+// that random ones never give: NaN first or scattered, all -inf, +inf twice, signed zeros, and equal
+// maxima where the lower index sits in a higher lane. The same argmax everywhere, and the same lse bits where
+// no difference of entries is NaN (rows 4-7): vexp.h's clamp turns a NaN into a number at the SIMD levels.
+#define EDGE_ROWS 8
+#define EDGE_SIZES 4
+static void test_row_max_edges(double ref[EDGE_ROWS][EDGE_SIZES], int am_ref[EDGE_ROWS][EDGE_SIZES], int record) {
+    static const int sizes[EDGE_SIZES] = {5, 40, 64, 1037};
+    for (int r = 0; r < EDGE_ROWS; r++)
+        for (int z = 0; z < EDGE_SIZES; z++) {
+            const int n = sizes[z];
+            float *x = malloc((size_t)n * sizeof *x);
+            rng_state = 0x51ull + (uint64_t)(r * EDGE_SIZES + z);
+            for (int i = 0; i < n; i++) x[i] = rng_normal();
+            switch (r) {
+            case 0: x[0] = NAN; break;
+            case 1: for (int i = 1; i < n; i += 7) x[i] = NAN; break;
+            case 2: for (int i = 0; i < n; i++) x[i] = -INFINITY; break;
+            case 3: for (int i = 0; i < n; i++) x[i] = i % 3 ? -INFINITY : NAN; x[0] = -INFINITY; break;
+            case 4: x[n - 1] = INFINITY, x[n / 2] = INFINITY; break;
+            case 5: for (int i = 0; i < n; i++) x[i] = -fabsf(x[i]); x[n / 3] = -0.0f, x[n - 1] = 0.0f; break;
+            case 6: x[n > 17 ? 14 : 1] = 9.0f, x[n > 17 ? 17 : n - 1] = 9.0f; break;   // equal maxima, the first in a later lane
+            default: for (int i = 0; i < n; i++) x[i] = 1.0f; break;   // all equal: index 0
+            }
+            int am = -1;
+            const double lse = llmb_row_lse(x, n, &am);
+            if (record) ref[r][z] = lse, am_ref[r][z] = am;
+            else CHECK((r < 4 || !memcmp(&lse, &ref[r][z], sizeof lse)) && am == am_ref[r][z],
+                       "row_lse edge row %d n %d at SIMD level %d: %.17g (argmax %d) vs scalar %.17g (%d)", r, n,
+                       (int)llmb_simd_active(), lse, am, ref[r][z], am_ref[r][z]);
+            free(x);
+        }
+}
+
 int main(void) {
+    double edge_ref[EDGE_ROWS][EDGE_SIZES];
+    int edge_am[EDGE_ROWS][EDGE_SIZES];
+    llmb_simd_set(LLMB_SIMD_SCALAR);
+    test_row_max_edges(edge_ref, edge_am, 1);
+    CHECK(edge_am[0][1] == 0 && edge_am[2][1] == 0 && edge_am[7][3] == 0 && edge_am[4][3] == 1037 / 2 &&
+              edge_am[6][2] == 14 && edge_am[5][1] == 40 / 3,
+          "row_lse edges, scalar: argmax %d %d %d %d %d %d", edge_am[0][1], edge_am[2][1], edge_am[7][3], edge_am[4][3],
+          edge_am[6][2], edge_am[5][1]);
+    for (int lvl = llmb_simd_detected(); lvl > 0; lvl--)
+        if (llmb_simd_set((llmb_simd_level)lvl) == LLMB_OK) test_row_max_edges(edge_ref, edge_am, 0);
     double lse_ref[LSE_CASES];
     int argmax_ref[LSE_CASES];
     llmb_simd_set(LLMB_SIMD_SCALAR);
