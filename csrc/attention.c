@@ -382,7 +382,8 @@ void llmb_kv_store_key(int type, uint8_t *kb, int block_size, int slot, const fl
         } else {
             int8_t *qs = (int8_t *)(kb + q8_key_values(hd, block_size));
             for (int i = 0; i < n; i++) qs[(size_t)(c + i) * B + (size_t)slot] = r.q[i / LLMB_QK].qs[i % LLMB_QK];
-            for (int g = 0; g < n / LLMB_QK; g++) ((llmb_half *)kb)[(size_t)(c / LLMB_QK + g) * B + (size_t)slot] = r.q[g].d;
+            for (int g = 0; g < n / LLMB_QK; g++)
+                ((llmb_half *)kb)[(size_t)(c / LLMB_QK + g) * B + (size_t)slot] = r.q[g].d;
         }
     }
 }
@@ -404,8 +405,9 @@ static void key_to_float(const llmb_kv_head *h, int j, int hd, float *dst, size_
     }
 }
 
-// the lines of key j's block from j's slot on (its rows' 16 slots from there; the whole block where
-// that is most of it), asked for, when j < n_keys
+// the lines of key j's block from j's slot on (its rows' 16 slots from there; where the rows are at
+// most two lines, the whole block, asked for once: by the group of 16 from its first slots), asked
+// for, when j < n_keys
 LLMB_INLINE void prefetch_keys(const llmb_kv_head *h, int j, int n_keys, int hd) {
     if (j >= n_keys) return;
     int s;
@@ -413,7 +415,8 @@ LLMB_INLINE void prefetch_keys(const llmb_kv_head *h, int j, int n_keys, int hd)
     const int B = h->block_size;
     const size_t es = h->type == LLMB_TYPE_F32 ? 4 : h->type == LLMB_TYPE_F16 ? 2 : 1;
     const char *x = h->type == LLMB_TYPE_Q8_0 ? kb + q8_key_values(hd, B) : kb;
-    if (B * es <= 128) {   // rows of at most two lines: the block, every line
+    if (B * es <= 128) {
+        if (s >= 16) return;
         for (size_t o = 0; o < (size_t)hd * B * es; o += 64) __builtin_prefetch(x + o, 0, 3);
     } else {
         for (int d = 0; d < hd; d++) {
@@ -517,16 +520,20 @@ LLMB_A256 static void keys8(const llmb_kv_head *h, int j0, int nj, int hd, float
             else for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + t] = 0.0f;
         return;
     }
-    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nj), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nj), lane));
     for (int d = 0; d < hd; d++) {
         const size_t at = (size_t)d * B + (size_t)s;
         __m256 x;
-        if (h->type == LLMB_TYPE_F16) x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const llmb_half *)kb + at)));
+        if (h->type == LLMB_TYPE_F16)
+            x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const llmb_half *)kb + at)));
         else if (h->type == LLMB_TYPE_F32) x = _mm256_loadu_ps((const float *)kb + at);
         else {   // x.qs[j] * d as the dequantizer
             const int8_t *qs = (const int8_t *)(kb + q8_key_values(hd, h->block_size));
-            const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const llmb_half *)kb + (size_t)(d / LLMB_QK) * B + s)));
-            x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + at)))), sc);
+            const llmb_half *scales = (const llmb_half *)kb + (size_t)(d / LLMB_QK) * B + s;
+            const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)scales));
+            const __m128i q8 = _mm_loadl_epi64((const __m128i *)(qs + at));
+            x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), sc);
         }
         _mm256_storeu_ps(kt + (size_t)d * ldk, _mm256_and_ps(x, keep));
     }

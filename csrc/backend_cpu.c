@@ -305,8 +305,10 @@ static void store_value(llmb_backend *b, const llmb_batch *bt, int l, int i, int
 // registers), as the whole copy, written and read back once per unit and step, went through L2/L3 and
 // was most of a decode step at a thousand tokens of context; both give the same bits, so the choice is
 // speed only. A paged unit stores its tokens' keys itself, just before it reads their block: a key's
-// store touches every line of its head's key block (a column of it), and done here those lines are in
-// L1 when the attention reads them. Other tokens' keys, and every value, are stored with RoPE. Each (token, head) output is computed by the same operations whatever else is in the batch.
+// store touches every line of its head's key block (a column of it), which the attention then reads, so
+// here the store costs about what that read did (stored with RoPE, it added its own misses: docs/
+// engine-measurements.md#kv-layout). Other tokens' keys, and every value, are stored with RoPE. Each
+// (token, head) output is computed by the same operations whatever else is in the batch.
 // A sliding-window layer reads from the first token's window start rounded down to a multiple of 64
 // (then the softmax's 16-lane sums see every key in the lane of its position, as from 0), and each
 // query weighs only its own window.
@@ -363,7 +365,7 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     // every (token, query head) of the part, LLMB_ATT_Q (paged) or LLMB_ATT_BLOCK at a time
     const int nq_all = (t1 - t0) * group, per = paged ? LLMB_ATT_Q : LLMB_ATT_BLOCK;
     if (!paged) llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);
-    else   // its keys, stored here: their block's lines, fetched for the store, are then read from L1
+    else   // its keys, stored here (see above)
         for (int i = t0; i < t1; i++) store_key(b, bt, layer, i, kvh, b->k + (int64_t)i * nkv * hd);
     for (int q0 = 0; q0 < nq_all; q0 += per) {
         const float *qp[LLMB_ATT_BLOCK];

@@ -362,7 +362,7 @@ static test_cache test_cache_new(int type, int hd, int nblk, int bs, int first, 
     const size_t row = llmb_kv_row_bytes(type, hd), row_stride = 2 * row + 8, block_stride = (size_t)bs * row_stride + 24;
     test_cache c = {calloc((size_t)nblk * block_stride, 1), calloc((size_t)nblk * block_stride, 1),
                     malloc((size_t)nblk * sizeof(int32_t)), {0}};
-    for (int b = 0; b < nblk; b++) c.blocks[b] = (b * perm + 3) % nblk;   // a permutation when perm and nblk are coprime
+    for (int b = 0; b < nblk; b++) c.blocks[b] = (b * perm + 3) % nblk;   // a permutation: perm, nblk coprime
     float *tmp = malloc((size_t)hd * sizeof *tmp);
     uint8_t *q = malloc(row);
     for (int b = 0; b < nblk; b++)
@@ -408,7 +408,8 @@ static void test_gather(int type, int hd, int nkeys, int bs) {
     int bad = 0;
     for (int j = 0; j < nkeys; j++) {
         const int b = c.blocks[j / bs], s = j % bs;
-        for (int d = 0; d < hd; d++) bad += memcmp(&kf[((size_t)b * bs + s) * hd + d], &kt[1][(size_t)d * ldk + j], sizeof(float)) != 0;
+        for (int d = 0; d < hd; d++)
+            bad += memcmp(&kf[((size_t)b * bs + s) * hd + d], &kt[1][(size_t)d * ldk + j], sizeof(float)) != 0;
         t->to_float_ref(c.h.v + (size_t)b * c.h.block_stride + (size_t)s * c.h.row_stride, tmp, hd);
         bad += memcmp(tmp, v[1] + (size_t)j * hd, (size_t)hd * sizeof(float)) != 0;
     }
@@ -424,7 +425,8 @@ static void test_gather(int type, int hd, int nkeys, int bs) {
 static void test_paged(int type, int hd, int nkeys, int bs, int first) {
     const size_t ldk = llmb_att_ldk(nkeys);
     const int nblk = (first + nkeys + bs - 1) / bs + 2;
-    test_cache c = test_cache_new(type, hd, nblk, bs, first, 2.0f, 1.0f, 5, NULL);   // 5: a permutation unless nblk % 5 == 0
+    // 5: a permutation unless nblk % 5 == 0
+    test_cache c = test_cache_new(type, hd, nblk, bs, first, 2.0f, 1.0f, 5, NULL);
     const llmb_kv_head h = c.h;
     float *kt = malloc(ldk * hd * sizeof *kt), *v = malloc(ldk * hd * sizeof *v), *sc = malloc(LLMB_ATT_Q * ldk * sizeof *sc);
     const size_t nw = llmb_att_paged_work_floats(hd);
