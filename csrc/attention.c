@@ -7,7 +7,7 @@
 // paged cache (keys through a 64-key chunk, values converted in registers) for decode, where the
 // gathered copy of the whole history cost more than the arithmetic; its bits are the gathered path's.
 // The cache keeps keys transposed within each block (llmb_kv_head), so 16 keys load into 16 lanes
-// straight: the register transposes of 16 x 16 floats they replaced were most of a decode call.
+// straight: the register transposes of 16 x 16 floats they replaced took a third of a decode call from L2.
 // The AVX-512 version, the AVX2+FMA one and the scalar one run the same operations (fmaf for every
 // fmadd, the same exp polynomial, the same 16-lane sums and reduction tree), so they are
 // bit-identical; tested by csrc/tests/test_attention.c (bit for bit at every SIMD level this CPU has,
@@ -428,6 +428,24 @@ LLMB_INLINE void prefetch_keys(const llmb_kv_head *h, int j, int n_keys, int hd)
         for (int c = 0; c < hd / LLMB_QK; c++) __builtin_prefetch(kb + ((size_t)c * B + s) * 2, 0, 3);
 }
 
+// the lines of value rows j0 <= j < min(j1, nmax), asked for. Inlined always: as a function of its
+// own GCC finds it free of side effects and drops every call
+LLMB_INLINE void prefetch_values(const llmb_kv_head *h, int j0, int j1, int nmax, size_t row_bytes) {
+    for (int j = j0; j < j1 && j < nmax; j++) {
+        const char *r = (const char *)v_at(h, j);
+        for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(r + o, 0, 3);
+        __builtin_prefetch(r + row_bytes - 1, 0, 3);   // a row that starts inside a line ends in one more
+    }
+}
+
+// keys j0 .. j0 + nj - 1 one by one into lanes 0 .. nj - 1 of kt's rows, zeros in lanes nj .. lanes - 1:
+// the SIMD gathers' way where their lanes span two blocks (a block size not a multiple of 16)
+static inline void keys_one_by_one(const llmb_kv_head *h, int j0, int nj, int lanes, int hd, float *kt, size_t ldk) {
+    for (int t = 0; t < lanes; t++)
+        if (t < nj) key_to_float(h, j0 + t, hd, kt + t, ldk);
+        else for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + t] = 0.0f;
+}
+
 static void gather_scalar(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
     const llmb_quant_traits *t = llmb_quant_traits_get(h->type);
     for (int j = 0; j < n_keys; j++) {
@@ -454,9 +472,7 @@ LLMB_A512 static void keys16(const llmb_kv_head *h, int j0, int nj, int hd, floa
     const uint8_t *kb = k_block(h, j0, &s);
     const size_t B = (size_t)h->block_size;
     if (s + nj > h->block_size) {
-        for (int t = 0; t < 16; t++)
-            if (t < nj) key_to_float(h, j0 + t, hd, kt + t, ldk);
-            else for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + t] = 0.0f;
+        keys_one_by_one(h, j0, nj, 16, hd, kt, ldk);
         return;
     }
     const __mmask16 m = (__mmask16)((1u << nj) - 1);
@@ -485,9 +501,7 @@ LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, f
     for (int j0 = 0; j0 < n_keys; j0 += 16) {
         const int nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
         prefetch_keys(h, j0 + 16, n_keys, hd);   // from DRAM at large batch
-        if (v)
-            for (int t = j0 + 16; t < j0 + 32 && t < n_keys; t++)
-                for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch((const char *)v_at(h, t) + o, 0, 3);
+        if (v) prefetch_values(h, j0 + 16, j0 + 32, n_keys, row_bytes);
         keys16(h, j0, nj, hd, kt + j0, ldk);
         if (!v) continue;
         for (int t = 0; t < nj; t++) {
@@ -515,13 +529,12 @@ LLMB_A256 static void keys8(const llmb_kv_head *h, int j0, int nj, int hd, float
     const uint8_t *kb = k_block(h, j0, &s);
     const size_t B = (size_t)h->block_size;
     if (s + 8 > h->block_size) {
-        for (int t = 0; t < 8; t++)
-            if (t < nj) key_to_float(h, j0 + t, hd, kt + t, ldk);
-            else for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + t] = 0.0f;
+        keys_one_by_one(h, j0, nj, 8, hd, kt, ldk);
         return;
     }
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nj), lane));
+    const int8_t *qs = (const int8_t *)(kb + q8_key_values(hd, h->block_size));   // Q8_0's values
     for (int d = 0; d < hd; d++) {
         const size_t at = (size_t)d * B + (size_t)s;
         __m256 x;
@@ -529,7 +542,6 @@ LLMB_A256 static void keys8(const llmb_kv_head *h, int j0, int nj, int hd, float
             x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const llmb_half *)kb + at)));
         else if (h->type == LLMB_TYPE_F32) x = _mm256_loadu_ps((const float *)kb + at);
         else {   // x.qs[j] * d as the dequantizer
-            const int8_t *qs = (const int8_t *)(kb + q8_key_values(hd, h->block_size));
             const llmb_half *scales = (const llmb_half *)kb + (size_t)(d / LLMB_QK) * B + s;
             const __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)scales));
             const __m128i q8 = _mm_loadl_epi64((const __m128i *)(qs + at));
@@ -623,16 +635,6 @@ static void attend_paged_scalar(int nq, const float *const *q, const int *lo, co
 // behind.
 #define PF_KEYS 16
 #define PV_KEYS 16
-
-// the lines of value rows j0 <= j < min(j1, nmax), asked for. Inlined always: as a function of its
-// own GCC finds it free of side effects and drops every call
-LLMB_INLINE void prefetch_values(const llmb_kv_head *h, int j0, int j1, int nmax, size_t row_bytes) {
-    for (int j = j0; j < j1 && j < nmax; j++) {
-        const char *r = (const char *)v_at(h, j);
-        for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(r + o, 0, 3);
-        __builtin_prefetch(r + row_bytes - 1, 0, 3);   // a row that starts inside a line ends in one more
-    }
-}
 
 // out[i][d] = acc[i * hd + d] * inv[i]: the SIMD versions' last multiply, element by element
 static void scale_out(int nq, const float *acc, const float *inv, int hd, float *const *out) {

@@ -259,8 +259,11 @@ static llmb_status cpu_kv_alloc(llmb_backend *b, int kv_type, int block_size, in
 // head h's part of block blk of layer l's keys (which 0) or values (1): its keys transposed or its value
 // rows (llmb_kv_head), block_size x kv_row_bytes / n_head_kv bytes. Each head's blocks lie one after
 // another (the pool is [layer][K|V][head][block]), so a sequence's consecutive blocks are one stream.
+// bytes of one head's row (of a token's keys or values of one layer)
+static size_t head_row_bytes(const llmb_backend *b) { return b->kv_row_bytes / (size_t)b->model->cfg.n_head_kv; }
+
 static uint8_t *head_block(llmb_backend *b, int l, int which, int32_t blk, int h) {
-    const size_t per_block = (size_t)b->block_size * (b->kv_row_bytes / (size_t)b->model->cfg.n_head_kv);
+    const size_t per_block = (size_t)b->block_size * head_row_bytes(b);
     const size_t per_part = (size_t)b->n_blocks * b->block_size * b->kv_row_bytes;
     return b->kv + ((size_t)l * 2 + (size_t)which) * per_part + ((size_t)h * b->n_blocks + (size_t)blk) * per_block;
 }
@@ -273,8 +276,7 @@ static llmb_status cpu_kv_copy(llmb_backend *b, int32_t dst, int32_t src, int n_
     for (int l = 0; l < b->model->cfg.n_layer; l++)
         for (int w = 0; w < 2; w++)
             for (int h = 0; h < nkv; h++)
-                memcpy(head_block(b, l, w, dst, h), head_block(b, l, w, src, h),
-                       (size_t)b->block_size * (b->kv_row_bytes / (size_t)nkv));
+                memcpy(head_block(b, l, w, dst, h), head_block(b, l, w, src, h), (size_t)b->block_size * head_row_bytes(b));
     return LLMB_OK;
 }
 
@@ -289,7 +291,7 @@ static void store_key(llmb_backend *b, const llmb_batch *bt, int l, int i, int h
 static void store_value(llmb_backend *b, const llmb_batch *bt, int l, int i, int h, const float *v) {
     const int hd = b->model->cfg.head_dim;
     b->kv_q->from_float(v + (size_t)h * hd, head_block(b, l, 1, bt->slots[i] / b->block_size, h) +
-                                                (size_t)(bt->slots[i] % b->block_size) * llmb_kv_row_bytes(b->kv_type, hd),
+                                                (size_t)(bt->slots[i] % b->block_size) * head_row_bytes(b),
                         hd);
 }
 
@@ -345,7 +347,7 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = b->block_size;
     const int64_t q_dim = (int64_t)nh * hd;
     const float scale = c->att_scale;
-    const size_t head_bytes = b->kv_row_bytes / (size_t)nkv;
+    const size_t head_bytes = head_row_bytes(b);
     const int r = (int)(u / nkv), kvh = (int)(u % nkv);
     const int i0 = bt->q_start[r], n_tok = bt->q_len[r], paged = paged_seq(b, bt, r);
     const int most = n_tok / ATT_PART_MIN_TOKENS, own = paged || most < 2 ? 1 : parts < most ? parts : most;
