@@ -428,13 +428,13 @@ LLMB_INLINE void prefetch_keys(const llmb_kv_head *h, int j, int n_keys, int hd)
         for (int c = 0; c < hd / LLMB_QK; c++) __builtin_prefetch(kb + ((size_t)c * B + s) * 2, 0, 3);
 }
 
-// the lines of value rows j0 <= j < min(j1, nmax), asked for. Inlined always: as a function of its
-// own GCC finds it free of side effects and drops every call
-LLMB_INLINE void prefetch_values(const llmb_kv_head *h, int j0, int j1, int nmax, size_t row_bytes) {
+// the lines of bytes o0 .. o1 - 1 of value rows j0 <= j < min(j1, nmax), asked for. Inlined always: as a
+// function of its own GCC finds it free of side effects and drops every call
+LLMB_INLINE void prefetch_values(const llmb_kv_head *h, int j0, int j1, int nmax, size_t o0, size_t o1) {
     for (int j = j0; j < j1 && j < nmax; j++) {
         const char *r = (const char *)v_at(h, j);
-        for (size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(r + o, 0, 3);
-        __builtin_prefetch(r + row_bytes - 1, 0, 3);   // a row that starts inside a line ends in one more
+        for (size_t o = o0; o < o1; o += 64) __builtin_prefetch(r + o, 0, 3);
+        __builtin_prefetch(r + o1 - 1, 0, 3);   // bytes that start inside a line end in one more
     }
 }
 
@@ -501,7 +501,7 @@ LLMB_A512 static void gather_avx512(const llmb_kv_head *h, int n_keys, int hd, f
     for (int j0 = 0; j0 < n_keys; j0 += 16) {
         const int nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
         prefetch_keys(h, j0 + 16, n_keys, hd);   // from DRAM at large batch
-        if (v) prefetch_values(h, j0 + 16, j0 + 32, n_keys, row_bytes);
+        if (v) prefetch_values(h, j0 + 16, j0 + 32, n_keys, 0, row_bytes);
         keys16(h, j0, nj, hd, kt + j0, ldk);
         if (!v) continue;
         for (int t = 0; t < nj; t++) {
@@ -600,13 +600,14 @@ void llmb_att_gather_ref(const llmb_kv_head *h, int n_keys, int hd, float *kt, s
 
 size_t llmb_att_paged_work_floats(int hd) { return (size_t)hd * (LLMB_ATT_CHUNK + LLMB_ATT_Q); }
 
-static void attend_paged_scalar(int nq, const float *const *q, const int *lo, const int *nk, const llmb_kv_head *h,
-                                int hd, float scale, float *sc, size_t ldsc, float *work, float *const *out) {
-    const llmb_quant_traits *t = llmb_quant_traits_get(h->type);
-    int jp, nmax;
-    key_span(nq, lo, nk, &jp, &nmax);
-    float *row = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
-    for (int j = jp; j < nmax; j++) {
+// The path runs in three steps (llmb_attend_paged_scores, _softmax, _values) so that several threads can
+// share one tile: the scores by 64-key chunks, the weighted sums by slices of hd. Each score and each
+// output element is the same chain whoever computes it, so any split gives the bits of one call.
+
+// the scores of keys j0 <= j < j1 (row: hd floats of work)
+static void paged_scores_scalar(int nq, const float *const *q, const int *lo, const int *nk, const llmb_kv_head *h,
+                                int hd, float scale, float *sc, size_t ldsc, float *row, int j0, int j1) {
+    for (int j = j0; j < j1; j++) {
         key_to_float(h, j, hd, row, 1);
         for (int i = 0; i < nq; i++) {
             if (j < lo[i] || j >= nk[i]) continue;
@@ -615,17 +616,28 @@ static void attend_paged_scalar(int nq, const float *const *q, const int *lo, co
             sc[(size_t)i * ldsc + j] = a * scale;
         }
     }
-    for (int i = 0; i < nq; i++) inv[i] = softmax_scalar(sc + (size_t)i * ldsc, lo[i], nk[i], jp, nmax);
-    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+}
+
+// out[i][d] = acc[i * hd + d] * inv[i] for d0 <= d < d1: the SIMD versions' last multiply, element by element
+static void scale_out(int nq, const float *acc, const float *inv, int hd, int d0, int d1, float *const *out) {
+    for (int i = 0; i < nq; i++)
+        for (int d = d0; d < d1; d++) out[i][d] = acc[(size_t)i * hd + d] * inv[i];
+}
+
+// elements d0 <= d < d1 of the weighted sums over keys jp <= j < nmax into acc (nq x hd), then of out
+// (row: hd floats of work)
+static void paged_values_scalar(int nq, const llmb_kv_head *h, int hd, const float *sc, size_t ldsc, int jp, int nmax,
+                                const float *inv, float *acc, float *row, int d0, int d1, float *const *out) {
+    const llmb_quant_traits *t = llmb_quant_traits_get(h->type);
+    for (int i = 0; i < nq; i++) memset(acc + (size_t)i * hd + d0, 0, (size_t)(d1 - d0) * sizeof *acc);
     for (int j = jp; j < nmax; j++) {
         t->to_float_ref(v_at(h, j), row, hd);
         for (int i = 0; i < nq; i++) {
             const float p = sc[(size_t)i * ldsc + j];
-            for (int d = 0; d < hd; d++) acc[(size_t)i * hd + d] = fmaf(p, row[d], acc[(size_t)i * hd + d]);
+            for (int d = d0; d < d1; d++) acc[(size_t)i * hd + d] = fmaf(p, row[d], acc[(size_t)i * hd + d]);
         }
     }
-    for (int i = 0; i < nq; i++)
-        for (int d = 0; d < hd; d++) out[i][d] = acc[(size_t)i * hd + d] * inv[i];
+    scale_out(nq, acc, inv, hd, d0, d1, out);
 }
 
 // The rows of a decode step come from DRAM (the weights streamed in between evict them), and the
@@ -635,12 +647,6 @@ static void attend_paged_scalar(int nq, const float *const *q, const int *lo, co
 // behind.
 #define PF_KEYS 16
 #define PV_KEYS 16
-
-// out[i][d] = acc[i * hd + d] * inv[i]: the SIMD versions' last multiply, element by element
-static void scale_out(int nq, const float *acc, const float *inv, int hd, float *const *out) {
-    for (int i = 0; i < nq; i++)
-        for (int d = 0; d < hd; d++) out[i][d] = acc[(size_t)i * hd + d] * inv[i];
-}
 
 // call(..., TYPE, ND, NQ) with the cache's type as a constant too
 #define BY_TYPE_NQ(call, ...)                                                                                        \
@@ -670,15 +676,11 @@ LLMB_A512 LLMB_INLINE void pv_rows(const float *sc, size_t ldsc, const uint8_t *
         for (int c = 0; c < ND; c++) _mm512_storeu_ps(acc + (size_t)i * hd + d0 + 16 * c, a[i][c]);
 }
 
-LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const int *lo, const int *nk,
-                                          const llmb_kv_head *h, int hd, float scale, float *sc, size_t ldsc,
-                                          float *work, float *const *out) {
-    int jp, nmax;
-    key_span(nq, lo, nk, &jp, &nmax);
-    float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
-    const size_t rb = llmb_kv_row_bytes(h->type, hd);
-    for (int c0 = jp / 64 * 64; c0 < nmax; c0 += LLMB_ATT_CHUNK) {   // attend_avx512's 64-key bodies
-        const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
+// the scores of chunks k0 <= k < k1 (keys jp / 64 * 64 + LLMB_ATT_CHUNK k on), through ktc
+LLMB_A512 static void paged_scores_avx512(int nq, const float *const *q, const llmb_kv_head *h, int hd, float scale,
+                                          float *sc, size_t ldsc, float *ktc, int jp, int nmax, int k0, int k1) {
+    for (int c0 = jp / 64 * 64 + k0 * LLMB_ATT_CHUNK; c0 < nmax && k0 < k1; c0 += LLMB_ATT_CHUNK, k0++) {
+        const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;   // attend_avx512's 64-key bodies
         for (int g = c0; g < c1; g += 16) {   // 16 keys a step
             prefetch_keys(h, g + PF_KEYS, nmax, hd);
             keys16(h, g, c1 - g < 16 ? c1 - g : 16, hd, ktc + (g - c0), LLMB_ATT_CHUNK);
@@ -686,25 +688,35 @@ LLMB_A512 static void attend_paged_avx512(int nq, const float *const *q, const i
         for (int j0 = c0; j0 < c1; j0 += 64)
             BY_NQ(scores_body, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
     }
+}
+
+LLMB_A512 static void paged_softmax_avx512(int nq, const int *lo, const int *nk, int jp, int nmax, float *sc,
+                                           size_t ldsc, float *inv) {
     softmax_avx512(nq, lo, nk, jp, nmax, sc, ldsc, inv);
-    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+}
+
+// paged_values_scalar's elements d0 .. d1 - 1 (multiples of 16)
+LLMB_A512 static void paged_values_avx512(int nq, const llmb_kv_head *h, int hd, const float *sc, size_t ldsc, int jp,
+                                          int nmax, const float *inv, float *acc, int d0, int d1, float *const *out) {
+    const size_t o0 = llmb_kv_row_bytes(h->type, d0), o1 = llmb_kv_row_bytes(h->type, d1);
+    for (int i = 0; i < nq; i++) memset(acc + (size_t)i * hd + d0, 0, (size_t)(d1 - d0) * sizeof *acc);
     const uint8_t *vr[LLMB_ATT_CHUNK];
     for (int c0 = jp; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
         for (int j = c0; j < c1; j++) vr[j - c0] = v_at(h, j);
         for (int s0 = c0; s0 < c1; s0 += PV_KEYS) {   // every slice of hd over PV_KEYS values a step
             const int s1 = c1 - s0 < PV_KEYS ? c1 : s0 + PV_KEYS;
-            prefetch_values(h, s0 + PF_KEYS, s1 + PF_KEYS, nmax, rb);
-            int d0 = 0;
+            prefetch_values(h, s0 + PF_KEYS, s1 + PF_KEYS, nmax, o0, o1);
+            int d = d0;
 #define ND_ 4
-            for (; d0 + 64 <= hd; d0 += 64) BY_TYPE_NQ(pv_rows, sc, ldsc, vr + (s0 - c0), s0, s1, acc, hd, d0);
+            for (; d + 64 <= d1; d += 64) BY_TYPE_NQ(pv_rows, sc, ldsc, vr + (s0 - c0), s0, s1, acc, hd, d);
 #undef ND_
 #define ND_ 1
-            for (; d0 < hd; d0 += 16) BY_TYPE_NQ(pv_rows, sc, ldsc, vr + (s0 - c0), s0, s1, acc, hd, d0);
+            for (; d < d1; d += 16) BY_TYPE_NQ(pv_rows, sc, ldsc, vr + (s0 - c0), s0, s1, acc, hd, d);
 #undef ND_
         }
     }
-    scale_out(nq, acc, inv, hd, out);
+    scale_out(nq, acc, inv, hd, d0, d1, out);
 }
 #endif
 
@@ -757,14 +769,10 @@ LLMB_A256 LLMB_INLINE void scores32_avx2(const float *const *q, const float *kt,
     default: call(__VA_ARGS__, 3); break;                                                                          \
     }
 
-LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int *lo, const int *nk,
-                                        const llmb_kv_head *h, int hd, float scale, float *sc, size_t ldsc,
-                                        float *work, float *const *out) {
-    int jp, nmax;
-    key_span(nq, lo, nk, &jp, &nmax);
-    float *ktc = work, *acc = work + (size_t)hd * LLMB_ATT_CHUNK, inv[LLMB_ATT_Q];
-    const size_t rb = llmb_kv_row_bytes(h->type, hd);
-    for (int c0 = jp / 64 * 64; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
+// paged_scores_avx512 with 8 lanes
+LLMB_A256 static void paged_scores_avx2(int nq, const float *const *q, const llmb_kv_head *h, int hd, float scale,
+                                        float *sc, size_t ldsc, float *ktc, int jp, int nmax, int k0, int k1) {
+    for (int c0 = jp / 64 * 64 + k0 * LLMB_ATT_CHUNK; c0 < nmax && k0 < k1; c0 += LLMB_ATT_CHUNK, k0++) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
         for (int g = c0; g < c1; g += 8) {    // 8 keys a step
             if (g % 16 == 0) prefetch_keys(h, g + PF_KEYS, nmax, hd);
@@ -778,8 +786,18 @@ LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int
                 BY_NQ(scores_body_avx2, q, ktc + (j0 - c0), LLMB_ATT_CHUNK, hd, scale, sc + j0, ldsc);
         }
     }
+}
+
+LLMB_A256 static void paged_softmax_avx2(int nq, const int *lo, const int *nk, int jp, int nmax, float *sc, size_t ldsc,
+                                         float *inv) {
     softmax_avx2(nq, lo, nk, jp, nmax, sc, ldsc, inv);
-    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+}
+
+// paged_values_scalar's elements d0 .. d1 - 1 (multiples of 8)
+LLMB_A256 static void paged_values_avx2(int nq, const llmb_kv_head *h, int hd, const float *sc, size_t ldsc, int jp,
+                                        int nmax, const float *inv, float *acc, int d0, int d1, float *const *out) {
+    const size_t o0 = llmb_kv_row_bytes(h->type, d0), o1 = llmb_kv_row_bytes(h->type, d1);
+    for (int i = 0; i < nq; i++) memset(acc + (size_t)i * hd + d0, 0, (size_t)(d1 - d0) * sizeof *acc);
     const uint8_t *vr[LLMB_ATT_CHUNK];
     for (int c0 = jp; c0 < nmax; c0 += LLMB_ATT_CHUNK) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;
@@ -787,22 +805,22 @@ LLMB_A256 static void attend_paged_avx2(int nq, const float *const *q, const int
         for (int s0 = c0; s0 < c1; s0 += PV_KEYS) {   // every slice of hd over PV_KEYS values a step
             const int s1 = c1 - s0 < PV_KEYS ? c1 : s0 + PV_KEYS;
             const uint8_t *const *vs = vr + (s0 - c0);
-            prefetch_values(h, s0 + PF_KEYS, s1 + PF_KEYS, nmax, rb);
-            int d0 = 0;
+            prefetch_values(h, s0 + PF_KEYS, s1 + PF_KEYS, nmax, o0, o1);
+            int d = d0;
 #define ND_ 4
             if (nq <= 3) {
-                for (; d0 + 32 <= hd; d0 += 32) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d0);
+                for (; d + 32 <= d1; d += 32) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d);
             }
 #undef ND_
 #define ND_ 2
-            for (; d0 + 16 <= hd; d0 += 16) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d0);
+            for (; d + 16 <= d1; d += 16) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d);
 #undef ND_
 #define ND_ 1
-            for (; d0 < hd; d0 += 8) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d0);
+            for (; d < d1; d += 8) BY_TYPE_NQ(pv_rows_avx2, sc, ldsc, vs, s0, s1, acc, hd, d);
 #undef ND_
         }
     }
-    scale_out(nq, acc, inv, hd, out);
+    scale_out(nq, acc, inv, hd, d0, d1, out);
 }
 #endif
 
@@ -858,32 +876,127 @@ void llmb_attend_ref(int nq, const float *const *q, const int *n_keys, const flo
     llmb_attend_window_ref(nq, q, NULL, n_keys, kt, ldk, v, hd, scale, sc, out);
 }
 
-void llmb_attend_paged(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd,
-                       float scale, float *sc, float *work, float *const *out) {
-    LOS(k_lo);
-    int nmax = 0;
-    for (int i = 0; i < nq; i++) nmax = n_keys[i] > nmax ? n_keys[i] : nmax;
-    const size_t ldsc = llmb_att_ldk(nmax);
+// the level of the paged path for this cache and head size: 2 AVX-512, 1 AVX2, 0 scalar (ref: always 0)
+static int paged_level(const llmb_kv_head *h, int hd, int ref) {
     const int blk = h->type == LLMB_TYPE_Q8_0 ? LLMB_QK : 0;   // Q8_0 rows: whole blocks of 32
+    (void)blk;
 #if LLMB_VEXP_AVX512
-    if (llmb_simd_active() >= LLMB_SIMD_AVX512 && hd % (blk ? blk : 16) == 0) {
-        attend_paged_avx512(nq, q, lo_, n_keys, h, hd, scale, sc, ldsc, work, out);
+    if (!ref && llmb_simd_active() >= LLMB_SIMD_AVX512 && hd % (blk ? blk : 16) == 0) return 2;
+#endif
+#if LLMB_VEXP_AVX2
+    if (!ref && llmb_simd_active() >= LLMB_SIMD_AVX2 && hd % (blk ? blk : 8) == 0) return 1;
+#endif
+    return 0;
+}
+
+int llmb_att_paged_chunks(int nq, const int *k_lo, const int *n_keys) {
+    LOS(k_lo);
+    int jp, nmax;
+    key_span(nq, lo_, n_keys, &jp, &nmax);
+    return (nmax - jp / 64 * 64 + LLMB_ATT_CHUNK - 1) / LLMB_ATT_CHUNK;
+}
+
+static void paged_scores(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
+                         int hd, float scale, float *sc, float *ktc, int k0, int k1, int ref) {
+    LOS(k_lo);
+    int jp, nmax;
+    key_span(nq, lo_, n_keys, &jp, &nmax);
+    const size_t ldsc = llmb_att_ldk(nmax);
+    const int lvl = paged_level(h, hd, ref);
+    (void)lvl;
+#if LLMB_VEXP_AVX512
+    if (lvl == 2) {
+        paged_scores_avx512(nq, q, h, hd, scale, sc, ldsc, ktc, jp, nmax, k0, k1);
         return;
     }
 #endif
 #if LLMB_VEXP_AVX2
-    if (llmb_simd_active() >= LLMB_SIMD_AVX2 && hd % (blk ? blk : 8) == 0) {
-        attend_paged_avx2(nq, q, lo_, n_keys, h, hd, scale, sc, ldsc, work, out);
+    if (lvl == 1) {
+        paged_scores_avx2(nq, q, h, hd, scale, sc, ldsc, ktc, jp, nmax, k0, k1);
         return;
     }
 #endif
-    attend_paged_scalar(nq, q, lo_, n_keys, h, hd, scale, sc, ldsc, work, out);
+    const int base = jp / 64 * 64, j0 = base + k0 * LLMB_ATT_CHUNK, j1 = base + k1 * LLMB_ATT_CHUNK;
+    paged_scores_scalar(nq, q, lo_, n_keys, h, hd, scale, sc, ldsc, ktc, j0 > jp ? j0 : jp, j1 < nmax ? j1 : nmax);
+}
+
+// the softmax of queries i0 <= i < i1 (each query's row its own: any split of the queries gives the same bits)
+static void paged_softmax(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, float *sc,
+                          float *inv, int i0, int i1, int ref) {
+    LOS(k_lo);
+    int jp, nmax;
+    key_span(nq, lo_, n_keys, &jp, &nmax);
+    const size_t ldsc = llmb_att_ldk(nmax);
+    const int lvl = paged_level(h, hd, ref);
+    (void)lvl;
+#if LLMB_VEXP_AVX512
+    if (lvl == 2) {
+        paged_softmax_avx512(i1 - i0, lo_ + i0, n_keys + i0, jp, nmax, sc + (size_t)i0 * ldsc, ldsc, inv + i0);
+        return;
+    }
+#endif
+#if LLMB_VEXP_AVX2
+    if (lvl == 1) {
+        paged_softmax_avx2(i1 - i0, lo_ + i0, n_keys + i0, jp, nmax, sc + (size_t)i0 * ldsc, ldsc, inv + i0);
+        return;
+    }
+#endif
+    for (int i = i0; i < i1; i++) inv[i] = softmax_scalar(sc + (size_t)i * ldsc, lo_[i], n_keys[i], jp, nmax);
+}
+
+static void paged_values(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, const float *sc,
+                         const float *inv, float *acc, float *row, int d0, int d1, float *const *out, int ref) {
+    LOS(k_lo);
+    int jp, nmax;
+    key_span(nq, lo_, n_keys, &jp, &nmax);
+    const size_t ldsc = llmb_att_ldk(nmax);
+    const int lvl = paged_level(h, hd, ref);
+    (void)lvl, (void)row;
+#if LLMB_VEXP_AVX512
+    if (lvl == 2) {
+        paged_values_avx512(nq, h, hd, sc, ldsc, jp, nmax, inv, acc, d0, d1, out);
+        return;
+    }
+#endif
+#if LLMB_VEXP_AVX2
+    if (lvl == 1) {
+        paged_values_avx2(nq, h, hd, sc, ldsc, jp, nmax, inv, acc, d0, d1, out);
+        return;
+    }
+#endif
+    paged_values_scalar(nq, h, hd, sc, ldsc, jp, nmax, inv, acc, row, d0, d1, out);
+}
+
+void llmb_attend_paged_scores(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
+                              int hd, float scale, float *sc, float *work, int k0, int k1) {
+    paged_scores(nq, q, k_lo, n_keys, h, hd, scale, sc, work, k0, k1, 0);
+}
+
+void llmb_attend_paged_softmax(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, float *sc,
+                               float *inv, int i0, int i1) {
+    paged_softmax(nq, k_lo, n_keys, h, hd, sc, inv, i0, i1, 0);
+}
+
+void llmb_attend_paged_values(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, const float *sc,
+                              const float *inv, float *acc, float *work, int d0, int d1, float *const *out) {
+    paged_values(nq, k_lo, n_keys, h, hd, sc, inv, acc, work, d0, d1, out, 0);
+}
+
+// the three steps on one thread: work holds the key chunk (or the scalar row), then the sums
+static void attend_paged(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
+                         int hd, float scale, float *sc, float *work, float *const *out, int ref) {
+    float inv[LLMB_ATT_Q];
+    paged_scores(nq, q, k_lo, n_keys, h, hd, scale, sc, work, 0, llmb_att_paged_chunks(nq, k_lo, n_keys), ref);
+    paged_softmax(nq, k_lo, n_keys, h, hd, sc, inv, 0, nq, ref);
+    paged_values(nq, k_lo, n_keys, h, hd, sc, inv, work + (size_t)hd * LLMB_ATT_CHUNK, work, 0, hd, out, ref);
+}
+
+void llmb_attend_paged(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd,
+                       float scale, float *sc, float *work, float *const *out) {
+    attend_paged(nq, q, k_lo, n_keys, h, hd, scale, sc, work, out, 0);
 }
 
 void llmb_attend_paged_ref(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
                            int hd, float scale, float *sc, float *work, float *const *out) {
-    LOS(k_lo);
-    int nmax = 0;
-    for (int i = 0; i < nq; i++) nmax = n_keys[i] > nmax ? n_keys[i] : nmax;
-    attend_paged_scalar(nq, q, lo_, n_keys, h, hd, scale, sc, llmb_att_ldk(nmax), work, out);
+    attend_paged(nq, q, k_lo, n_keys, h, hd, scale, sc, work, out, 1);
 }

@@ -26,6 +26,17 @@ typedef struct {
     llmb_cpu_weight wq, wk, wv, wo, w_gate, w_up, w_down;
 } cpu_layer;
 
+// a decode tile that the threads share (attention_split): its queries, its KV head, its scores and sums
+typedef struct {
+    const float *qp[LLMB_ATT_Q];
+    float *op[LLMB_ATT_Q];
+    int lo[LLMB_ATT_Q], nk[LLMB_ATT_Q], nq, chunks;
+    llmb_kv_head h;
+    float *sc, *acc, inv[LLMB_ATT_Q];
+} split_tile;
+// tiles a split layer may have: 2 a unit (PAGED_MAX_Q queries), fewer than 4 units a thread
+#define SPLIT_TILES(nt) (8 * (nt))
+
 struct llmb_backend {
     const llmb_model *model;      // borrowed from the engine
     llmb_backend_params p;
@@ -50,6 +61,7 @@ struct llmb_backend {
     float *xl;           // [r][dim] final norm of the rows that need logits
     float *logits;       // [r][vocab]
     float *att_scratch;  // [threads][llmb_att_scratch_floats]: a unit's keys, values and scores as floats
+    split_tile *split_tiles;   // [SPLIT_TILES(threads)]: a decode layer's tiles shared by the threads (attention_split)
     double *rope_f;               // (head_dim / 2) RoPE inverse frequencies (llmb_rope_freqs)
     double *rope_f_swa;           // (head_dim / 2) those of the sliding-window layers, or NULL
     llmb_matmul_ctx mm;
@@ -75,6 +87,7 @@ static void cpu_destroy(llmb_backend *b) {
                      b->proj, b->gate, b->up, b->cs, b->cs_swa, b->xl, b->logits, b->att_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(b->rope_f);
+    free(b->split_tiles);
     free(b->rope_f_swa);
     free(b->mm.xq);
     free(b->mm.wtile);
@@ -192,6 +205,7 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
     ACT(logits, (size_t)p->max_rows * c->vocab);
     ACT(att_scratch, (size_t)nt * llmb_att_scratch_floats(p->ctx, c->head_dim));
 #undef ACT
+    b->split_tiles = xcalloc(SPLIT_TILES(nt), sizeof *b->split_tiles, &oom);
     b->mm.row_cap = (llmb_matmul_row_cap(m) + 63) / 64 * 64;
     b->mm.xq = xcalloc((size_t)n * b->mm.row_cap, 1, &oom);
     b->mm.nthreads = nt;
@@ -339,15 +353,46 @@ static size_t att_scratch_floats(const llmb_backend *b) {
 // below, the gather, done again per part, costs more than the balance gains
 #define ATT_PART_MIN_TOKENS 32
 
+// the first key position sequence r reads in a layer: a window's start (rounded down to 64), where it excludes
+// earlier positions, else 0
+static int first_key(const llmb_backend *b, const llmb_batch *bt, int layer, int r) {
+    const int W = b->model->layers[layer].swa ? b->model->cfg.swa_window : 0, p0 = bt->pos[bt->q_start[r]];
+    return W && p0 - W + 1 > 0 ? (p0 - W + 1) / 64 * 64 : 0;
+}
+
+// KV head kvh of sequence r in a layer's cache, keys from position first on
+static llmb_kv_head unit_head(llmb_backend *b, const llmb_batch *bt, int layer, int r, int kvh, int first) {
+    const size_t head_bytes = head_row_bytes(b);
+    const llmb_kv_head h = {b->kv_type, head_block(b, layer, 0, 0, kvh), head_block(b, layer, 1, 0, kvh),
+                            bt->block_tables + (size_t)r * bt->max_blocks, b->block_size,
+                            (size_t)b->block_size * head_bytes, head_bytes, first};
+    return h;
+}
+
+// queries q0 .. of the (token, query head) pairs of tokens t0 .. of KV head kvh (token-major; at most per of them,
+// up to nq_all): their q and output rows, key counts and first keys (windows) from position first; returns how many
+static int unit_queries(const llmb_backend *b, const llmb_batch *bt, int layer, int kvh, int t0, int first, int q0,
+                        int nq_all, int per, const float **qp, float **op, int *lo, int *nk) {
+    const llmb_model_config *c = &b->model->cfg;
+    const int hd = c->head_dim, group = c->n_head / c->n_head_kv, W = b->model->layers[layer].swa ? c->swa_window : 0;
+    const int64_t q_dim = (int64_t)c->n_head * hd;
+    int nq = 0;
+    for (; nq < per && q0 + nq < nq_all; nq++) {
+        const int i = t0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
+        qp[nq] = b->q + i * q_dim + (int64_t)h * hd;
+        op[nq] = b->att + i * q_dim + (int64_t)h * hd;
+        nk[nq] = bt->pos[i] + 1 - first;
+        lo[nq] = W && bt->pos[i] - W + 1 > first ? bt->pos[i] - W + 1 - first : 0;
+    }
+    return nq;
+}
+
 // Part `part` of `parts` of unit u of a layer's attention (sequence u / n_head_kv of the batch, KV head
 // u % n_head_kv: its tokens split evenly, at most one part per ATT_PART_MIN_TOKENS; a part past them
 // has nothing to do) on the scratch of thread tid
 static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_t u, int part, int parts, int tid) {
     const llmb_model_config *c = &b->model->cfg;
-    const int hd = c->head_dim, nh = c->n_head, nkv = c->n_head_kv, group = nh / nkv, B = b->block_size;
-    const int64_t q_dim = (int64_t)nh * hd;
-    const float scale = c->att_scale;
-    const size_t head_bytes = head_row_bytes(b);
+    const int hd = c->head_dim, nkv = c->n_head_kv, group = c->n_head / nkv;
     const int r = (int)(u / nkv), kvh = (int)(u % nkv);
     const int i0 = bt->q_start[r], n_tok = bt->q_len[r], paged = paged_seq(b, bt, r);
     const int most = n_tok / ATT_PART_MIN_TOKENS, own = paged || most < 2 ? 1 : parts < most ? parts : most;
@@ -355,15 +400,11 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     const int t0 = i0 + (int)((int64_t)n_tok * part / own), t1 = i0 + (int)((int64_t)n_tok * (part + 1) / own);
     float *kt = b->att_scratch + (size_t)tid * att_scratch_floats(b);
     const int max_pos = bt->pos[t1 - 1];   // the sequence's positions here ascend from pos0
-    const int W = b->model->layers[layer].swa ? c->swa_window : 0;
-    // keys from position `first` on: a window's start, where it excludes earlier positions
-    const int first = W && bt->pos[i0] - W + 1 > 0 ? (bt->pos[i0] - W + 1) / 64 * 64 : 0;
+    const int first = first_key(b, bt, layer, r);
     // this head's keys transposed (kt[d * ldk + j]) and values as rows, as floats
     const size_t ldk = llmb_att_ldk(max_pos + 1 - first);
     float *vf = kt + ldk * hd, *sc = vf + ldk * hd;
-    const llmb_kv_head kvh_rows = {b->kv_type, head_block(b, layer, 0, 0, kvh), head_block(b, layer, 1, 0, kvh),
-                                   bt->block_tables + (size_t)r * bt->max_blocks, B, (size_t)B * head_bytes, head_bytes,
-                                   first};
+    const llmb_kv_head kvh_rows = unit_head(b, bt, layer, r, kvh, first);
     // every (token, query head) of the part, LLMB_ATT_Q (paged) or LLMB_ATT_BLOCK at a time
     const int nq_all = (t1 - t0) * group, per = paged ? LLMB_ATT_Q : LLMB_ATT_BLOCK;
     if (!paged) llmb_att_gather(&kvh_rows, max_pos + 1 - first, hd, kt, ldk, vf);
@@ -372,19 +413,110 @@ static void attend_unit(llmb_backend *b, const llmb_batch *bt, int layer, int64_
     for (int q0 = 0; q0 < nq_all; q0 += per) {
         const float *qp[LLMB_ATT_BLOCK];
         float *op[LLMB_ATT_BLOCK];
-        int lo[LLMB_ATT_BLOCK], nk[LLMB_ATT_BLOCK], nq = 0;
-        for (; nq < per && q0 + nq < nq_all; nq++) {
-            const int i = t0 + (q0 + nq) / group, h = kvh * group + (q0 + nq) % group;
-            qp[nq] = b->q + i * q_dim + (int64_t)h * hd;
-            op[nq] = b->att + i * q_dim + (int64_t)h * hd;
-            nk[nq] = bt->pos[i] + 1 - first;
-            lo[nq] = W && bt->pos[i] - W + 1 > first ? bt->pos[i] - W + 1 - first : 0;
-        }
+        int lo[LLMB_ATT_BLOCK], nk[LLMB_ATT_BLOCK];
+        const int nq = unit_queries(b, bt, layer, kvh, t0, first, q0, nq_all, per, qp, op, lo, nk);
         if (paged)   // kt's first llmb_att_paged_work_floats(hd) floats as the work (the assert above PAGED_MAX_Q)
-            llmb_attend_paged(nq, qp, lo, nk, &kvh_rows, hd, scale, sc, kt, op);
+            llmb_attend_paged(nq, qp, lo, nk, &kvh_rows, hd, c->att_scale, sc, kt, op);
         else
-            llmb_attend_block(nq, qp, lo, nk, kt, ldk, vf, hd, scale, sc, op);
+            llmb_attend_block(nq, qp, lo, nk, kt, ldk, vf, hd, c->att_scale, sc, op);
     }
+}
+
+// Decode with fewer units than would keep every thread busy dealt whole (one sequence of SmolLM2's 3 KV heads
+// on 2 threads, Gemma 3's single one): every tile of LLMB_ATT_Q queries is shared by all threads instead, its
+// scores dealt by 64-key chunks, its softmax by queries and its weighted sums by slices of 32 output elements
+// (llmb_attend_paged_scores, _softmax, _values: the bits of one llmb_attend_paged call), with a wait between
+// the steps. Taken where every sequence of the batch decodes (paged), the units do not divide among the threads
+// and are fewer than 4 a thread, and they average SPLIT_MIN_KEYS keys or more: the waits cost a few
+// microseconds a layer.
+#define SPLIT_MIN_KEYS 256
+#define SPLIT_SLICE 32
+
+// floats of a split tile's scores and sums, 64-byte aligned, after the paged work in each thread's scratch
+static size_t split_slot_floats(const llmb_backend *b) {
+    return ((size_t)LLMB_ATT_Q * (llmb_att_ldk(b->p.ctx) + b->model->cfg.head_dim) + 31) / 16 * 16;
+}
+
+// the range of n items of thread t of nt: an even share, contiguous
+static void deal(int64_t n, int t, int nt, int64_t *lo, int64_t *hi) {
+    *lo = n * t / nt, *hi = n * (t + 1) / nt;
+}
+
+static int attention_split(llmb_backend *b, const llmb_batch *bt, int layer) {
+    const llmb_model_config *c = &b->model->cfg;
+    const int nt = b->mm.nthreads, hd = c->head_dim, nkv = c->n_head_kv, group = c->n_head / nkv;
+    const int64_t units = (int64_t)bt->n_seq * nkv;
+    if (nt < 2 || units % nt == 0 || units >= 4 * nt) return 0;
+    int64_t keys = 0;
+    for (int r = 0; r < bt->n_seq; r++) {
+        if (!paged_seq(b, bt, r)) return 0;
+        keys += bt->pos[bt->q_start[r] + bt->q_len[r] - 1] + 1 - first_key(b, bt, layer, r);
+    }
+    if (keys < (int64_t)SPLIT_MIN_KEYS * bt->n_seq) return 0;
+    const size_t slot = split_slot_floats(b), work = llmb_att_paged_work_floats(hd);
+    const int64_t per_thread = (int64_t)((att_scratch_floats(b) - work - 16) / slot);
+    split_tile *tl = b->split_tiles;
+    int nt_tiles = 0;
+    for (int64_t u = 0; u < units; u++) {
+        const int r = (int)(u / nkv), kvh = (int)(u % nkv), first = first_key(b, bt, layer, r);
+        const int nq_all = bt->q_len[r] * group;
+        for (int q0 = 0; q0 < nq_all; q0 += LLMB_ATT_Q, nt_tiles++) {
+            if (nt_tiles >= SPLIT_TILES(nt) || nt_tiles / nt >= per_thread) return 0;
+            split_tile *t = tl + nt_tiles;
+            t->nq = unit_queries(b, bt, layer, kvh, bt->q_start[r], first, q0, nq_all, LLMB_ATT_Q, t->qp, t->op, t->lo,
+                                 t->nk);
+            t->h = unit_head(b, bt, layer, r, kvh, first);
+            t->chunks = llmb_att_paged_chunks(t->nq, t->lo, t->nk);
+            // the tile's slot: in thread (tile % nt)'s scratch, past its work, sums aligned to a line
+            const uintptr_t base = (uintptr_t)(b->att_scratch + (size_t)(nt_tiles % nt) * att_scratch_floats(b) + work +
+                                               (size_t)(nt_tiles / nt) * slot);
+            t->acc = (float *)((base + 63) / 64 * 64);
+            t->sc = t->acc + (size_t)LLMB_ATT_Q * hd;
+        }
+    }
+    int64_t chunks = 0;
+    for (int k = 0; k < nt_tiles; k++) chunks += tl[k].chunks;
+    const int slices = hd % SPLIT_SLICE ? 1 : hd / SPLIT_SLICE;
+#pragma omp parallel num_threads(nt)
+    {
+        const int tid = llmb_thread_id(), n = llmb_thread_count();
+        float *work_t = b->att_scratch + (size_t)tid * att_scratch_floats(b);
+        int64_t lo, hi;
+        // this step's keys first, each unit's by one thread (attend_unit's store)
+        deal(units, tid, n, &lo, &hi);
+        for (int64_t u = lo; u < hi; u++) {
+            const int r = (int)(u / nkv);
+            for (int i = bt->q_start[r]; i < bt->q_start[r] + bt->q_len[r]; i++)
+                store_key(b, bt, layer, i, (int)(u % nkv), b->k + (int64_t)i * nkv * hd);
+        }
+#pragma omp barrier
+        deal(chunks, tid, n, &lo, &hi);   // the tiles' chunks one after another
+        for (int k = 0, off = 0; k < nt_tiles && off < hi; off += tl[k].chunks, k++) {
+            const split_tile *t = tl + k;
+            const int64_t a = lo > off ? lo - off : 0, z = hi - off < t->chunks ? hi - off : t->chunks;
+            if (a < z)
+                llmb_attend_paged_scores(t->nq, t->qp, t->lo, t->nk, &t->h, hd, c->att_scale, t->sc, work_t, (int)a,
+                                         (int)z);
+        }
+#pragma omp barrier
+        deal((int64_t)nt_tiles * LLMB_ATT_Q, tid, n, &lo, &hi);   // (tile, query) pairs
+        for (int64_t e = lo; e < hi; e++) {
+            split_tile *t = tl + e / LLMB_ATT_Q;
+            const int i = (int)(e % LLMB_ATT_Q);
+            if (i < t->nq) llmb_attend_paged_softmax(t->nq, t->lo, t->nk, &t->h, hd, t->sc, t->inv, i, i + 1);
+        }
+#pragma omp barrier
+        deal((int64_t)nt_tiles * slices, tid, n, &lo, &hi);   // (tile, slice) pairs, a tile's slices in one call
+        for (int64_t e = lo; e < hi;) {
+            const int k = (int)(e / slices), s0 = (int)(e % slices);
+            const int s1 = hi - (e - s0) < slices ? (int)(hi - (e - s0)) : slices;
+            const split_tile *t = tl + k;
+            llmb_attend_paged_values(t->nq, t->lo, t->nk, &t->h, hd, t->sc, t->inv, t->acc, work_t, s0 * SPLIT_SLICE,
+                                     s1 == slices ? hd : s1 * SPLIT_SLICE, t->op);
+            e += s1 - s0;
+        }
+    }
+    return 1;
 }
 
 // A layer's attention: on the engine's threads (units dealt one at a time) once it has 64K query values
@@ -399,6 +531,7 @@ static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
     for (int i = 0; i < bt->n_tok; i++)
         work += (int64_t)(W && bt->pos[i] + 1 > W ? W : bt->pos[i] + 1) * c->n_head * c->head_dim;
     const int nt = b->mm.nthreads;
+    if (nt > 1 && work >= (1 << 16) && attention_split(b, bt, layer)) return;
     if (nt > 1 && work >= (1 << 16)) {
         const int parts = units >= 4 * nt ? 1 : (int)((4 * nt + units - 1) / units);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)

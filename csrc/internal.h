@@ -39,6 +39,15 @@ static inline int llmb_thread_id(void) {
 #endif
 }
 
+// The number of threads of the OpenMP region this thread runs (1 outside one, or without OpenMP).
+static inline int llmb_thread_count(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
 // for (int64_t i = 0; i < n; i++) { body } as an OpenMP `parallel for schedule(static)` on nt threads
 // where cond holds, else here without entering an OpenMP region: libgomp allocates (and frees) a team for
 // every region it starts, a one-thread one (a failed `if` clause) too, and a decode step runs its serial

@@ -138,6 +138,18 @@ size_t llmb_att_paged_work_floats(int hd);
 // queries over a long history (decode), where the gathered copy is written once and read once.
 void llmb_attend_paged(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd,
                        float scale, float *sc, float *work, float *const *out);
+// llmb_attend_paged in three steps, for a tile shared by threads (decode of fewer KV heads than threads, say):
+// the scores of its 64-key chunks k0 <= k < k1 (of llmb_att_paged_chunks; work: a thread's, as above); once all
+// chunks are in, the softmax of queries i0 <= i < i1 in place and their 1 / sums in inv[i]; then output elements
+// d0 <= d < d1 (multiples of 32, or d1 = hd) from the sums in acc (LLMB_ATT_Q x hd floats of the tile, each
+// call its own elements; work as above). Any split gives llmb_attend_paged's bits.
+int llmb_att_paged_chunks(int nq, const int *k_lo, const int *n_keys);
+void llmb_attend_paged_scores(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
+                              int hd, float scale, float *sc, float *work, int k0, int k1);
+void llmb_attend_paged_softmax(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, float *sc,
+                               float *inv, int i0, int i1);
+void llmb_attend_paged_values(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, const float *sc,
+                              const float *inv, float *acc, float *work, int d0, int d1, float *const *out);
 // the scalar version (the definition; one to_float call per row)
 void llmb_attend_paged_ref(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
                            int hd, float scale, float *sc, float *work, float *const *out);

@@ -238,6 +238,15 @@ def test_threads_do_not_change_results(stories_path):
         assert np.array_equal(full, runs[0][0]) and np.array_equal(short, runs[0][1]), threads
         for a, b in zip(gen, runs[0][2]):
             assert a.token_ids == b.token_ids and a.logprobs == b.logprobs and a.top_logprobs == b.top_logprobs, threads
+    # One KV head: decoding one or three sequences over 300 tokens of history, the threads share each attention
+    # unit (its scores by key chunks, its weighted sums by slices of the head); bit for bit against one thread.
+    mqa = llmbench.dummy_model("tiny-mqa", "Q8_0")
+    long = [prompt, prompt[::-1], prompt[:290]]
+    for kv in ("f16", "q8_0"):
+        one, two = (LLM(mqa, threads=t, kv_dtype=kv) for t in (1, 2))
+        for prompts in (long[:1], long):
+            for a, b in zip(two.generate(prompts, params), one.generate(prompts, params)):
+                assert a.token_ids == b.token_ids and a.logprobs == b.logprobs and a.top_logprobs == b.top_logprobs, kv
 
 
 def test_prefix_fork_equals_full_computation(stories):

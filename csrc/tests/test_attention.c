@@ -14,7 +14,8 @@
 //   - llmb_att_gather (paged F32/F16/Q8_0 rows to transposed float keys and value rows) bit for bit
 //     vs its scalar version, and that vs to_float row by row;
 //   - llmb_attend_paged (attention straight over the paged cache, keys in chunks) bit for bit vs the
-//     gathered keys and values through llmb_attend_window, at 1..1000 keys, windows, keys from 0 or 64 (test_paged);
+//     gathered keys and values through llmb_attend_window, at 1..1000 keys, windows, keys from 0 or 64, and its
+//     three steps (scores, softmax, values) in pieces as threads share them bit for bit vs one call (test_paged);
 //   - SwiGLU (same exp) SIMD vs scalar bit for bit at odd lengths, and vs float64 within 1e-6 relative;
 //   - llmb_attend_window (sliding windows): SIMD vs scalar, tile vs alone, keys shifted by 16 or 64 places
 //   - llmb_attend_block: up to LLMB_ATT_BLOCK queries of mixed spans, each the scalar version's bits alone
@@ -431,16 +432,17 @@ static void test_paged(int type, int hd, int nkeys, int bs, int first) {
     float *kt = malloc(ldk * hd * sizeof *kt), *v = malloc(ldk * hd * sizeof *v), *sc = malloc(LLMB_ATT_Q * ldk * sizeof *sc);
     const size_t nw = llmb_att_paged_work_floats(hd);
     float *work = malloc(nw * sizeof *work), *q = malloc((size_t)LLMB_ATT_Q * hd * sizeof *q);
-    float *out = malloc((size_t)3 * LLMB_ATT_Q * hd * sizeof *out);
+    float *out = malloc((size_t)4 * LLMB_ATT_Q * hd * sizeof *out), *acc = malloc((size_t)LLMB_ATT_Q * hd * sizeof *acc);
     for (int i = 0; i < LLMB_ATT_Q * hd; i++) q[i] = 2.0f * rng_normal();
     const float scale = 1.0f / sqrtf((float)hd);
     const float *qp[LLMB_ATT_Q];
-    float *o_ref[LLMB_ATT_Q], *o_paged[LLMB_ATT_Q], *o_pref[LLMB_ATT_Q];
+    float *o_ref[LLMB_ATT_Q], *o_paged[LLMB_ATT_Q], *o_pref[LLMB_ATT_Q], *o_split[LLMB_ATT_Q];
     for (int i = 0; i < LLMB_ATT_Q; i++) {
         qp[i] = q + (size_t)i * hd;
         o_ref[i] = out + (size_t)i * hd;
         o_paged[i] = out + (size_t)(LLMB_ATT_Q + i) * hd;
         o_pref[i] = out + (size_t)(2 * LLMB_ATT_Q + i) * hd;
+        o_split[i] = out + (size_t)(3 * LLMB_ATT_Q + i) * hd;
     }
     for (int win = 0; win < 2; win++) {
         int lo[LLMB_ATT_Q], nk[LLMB_ATT_Q];
@@ -461,7 +463,29 @@ static void test_paged(int type, int hd, int nkeys, int bs, int first) {
             for (size_t k = 0; k < LLMB_ATT_Q * ldk; k++) sc[k] = NAN;
             for (size_t k = 0; k < nw; k++) work[k] = NAN;
             llmb_attend_paged_ref(nq, qq, ql, qn, &h, hd, scale, sc, work, o_pref);
+            // the three steps as threads share them: chunks in pieces of 1..3, last first, each through work
+            // refilled with NaN; queries' softmax two at a time; output elements in pieces of 32 or 64 (all of hd
+            // where it is no multiple of 32)
+            for (size_t k = 0; k < LLMB_ATT_Q * ldk; k++) sc[k] = NAN;
+            for (size_t k = 0; k < (size_t)LLMB_ATT_Q * hd; k++) acc[k] = NAN;
+            for (int k1 = llmb_att_paged_chunks(nq, ql, qn), k0; k1 > 0; k1 = k0) {
+                k0 = k1 - 1 - (k1 * 7 + nq) % 3;
+                k0 = k0 < 0 ? 0 : k0;
+                for (size_t k = 0; k < nw; k++) work[k] = NAN;
+                llmb_attend_paged_scores(nq, qq, ql, qn, &h, hd, scale, sc, work, k0, k1);
+            }
+            float inv[LLMB_ATT_Q];
+            for (int i = 0; i < nq; i += 2) llmb_attend_paged_softmax(nq, ql, qn, &h, hd, sc, inv, i, i + 2 < nq ? i + 2 : nq);
+            for (int d0 = 0, d1; d0 < hd; d0 = d1) {
+                d1 = hd % 32 ? hd : d0 + 32 * (1 + (d0 / 32 + nq) % 2);
+                d1 = d1 > hd ? hd : d1;
+                for (size_t k = 0; k < nw; k++) work[k] = NAN;
+                llmb_attend_paged_values(nq, ql, qn, &h, hd, sc, inv, acc, work, d0, d1, o_split);
+            }
             for (int i = 0; i < nq; i++) {
+                CHECK(!memcmp(o_split[i], o_paged[i], (size_t)hd * sizeof(float)),
+                      "paged in steps type %d hd %d keys %d..%d of %d first %d nq %d level %d: != in one call", type, hd,
+                      ql[i], qn[i], nkeys, first, nq, (int)llmb_simd_active());
                 CHECK(!memcmp(o_paged[i], o_ref[i], (size_t)hd * sizeof(float)),
                       "paged type %d hd %d keys %d..%d of %d first %d nq %d level %d: != gathered", type, hd, ql[i], qn[i],
                       nkeys, first, nq, (int)llmb_simd_active());
@@ -471,7 +495,7 @@ static void test_paged(int type, int hd, int nkeys, int bs, int first) {
             }
         }
     }
-    test_cache_free(&c), free(kt), free(v), free(sc), free(work), free(q), free(out);
+    test_cache_free(&c), free(kt), free(v), free(sc), free(work), free(q), free(out), free(acc);
 }
 
 // RoPE's table from the inverse frequencies computed once equals the angle computed from pow() per

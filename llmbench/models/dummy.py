@@ -134,6 +134,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            rope=_LLAMA31_ROPE, source="llmbench (Llama 3.2 layout, scaled down)"),
     Preset("tiny-qwen2", "qwen2", 256, 2, 4, 2, 768, 1024, 32768, 1000000.0, 1e-6, True, "qwen2", n_special=16,
            qkv_bias=True, source="llmbench (Qwen2 layout, scaled down)"),
+    # "tiny" with one KV head for its four query heads (multi-query attention, as Gemma 3 270M): one sequence's
+    # decode has one attention unit, which the engine's threads share (backend_cpu.c, attention_split).
+    Preset("tiny-mqa", "llama", 256, 2, 4, 1, 768, 1024, 2048, 500000.0, 1e-5, False, "llama3", n_special=16,
+           source="llmbench (Llama 3 layout, scaled down, one KV head)"),
     # A GPT-2-small-sized Llama (124.7M parameters) with Llama 2's vocabulary size.
     Preset("llama-125m", "llama", 768, 12, 12, 4, 2048, 32000, 2048, 10000.0, 1e-5, False, "llama3",
            n_special=16, source="llmbench (GPT-2 small dimensions, Llama layers)"),
