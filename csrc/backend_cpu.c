@@ -522,7 +522,8 @@ static int attention_split(llmb_backend *b, const llmb_batch *bt, int layer) {
 // A layer's attention: on the engine's threads (units dealt one at a time) once it has 64K query values
 // times keys, else here (no OpenMP region: see LLMB_PAR_FOR). Where the batch has fewer than 4 units a
 // thread (one sequence's prompt has n_head_kv: 3 units on 2 threads left one idle a third of the time),
-// each is split into parts by tokens, the last parts (the most keys) dealt first.
+// each is split into parts by tokens, the last parts (the most keys) dealt first; a decode step's units
+// are shared by the threads instead (attention_split).
 static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
     const llmb_model_config *c = &b->model->cfg;
     const int64_t units = (int64_t)bt->n_seq * c->n_head_kv;
@@ -531,8 +532,8 @@ static void attention(llmb_backend *b, const llmb_batch *bt, int layer) {
     for (int i = 0; i < bt->n_tok; i++)
         work += (int64_t)(W && bt->pos[i] + 1 > W ? W : bt->pos[i] + 1) * c->n_head * c->head_dim;
     const int nt = b->mm.nthreads;
-    if (nt > 1 && work >= (1 << 16) && attention_split(b, bt, layer)) return;
     if (nt > 1 && work >= (1 << 16)) {
+        if (attention_split(b, bt, layer)) return;
         const int parts = units >= 4 * nt ? 1 : (int)((4 * nt + units - 1) / units);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
         for (int64_t k = 0; k < units * parts; k++)
