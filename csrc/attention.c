@@ -889,82 +889,84 @@ static int paged_level(const llmb_kv_head *h, int hd, int ref) {
     return 0;
 }
 
+// what each step needs of a tile: its first keys (zeros where k_lo is NULL), the span of its keys, the stride of
+// its score rows and the level of the path
+typedef struct {
+    const int *lo;
+    int jp, nmax, lvl;
+    size_t ldsc;
+} paged_tile;
+
+static paged_tile tile_of(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, int ref) {
+    static const int zeros[LLMB_ATT_Q];
+    paged_tile t = {k_lo ? k_lo : zeros, 0, 0, h ? paged_level(h, hd, ref) : 0, 0};
+    key_span(nq, t.lo, n_keys, &t.jp, &t.nmax);
+    t.ldsc = llmb_att_ldk(t.nmax);
+    return t;
+}
+
 int llmb_att_paged_chunks(int nq, const int *k_lo, const int *n_keys) {
-    LOS(k_lo);
-    int jp, nmax;
-    key_span(nq, lo_, n_keys, &jp, &nmax);
-    return (nmax - jp / 64 * 64 + LLMB_ATT_CHUNK - 1) / LLMB_ATT_CHUNK;
+    const paged_tile t = tile_of(nq, k_lo, n_keys, NULL, 0, 1);
+    return (t.nmax - t.jp / 64 * 64 + LLMB_ATT_CHUNK - 1) / LLMB_ATT_CHUNK;
 }
 
 static void paged_scores(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
                          int hd, float scale, float *sc, float *ktc, int k0, int k1, int ref) {
-    LOS(k_lo);
-    int jp, nmax;
-    key_span(nq, lo_, n_keys, &jp, &nmax);
-    const size_t ldsc = llmb_att_ldk(nmax);
-    const int lvl = paged_level(h, hd, ref);
-    (void)lvl;
+    const paged_tile t = tile_of(nq, k_lo, n_keys, h, hd, ref);
 #if LLMB_VEXP_AVX512
-    if (lvl == 2) {
-        paged_scores_avx512(nq, q, h, hd, scale, sc, ldsc, ktc, jp, nmax, k0, k1);
+    if (t.lvl == 2) {
+        paged_scores_avx512(nq, q, h, hd, scale, sc, t.ldsc, ktc, t.jp, t.nmax, k0, k1);
         return;
     }
 #endif
 #if LLMB_VEXP_AVX2
-    if (lvl == 1) {
-        paged_scores_avx2(nq, q, h, hd, scale, sc, ldsc, ktc, jp, nmax, k0, k1);
+    if (t.lvl == 1) {
+        paged_scores_avx2(nq, q, h, hd, scale, sc, t.ldsc, ktc, t.jp, t.nmax, k0, k1);
         return;
     }
 #endif
-    const int base = jp / 64 * 64, j0 = base + k0 * LLMB_ATT_CHUNK, j1 = base + k1 * LLMB_ATT_CHUNK;
-    paged_scores_scalar(nq, q, lo_, n_keys, h, hd, scale, sc, ldsc, ktc, j0 > jp ? j0 : jp, j1 < nmax ? j1 : nmax);
+    const int base = t.jp / 64 * 64, j0 = base + k0 * LLMB_ATT_CHUNK, j1 = base + k1 * LLMB_ATT_CHUNK;
+    paged_scores_scalar(nq, q, t.lo, n_keys, h, hd, scale, sc, t.ldsc, ktc, j0 > t.jp ? j0 : t.jp,
+                        j1 < t.nmax ? j1 : t.nmax);
 }
 
 // the softmax of queries i0 <= i < i1 (each query's row its own: any split of the queries gives the same bits)
 static void paged_softmax(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, float *sc,
                           float *inv, int i0, int i1, int ref) {
-    LOS(k_lo);
-    int jp, nmax;
-    key_span(nq, lo_, n_keys, &jp, &nmax);
-    const size_t ldsc = llmb_att_ldk(nmax);
-    const int lvl = paged_level(h, hd, ref);
-    (void)lvl;
+    const paged_tile t = tile_of(nq, k_lo, n_keys, h, hd, ref);
+    float *s0 = sc + (size_t)i0 * t.ldsc;
 #if LLMB_VEXP_AVX512
-    if (lvl == 2) {
-        paged_softmax_avx512(i1 - i0, lo_ + i0, n_keys + i0, jp, nmax, sc + (size_t)i0 * ldsc, ldsc, inv + i0);
+    if (t.lvl == 2) {
+        paged_softmax_avx512(i1 - i0, t.lo + i0, n_keys + i0, t.jp, t.nmax, s0, t.ldsc, inv + i0);
         return;
     }
 #endif
 #if LLMB_VEXP_AVX2
-    if (lvl == 1) {
-        paged_softmax_avx2(i1 - i0, lo_ + i0, n_keys + i0, jp, nmax, sc + (size_t)i0 * ldsc, ldsc, inv + i0);
+    if (t.lvl == 1) {
+        paged_softmax_avx2(i1 - i0, t.lo + i0, n_keys + i0, t.jp, t.nmax, s0, t.ldsc, inv + i0);
         return;
     }
 #endif
-    for (int i = i0; i < i1; i++) inv[i] = softmax_scalar(sc + (size_t)i * ldsc, lo_[i], n_keys[i], jp, nmax);
+    for (int i = i0; i < i1; i++)
+        inv[i] = softmax_scalar(s0 + (size_t)(i - i0) * t.ldsc, t.lo[i], n_keys[i], t.jp, t.nmax);
 }
 
 static void paged_values(int nq, const int *k_lo, const int *n_keys, const llmb_kv_head *h, int hd, const float *sc,
                          const float *inv, float *acc, float *row, int d0, int d1, float *const *out, int ref) {
-    LOS(k_lo);
-    int jp, nmax;
-    key_span(nq, lo_, n_keys, &jp, &nmax);
-    const size_t ldsc = llmb_att_ldk(nmax);
-    const int lvl = paged_level(h, hd, ref);
-    (void)lvl, (void)row;
+    const paged_tile t = tile_of(nq, k_lo, n_keys, h, hd, ref);
 #if LLMB_VEXP_AVX512
-    if (lvl == 2) {
-        paged_values_avx512(nq, h, hd, sc, ldsc, jp, nmax, inv, acc, d0, d1, out);
+    if (t.lvl == 2) {
+        paged_values_avx512(nq, h, hd, sc, t.ldsc, t.jp, t.nmax, inv, acc, d0, d1, out);
         return;
     }
 #endif
 #if LLMB_VEXP_AVX2
-    if (lvl == 1) {
-        paged_values_avx2(nq, h, hd, sc, ldsc, jp, nmax, inv, acc, d0, d1, out);
+    if (t.lvl == 1) {
+        paged_values_avx2(nq, h, hd, sc, t.ldsc, t.jp, t.nmax, inv, acc, d0, d1, out);
         return;
     }
 #endif
-    paged_values_scalar(nq, h, hd, sc, ldsc, jp, nmax, inv, acc, row, d0, d1, out);
+    paged_values_scalar(nq, h, hd, sc, t.ldsc, t.jp, t.nmax, inv, acc, row, d0, d1, out);
 }
 
 void llmb_attend_paged_scores(int nq, const float *const *q, const int *k_lo, const int *n_keys, const llmb_kv_head *h,
