@@ -10,6 +10,8 @@
 #define LLMB_VEXP_H
 
 #include <math.h>
+// always inlined on every architecture (attention.c's prefetch helpers rely on it: see prefetch_values)
+#define LLMB_INLINE static inline __attribute__((always_inline))
 
 #define LLMB_VEXP_LO -104.0f
 #define LLMB_VEXP_HI 100.0f
@@ -34,7 +36,6 @@ static inline float llmb_exp_scalar(float x) {
 #include <immintrin.h>
 #define LLMB_VEXP_AVX512 1
 #define LLMB_A512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq")))
-#define LLMB_INLINE static inline __attribute__((always_inline))
 
 LLMB_A512 LLMB_INLINE __m512 llmb_exp16(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(LLMB_VEXP_LO)), _mm512_set1_ps(LLMB_VEXP_HI));
