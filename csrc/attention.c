@@ -405,6 +405,7 @@ static void key_to_float(const llmb_kv_head *h, int j, int hd, float *dst, size_
     }
 }
 
+#if LLMB_VEXP_AVX512 || LLMB_VEXP_AVX2   // the SIMD gathers' and paged kernels' helpers
 // the lines of key j's block from j's slot on (its rows' 16 slots from there; where the rows are at
 // most two lines, the whole block, asked for once: by the group of 16 from its first slots), asked
 // for, when j < n_keys
@@ -445,6 +446,7 @@ static inline void keys_one_by_one(const llmb_kv_head *h, int j0, int nj, int la
         if (t < nj) key_to_float(h, j0 + t, hd, kt + t, ldk);
         else for (int d = 0; d < hd; d++) kt[(size_t)d * ldk + t] = 0.0f;
 }
+#endif
 
 static void gather_scalar(const llmb_kv_head *h, int n_keys, int hd, float *kt, size_t ldk, float *v) {
     const llmb_quant_traits *t = llmb_quant_traits_get(h->type);

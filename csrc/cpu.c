@@ -39,6 +39,7 @@ static void add_feature(const char *f) {
 // 24, 25), the OS saves the tile state (XCR0 bits 17, 18) and Linux granted this process the tile data
 // (arch_prctl ARCH_REQ_XCOMP_PERM, for the whole process). LLMBENCH_AMX=0 turns it off (the
 // AVX-512 VNNI kernels then run: same bits), for comparisons in one session.
+#if defined(__x86_64__) || defined(__i386__)
 static int amx_usable(void) {
 #if defined(__x86_64__) && defined(__linux__) && defined(SYS_arch_prctl)
     unsigned a, b, c, d;
@@ -54,6 +55,7 @@ static int amx_usable(void) {
     return 0;
 #endif
 }
+#endif
 
 static void detect(void) {
     if (detected >= 0) return;
@@ -124,8 +126,9 @@ static const char *cache_fact(int i, const char *name, char *buf, size_t n) {
 // lists (llmbench.info.llc_bytes reads the same). glibc's sysconf reports the whole package's L3 on AMD
 // (256 MiB on an EPYC whose cores share 32 MiB per CCD), so it is only the fallback where sysfs says nothing.
 static long llc_size(void) {
-    long best_level = 0, best = -1;
+    long best = -1;
 #if defined(__linux__)
+    long best_level = 0;
     char level[16], kind[32], size[32];
     for (int i = 0; *cache_fact(i, "level", level, sizeof level); i++) {
         char *unit;

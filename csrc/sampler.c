@@ -122,6 +122,7 @@ static float row_max_scalar(const float *x, int i, int n, float mx, int *am) {
     return mx;
 }
 
+#if LLMB_VEXP_AVX512 || LLMB_VEXP_AVX2
 // the lanes' maximum (lowest index among equal ones), then the tail from i; none taken (every entry -inf
 // or NaN, x[0] not NaN): x[0] and 0, as the scalar loop leaves them
 static float row_max_lanes(const float *x, int i, int n, const float *lv, const int *li, int nl, int *am) {
@@ -133,6 +134,7 @@ static float row_max_lanes(const float *x, int i, int n, const float *lv, const 
     *am = a;
     return row_max_scalar(x, i, n, mx, am);
 }
+#endif
 
 #if LLMB_VEXP_AVX512
 LLMB_A512 static float row_max_avx512(const float *x, int n, int *am) {
@@ -206,6 +208,13 @@ static int cmp_desc(const void *a, const void *b, void *keys) {
     const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
     return ranks_before(i, j, keys) ? -1 : ranks_before(j, i, keys);
 }
+
+#if defined(__APPLE__)   // the BSD qsort_r: the context first, to the comparator and in the arguments
+static int cmp_desc_bsd(void *keys, const void *a, const void *b) { return cmp_desc(a, b, keys); }
+#define SORT_DESC(c, n, w) qsort_r(c, n, sizeof *(c), w, cmp_desc_bsd)
+#else
+#define SORT_DESC(c, n, w) qsort_r(c, n, sizeof *(c), cmp_desc, w)
+#endif
 
 // Move the k candidates that come first in that order to cand[0..k), in some order: a heap of the k
 // best so far whose root is the worst of them (O(n log k); a full sort of a flat row of 32000
@@ -284,7 +293,7 @@ int llmb_sample_row(llmb_sampler *smp, int thread, const llmb_sampling *p, const
         for (int i = 0; i < V; i++)
             if (w[i] - mx > -27.6f) cand[nc++] = i;
         if (p->top_k > 0 && p->top_k < nc) select_top(cand, nc, p->top_k, w), nc = p->top_k;
-        qsort_r(cand, (size_t)nc, sizeof *cand, cmp_desc, w);
+        SORT_DESC(cand, (size_t)nc, w);
         double sum = 0;
         for (int i = 0; i < nc; i++) sum += exp((double)w[cand[i]] - mx);
         int keep = nc;

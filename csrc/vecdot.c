@@ -427,9 +427,9 @@ REF_TILE_EXT(tq1_0) REF_TILE_EXT(tq2_0) REF_TILE_EXT(mxfp4) REF_TILE_EXT(nvfp4) 
 // and of quants_iq.c (the I-quants)
 REF_TILE_EXT(iq2_xxs) REF_TILE_EXT(iq2_xs) REF_TILE_EXT(iq2_s) REF_TILE_EXT(iq3_xxs) REF_TILE_EXT(iq3_s)
 REF_TILE_EXT(iq1_s) REF_TILE_EXT(iq1_m)
-#define REF_EXT(name) {llmb_dot_##name##_ref, tile_##name##_ref, NULL, 0, NULL}
+#define REF_EXT(name) {.dot = llmb_dot_##name##_ref, .tile = tile_##name##_ref}
 
-#define REF(name) {dot_##name##_ref, tile_##name##_ref, NULL, 0, NULL}
+#define REF(name) {.dot = dot_##name##_ref, .tile = tile_##name##_ref}
 static const llmb_vec_dot_kernels ref_table[LLMB_VEC_DOT_TYPES] = {
     [LLMB_TYPE_F32] = REF(f32),   [LLMB_TYPE_F16] = REF(f16),   [LLMB_TYPE_BF16] = REF(bf16),
     [LLMB_TYPE_Q4_0] = REF(q4_0), [LLMB_TYPE_Q4_1] = REF(q4_1), [LLMB_TYPE_Q5_0] = REF(q5_0),
