@@ -233,6 +233,8 @@ static void check_type(size_t ti, int64_t n) {
         check_level(ti, n, w, ws, xq, xs, ref, mag, out);
         if (levels[k] == LLMB_SIMD_SCALAR)
             CHECK(memcmp(out, ref, sizeof out) == 0, "scalar level %s: not the reference", tname(t));
+        if (levels[k] == LLMB_SIMD_NEON && exact_to_ref(t))   // vecdot_neon.c: each type's float steps
+            CHECK(memcmp(out, ref, sizeof out) == 0, "neon %s n=%lld: not the reference's bits", tname(t), (long long)n);
         if (levels[k] == LLMB_SIMD_AVX2 || levels[k] == LLMB_SIMD_AVX512) {
             // the reference's arithmetic (q8_0_body, q8_0_il_vnni512; legacy_body, vecdot_il8.c)
             if (exact_to_ref(t))
