@@ -1,6 +1,6 @@
 // vecdot_neon.c — the dot products and tiles of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
-// Q6_K, IQ4_XS and F16 on AArch64 (NEON, with the dot-product extension where the compiler targets it). Tested by csrc/tests/test_vecdot.c (cross-compiled
-// and run under QEMU by tests/test_aarch64.py).
+// Q6_K, IQ4_XS and F16 on AArch64 (NEON, with the dot-product extension where the compiler targets it). Tested
+// by csrc/tests/test_vecdot.c (cross-compiled and run under QEMU by tests/test_aarch64.py).
 #include "vecdot_impl.h"
 
 // Each block's integer dot is reduced to one int (vaddvq_s32: exact, so the same with or without
@@ -18,6 +18,11 @@ static inline int32x4_t dot16(int32x4_t acc, int8x16_t a, int8x16_t b) {
     acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
     return vpadalq_s16(acc, vmull_high_s8(a, b));
 #endif
+}
+
+// the exact sum of 32 values (w0: the first 16, w1: the rest) times the activations at q8
+static inline int sum32(int8x16_t w0, int8x16_t w1, const int8_t *q8) {
+    return vaddvq_s32(dot16(dot16(vdupq_n_s32(0), w0, vld1q_s8(q8)), w1, vld1q_s8(q8 + 16)));
 }
 
 static inline float half_at_neon(const uint8_t *p) {
@@ -87,7 +92,7 @@ INLINE void legacy_body_neon(const int type, int64_t n, const uint8_t *w, size_t
             for (int c = 0; c < NC; c++) {
                 const uint8_t *xblk = x + c * xs + ib * xb;
                 const int8_t *q8 = (const int8_t *)xblk + xq;
-                const int sumi = vaddvq_s32(dot16(dot16(vdupq_n_s32(0), w0, vld1q_s8(q8)), w1, vld1q_s8(q8 + 16)));
+                const int sumi = sum32(w0, w1, q8);
                 if (q81) {
                     const llmb_block_q8_1 *b = (const llmb_block_q8_1 *)xblk;
                     acc[r][c] += (wd * b->d) * sumi + wm * b->s;
@@ -138,8 +143,7 @@ INLINE void q45_K_body_neon(const int type, int64_t n, const uint8_t *w, size_t 
                 int sumi = 0, summ = 0;
                 for (int k = 0; k < 8; k++) {
                     const int8_t *q8 = xb->qs + 32 * k;
-                    const int32x4_t d = dot16(dot16(vdupq_n_s32(0), q[2 * k], vld1q_s8(q8)), q[2 * k + 1], vld1q_s8(q8 + 16));
-                    sumi += sc[k] * vaddvq_s32(d);
+                    sumi += sc[k] * sum32(q[2 * k], q[2 * k + 1], q8);
                     summ += mn[k] * (xb->bsums[2 * k] + xb->bsums[2 * k + 1]);
                 }
                 acc[r][c] += (wd * xb->d) * sumi;
@@ -148,6 +152,13 @@ INLINE void q45_K_body_neon(const int type, int64_t n, const uint8_t *w, size_t 
         }
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
+}
+
+// the low 2 bits of Q2_K's and Q3_K's sub-block j (16 values): bits 2 (j / 2 % 4) of qs[32 (j / 8) + 16 (j % 2)
+// + l]
+static inline uint8x16_t k_low2(const uint8_t *qs, int j) {
+    return vandq_u8(vshlq_u8(vld1q_u8(qs + 32 * (j / 8) + 16 * (j % 2)), vdupq_n_s8((int8_t)(-2 * (j / 2 % 4)))),
+                    vdupq_n_u8(3));
 }
 
 // Q2_K x Q8_K: per sub-block of 16 the exact integer sum weighted by its 4-bit scale, the mins against
@@ -160,10 +171,8 @@ INLINE void q2_K_body_neon(const int type, int64_t n, const uint8_t *w, size_t w
     for (int64_t i = 0; i < n / LLMB_QK_K; i++)
         for (int r = 0; r < NR; r++) {
             const llmb_block_q2_K *b = (const llmb_block_q2_K *)(w + r * ws) + i;
-            int8x16_t q[16];   // sub-block j: bits 2 (j / 2 % 4) of qs[32 (j / 8) + 16 (j % 2) + l]
-            for (int j = 0; j < 16; j++)
-                q[j] = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(vld1q_u8(b->qs + 32 * (j / 8) + 16 * (j % 2)),
-                                                            vdupq_n_s8((int8_t)(-2 * (j / 2 % 4)))), vdupq_n_u8(3)));
+            int8x16_t q[16];   // sub-block j
+            for (int j = 0; j < 16; j++) q[j] = vreinterpretq_s8_u8(k_low2(b->qs, j));
             const float wd = llmb_fp16_to_fp32(b->d), wdmin = llmb_fp16_to_fp32(b->dmin);
             for (int c = 0; c < NC; c++) {
                 const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
@@ -190,12 +199,11 @@ INLINE void q3_K_body_neon(const int type, int64_t n, const uint8_t *w, size_t w
     for (int64_t i = 0; i < n / LLMB_QK_K; i++)
         for (int r = 0; r < NR; r++) {
             const llmb_block_q3_K *b = (const llmb_block_q3_K *)(w + r * ws) + i;
-            int8x16_t q[16];   // sub-block j: bits 2 (j / 2 % 4) of qs[32 (j / 8) + 16 (j % 2) + l], high bit
-            int scale[16];     // j / 2 of hmask[16 (j % 2) + l]
+            int8x16_t q[16];   // sub-block j: k_low2, less 4 where bit j / 2 of hmask[16 (j % 2) + l] is clear
+            int scale[16];
             for (int j = 0; j < 16; j++) {
-                const uint8x16_t lo = vandq_u8(vshlq_u8(vld1q_u8(b->qs + 32 * (j / 8) + 16 * (j % 2)),
-                                                        vdupq_n_s8((int8_t)(-2 * (j / 2 % 4)))), vdupq_n_u8(3));
                 const uint8x16_t set = vtstq_u8(vld1q_u8(b->hmask + 16 * (j % 2)), vdupq_n_u8((uint8_t)(1u << (j / 2))));
+                const uint8x16_t lo = k_low2(b->qs, j);
                 q[j] = vreinterpretq_s8_u8(vsubq_u8(lo, vbicq_u8(vdupq_n_u8(4), set)));
                 scale[j] = llmb_q3_K_scale(j, b->scales);
             }
@@ -237,8 +245,7 @@ INLINE void iq4_xs_body_neon(const int type, int64_t n, const uint8_t *w, size_t
                 const float d4d8 = wd * xb->d;
                 for (int j = 0; j < 8; j++) {
                     const int8_t *q8 = xb->qs + 32 * j;
-                    const int sumi = vaddvq_s32(dot16(dot16(vdupq_n_s32(0), q[2 * j], vld1q_s8(q8)), q[2 * j + 1], vld1q_s8(q8 + 16)));
-                    acc[r][c] += (d4d8 * scale[j]) * sumi;
+                    acc[r][c] += (d4d8 * scale[j]) * sum32(q[2 * j], q[2 * j + 1], q8);
                 }
             }
         }

@@ -10,7 +10,7 @@
 #define LLMB_VEXP_H
 
 #include <math.h>
-// always inlined on every architecture (attention.c's prefetch helpers rely on it: see prefetch_values)
+// always inlined (attention.c's prefetch helpers rely on it: see prefetch_values), on every architecture
 #define LLMB_INLINE static inline __attribute__((always_inline))
 
 #define LLMB_VEXP_LO -104.0f
