@@ -161,59 +161,47 @@ static inline uint8x16_t k_low2(const uint8_t *qs, int j) {
                     vdupq_n_u8(3));
 }
 
-// Q2_K x Q8_K: per sub-block of 16 the exact integer sum weighted by its 4-bit scale, the mins against
-// the bsums, then the reference's float step (dot_q2_K_ref): its bits
-INLINE void q2_K_body_neon(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
-                           float *y, int64_t ldy, const int NR, const int NC) {
+// Q2_K, Q3_K x Q8_K: the 16 sub-blocks of 16 values unpacked once per row and super-block (Q3_K's less 4 where
+// the high bit is clear), exact integer sums times the sub-blocks' scales, then per super-block Q2_K's float step
+// with the mins against the bsums (dot_q2_K_ref: its bits) or Q3_K's one product (another order than
+// dot_q3_K_ref's 8 float lanes)
+INLINE void q23_K_body_neon(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                            float *y, int64_t ldy, const int NR, const int NC) {
+    const int q3 = type == LLMB_TYPE_Q3_K;
+    const size_t bytes = q3 ? sizeof(llmb_block_q3_K) : sizeof(llmb_block_q2_K);
     float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
     for (int64_t i = 0; i < n / LLMB_QK_K; i++)
         for (int r = 0; r < NR; r++) {
-            const llmb_block_q2_K *b = (const llmb_block_q2_K *)(w + r * ws) + i;
+            const uint8_t *blk = w + r * ws + i * bytes;
+            const llmb_block_q2_K *b2 = (const llmb_block_q2_K *)blk;
+            const llmb_block_q3_K *b3 = (const llmb_block_q3_K *)blk;
             int8x16_t q[16];   // sub-block j
-            for (int j = 0; j < 16; j++) q[j] = vreinterpretq_s8_u8(k_low2(b->qs, j));
-            const float wd = llmb_fp16_to_fp32(b->d), wdmin = llmb_fp16_to_fp32(b->dmin);
-            for (int c = 0; c < NC; c++) {
-                const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
-                int summs = 0, isum = 0;
-                for (int j = 0; j < 16; j++) {
-                    summs += xb->bsums[j] * (b->scales[j] >> 4);
-                    isum += (b->scales[j] & 0xF) * vaddvq_s32(dot16(vdupq_n_s32(0), q[j], vld1q_s8(xb->qs + 16 * j)));
-                }
-                const float dall = xb->d * wd, dmin = xb->d * wdmin;
-                acc[r][c] += dall * isum - dmin * summs;
-            }
-        }
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) y[c * ldy + r] = acc[r][c];
-}
-
-// Q3_K x Q8_K: the values q - 4 (where the high bit is clear) unpacked per sub-block of 16, integer sums
-// times the signed 6-bit scales, one float step per super-block
-INLINE void q3_K_body_neon(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
-                           float *y, int64_t ldy, const int NR, const int NC) {
-    float acc[LLMB_TILE_MAX_R][LLMB_TILE_MAX_C];
-    for (int r = 0; r < NR; r++)
-        for (int c = 0; c < NC; c++) acc[r][c] = 0.0f;
-    for (int64_t i = 0; i < n / LLMB_QK_K; i++)
-        for (int r = 0; r < NR; r++) {
-            const llmb_block_q3_K *b = (const llmb_block_q3_K *)(w + r * ws) + i;
-            int8x16_t q[16];   // sub-block j: k_low2, less 4 where bit j / 2 of hmask[16 (j % 2) + l] is clear
             int scale[16];
             for (int j = 0; j < 16; j++) {
-                const uint8x16_t set = vtstq_u8(vld1q_u8(b->hmask + 16 * (j % 2)), vdupq_n_u8((uint8_t)(1u << (j / 2))));
-                const uint8x16_t lo = k_low2(b->qs, j);
-                q[j] = vreinterpretq_s8_u8(vsubq_u8(lo, vbicq_u8(vdupq_n_u8(4), set)));
-                scale[j] = llmb_q3_K_scale(j, b->scales);
+                uint8x16_t v = k_low2(q3 ? b3->qs : b2->qs, j);
+                if (q3) {   // less 4 where bit j / 2 of hmask[16 (j % 2) + l] is clear
+                    const uint8x16_t set = vtstq_u8(vld1q_u8(b3->hmask + 16 * (j % 2)), vdupq_n_u8((uint8_t)(1u << (j / 2))));
+                    v = vsubq_u8(v, vbicq_u8(vdupq_n_u8(4), set));
+                }
+                q[j] = vreinterpretq_s8_u8(v);
+                scale[j] = q3 ? llmb_q3_K_scale(j, b3->scales) : b2->scales[j] & 0xF;
             }
-            const float wd = llmb_fp16_to_fp32(b->d);
+            const float wd = llmb_fp16_to_fp32(q3 ? b3->d : b2->d), wdmin = q3 ? 0.0f : llmb_fp16_to_fp32(b2->dmin);
             for (int c = 0; c < NC; c++) {
                 const llmb_block_q8_K *xb = (const llmb_block_q8_K *)(x + c * xs) + i;
-                int sumi = 0;
-                for (int j = 0; j < 16; j++)
-                    sumi += scale[j] * vaddvq_s32(dot16(vdupq_n_s32(0), q[j], vld1q_s8(xb->qs + 16 * j)));
-                acc[r][c] += (wd * xb->d) * sumi;
+                int isum = 0, summs = 0;
+                for (int j = 0; j < 16; j++) {
+                    isum += scale[j] * vaddvq_s32(dot16(vdupq_n_s32(0), q[j], vld1q_s8(xb->qs + 16 * j)));
+                    if (!q3) summs += xb->bsums[j] * (b2->scales[j] >> 4);
+                }
+                if (q3) {
+                    acc[r][c] += (wd * xb->d) * isum;
+                } else {
+                    const float dall = xb->d * wd, dmin = xb->d * wdmin;
+                    acc[r][c] += dall * isum - dmin * summs;
+                }
             }
         }
     for (int r = 0; r < NR; r++)
@@ -325,8 +313,8 @@ GEN(q5_0, legacy_body_neon, LLMB_TYPE_Q5_0)
 GEN(q5_1, legacy_body_neon, LLMB_TYPE_Q5_1)
 GEN(q8_0, legacy_body_neon, LLMB_TYPE_Q8_0)
 GEN(iq4_nl, legacy_body_neon, LLMB_TYPE_IQ4_NL)
-GEN(q2_K, q2_K_body_neon, LLMB_TYPE_Q2_K)
-GEN(q3_K, q3_K_body_neon, LLMB_TYPE_Q3_K)
+GEN(q2_K, q23_K_body_neon, LLMB_TYPE_Q2_K)
+GEN(q3_K, q23_K_body_neon, LLMB_TYPE_Q3_K)
 GEN(q4_K, q45_K_body_neon, LLMB_TYPE_Q4_K)
 GEN(q5_K, q45_K_body_neon, LLMB_TYPE_Q5_K)
 GEN(q6_K, q6_K_body_neon, LLMB_TYPE_Q6_K)
