@@ -110,6 +110,9 @@ INLINE void legacy_body_neon(const int type, int64_t n, const uint8_t *w, size_t
 
 // Q4_K, Q5_K x Q8_K: the 256 values unpacked once per row and super-block (Q5_K's fifth bits as the
 // dequantizer adds them), integer sums per sub-block of 32 times the 6-bit scales, mins against the bsums
+_Static_assert(offsetof(llmb_block_q5_K, dmin) == offsetof(llmb_block_q4_K, dmin) &&
+                   offsetof(llmb_block_q5_K, scales) == offsetof(llmb_block_q4_K, scales),
+               "q45_K_body_neon reads Q5_K's d, dmin and scales through Q4_K's block");
 INLINE void q45_K_body_neon(const int type, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                             float *y, int64_t ldy, const int NR, const int NC) {
     const int q5 = type == LLMB_TYPE_Q5_K;
