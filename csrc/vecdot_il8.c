@@ -8,7 +8,8 @@
 // looked up in the 16 values; one token |x| against v sign(x), |x| made once per call, several tokens |v| against
 // x sign(v); the reference's (d_x d_w) s per block, as iq4_nl_body), and IQ4_XS at the AVX2 level (its sub-blocks as
 // IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body); IQ4_NL and IQ4_XS at the
-// VNNI level too (the same steps, vpdpbusd for maddubs + madd).
+// VNNI level too (the same steps, vpdpbusd for maddubs + madd). At the VNNI level prefill (more than IL8_NC tokens)
+// of Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) runs two groups at once on 512 bits (il16_pair).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -27,7 +28,8 @@
 // Prefill decodes up to IL8_DEC blocks of a group into unpacked bytes once and runs the call's tokens
 // over them IL8_NC at a time; up to IL8_NC tokens (decode, small batches) decode each block in registers
 // as they go, and so does Q8_0 at every token count (its 16 decoded vectors a block, loaded back for
-// every token, made the kernel load-bound: docs/engine-measurements.md#il8). Up to IL8_NC tokens run
+// every token, made the kernel load-bound: docs/engine-measurements.md#il8); at the VNNI level two groups' ranges
+// are decoded side by side into 512-bit vectors (docs/engine-measurements.md#il16). Up to IL8_NC tokens run
 // each group's row as one range (one stream a group: ranges of IL8_DEC blocks cut it every 9 KB, and the
 // prefetch 4 KB ahead then fetched the next range's bytes, read only after every other group's; Q4_0
 // 2048 x 8192 one token from DRAM, 1 thread, Zen 3: 16.2-16.6 -> 21.8-23.9 GB/s).
@@ -47,7 +49,8 @@
 #define IL8_NC 4    // tokens a register tile (the fastest of 2 to 4: docs/engine-measurements.md#il8)
 #define IL8_DEC 64  // blocks of a group decoded at a time for prefill (64 x 320 bytes: L1)
 #ifndef LLMB_IL8_TOKS   // (token, block) entries of the Q4_0 / Q5_0 activation sums on the stack (the C tests:
-#define LLMB_IL8_TOKS 4096   // 64, so that tokens and blocks run several chunks)
+#define LLMB_IL8_TOKS 4096   // 256, so that tokens and blocks run several chunks and short rows' chunks run the
+                             // prefill tiles)
 #endif
 // Prefetch distance of a group's blocks (one sequential stream: 8 rows' blocks one after the other), and where
 // the weights stream from DRAM under LLMB_PREFETCH_FAR (the default on Intel) also IL8_FAR_AHEAD into L2, as
@@ -80,7 +83,9 @@ typedef struct {
 INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0; }
 // 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1
 INLINE int il8_x8(const int type) { return type != LLMB_TYPE_Q4_1 && type != LLMB_TYPE_Q5_1; }
-INLINE int il8_offset(const int type) { return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : 0; }
+INLINE int il8_offset(const int type) {
+    return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : type == LLMB_TYPE_IQ4_NL ? 128 : 0;
+}
 
 // pf of the tile that reads a group's blocks first from memory: 2 where its weights stream from DRAM and far
 // prefetch is on, else 1
@@ -175,6 +180,16 @@ INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, in
         for (int k = 0; k < 8; k++) {
             o->w[k] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(v + 32 * k)), _mm256_set1_epi8((char)0x80));
             o->q[k] = _mm256_abs_epi8(o->w[k]);
+        }
+        return;
+    }
+    if (type == LLMB_TYPE_IQ4_NL) {   // (the VNNI level only) u = v + 128: the values of the 16 plus 128
+        const __m256i kv = _mm256_xor_si256(
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl)), _mm256_set1_epi8((char)0x80));
+        for (int k = 0; k < 4; k++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
+            o->q[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
+            o->q[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
         }
         return;
     }
@@ -292,6 +307,107 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
     for (int c = 0; c < NC; c++) _mm256_storeu_ps(y + c * ldy, acc[c]);
 }
 
+#if IL_VNNI
+// ---- prefill of Q4_0, Q4_1, Q5_0, Q5_1 on 512 bits: two groups (16 rows) in the lanes of each vector ----
+// A range of two groups' blocks is decoded once (il8_decode of each, group a in the low 256 bits, b in the high),
+// then every tile of tokens runs over it with vpdpbusd on 512 bits: 64 products an instruction and one broadcast
+// of 4 activation bytes for 16 rows, where the 256-bit tiles do 32. Per lane the same integer sums and the same
+// float steps in the same order as il8_step, so the same bits. The layout in memory is il8's: one token and small
+// batches keep their 256-bit tiles (one stream a group).
+#ifndef IL16_NC
+#define IL16_NC 4    // tokens a register tile
+#endif
+#define IL16_DEC 32  // blocks of a pair of groups decoded at a time (32 x 640 bytes: L1)
+
+typedef struct {
+    __m512i q[8];   // as il8_dec's q, lanes 0..7 group a's rows, 8..15 group b's
+    __m512 d, m;
+} il16_dec;
+
+INLINE IL_T __m512i IL(il16_join)(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+INLINE IL_T __m512 IL(il16_joinf)(__m256 a, __m256 b) {
+    return _mm512_castsi512_ps(IL(il16_join)(_mm256_castps_si256(a), _mm256_castps_si256(b)));
+}
+
+// block i of the groups at ga and gb (nb blocks each)
+INLINE IL_T void IL(il16_decode)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i,
+                                 il16_dec *o) {
+    il8_dec a, b;
+    IL(il8_decode)(type, ga, nb, i, &a);
+    IL(il8_decode)(type, gb, nb, i, &b);
+    for (int k = 0; k < 8; k++) o->q[k] = IL(il16_join)(a.q[k], b.q[k]);
+    o->d = IL(il16_joinf)(a.d, b.d), o->m = IL(il16_joinf)(a.m, b.m);
+}
+
+// 16 rows x NC tokens over the decoded blocks dec[0 .. bn - 1] (blocks i0 ..): il8_step's sums and float steps per
+// lane; xsum[c * xss + i], xd[c * xss + i] as there; the sums start at 0 where first, else from y
+INLINE IL_T void IL(il16_tile)(const int type, const il16_dec *dec, int64_t i0, int64_t bn, const uint8_t *x,
+                               size_t xs, const int32_t *xsum, const float *xd, int64_t xss, float *y, int64_t ldy,
+                               const int first, const int NC) {
+    const int off = il8_offset(type), x8 = il8_x8(type);
+    const size_t xb_bytes = x8 ? sizeof(llmb_block_q8_0) : sizeof(llmb_block_q8_1);
+    __m512 acc[IL16_NC];
+    for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    for (int64_t i = 0; i < bn; i++) {
+        const il16_dec *d = dec + i;
+        const uint8_t *xb[IL16_NC];
+        __m512i h0[IL16_NC], h1[IL16_NC];
+        for (int c = 0; c < NC; c++) {
+            xb[c] = x + c * xs + (i0 + i) * xb_bytes;
+            h0[c] = h1[c] = _mm512_setzero_si512();
+        }
+        for (int k = 0; k < 8; k++)   // q[k] against x values 4 (k / 2) + 16 (k % 2) ..
+            for (int c = 0; c < NC; c++) {
+                int32_t a;
+                memcpy(&a, xb[c] + (x8 ? 2 : 8) + 4 * (k / 2) + 16 * (k % 2), 4);
+                if (k % 2) h1[c] = _mm512_dpbusd_epi32(h1[c], d->q[k], _mm512_set1_epi32(a));
+                else h0[c] = _mm512_dpbusd_epi32(h0[c], d->q[k], _mm512_set1_epi32(a));
+            }
+        for (int c = 0; c < NC; c++) {
+            const __m512i s = _mm512_add_epi32(h0[c], h1[c]);
+            if (off) {
+                const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(xsum[c * xss + i])));
+                const __m512 dx = _mm512_set1_ps(xd[c * xss + i]);
+                const __m512 t = type == LLMB_TYPE_Q4_0 ? _mm512_mul_ps(_mm512_mul_ps(sf, d->d), dx)
+                                                        : _mm512_mul_ps(_mm512_mul_ps(d->d, dx), sf);
+                acc[c] = _mm512_add_ps(acc[c], t);
+            } else {
+                const llmb_block_q8_1 *x1 = (const llmb_block_q8_1 *)xb[c];
+                const __m512 t = _mm512_mul_ps(_mm512_mul_ps(d->d, _mm512_set1_ps(x1->d)), _mm512_cvtepi32_ps(s));
+                acc[c] = _mm512_add_ps(acc[c], _mm512_add_ps(t, _mm512_mul_ps(d->m, _mm512_set1_ps(x1->s))));
+            }
+        }
+    }
+    for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
+// The groups at g and g + 8 ws over blocks i0 .. i0 + bn - 1 for cn tokens (il8_kernel's prefill), IL16_DEC blocks
+// decoded at a time
+INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *g, size_t ws, int64_t nb, int64_t i0, int64_t bn,
+                               const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int cn, float *y,
+                               int64_t ldy) {
+    il16_dec dec[IL16_DEC];
+    for (int64_t j0 = 0; j0 < bn; j0 += IL16_DEC) {
+        const int64_t jn = bn - j0 < IL16_DEC ? bn - j0 : IL16_DEC;
+        for (int64_t j = 0; j < jn; j++) IL(il16_decode)(type, g, g + IL8_G * ws, nb, i0 + j0 + j, &dec[j]);
+        for (int t0 = 0; t0 < cn; t0 += IL16_NC) {
+#define IL16_RUN(NC)                                                                                                \
+    IL(il16_tile)(type, dec, i0 + j0, jn, x + t0 * xs, xs, xsum + t0 * bn + j0, xd + t0 * bn + j0, bn,             \
+                  y + t0 * ldy, ldy, i0 + j0 == 0, NC)
+            switch (cn - t0 < IL16_NC ? cn - t0 : IL16_NC) {   // (NC a constant in each call; below IL16_NC)
+            case 1: IL16_RUN(1); break;
+            case 2: IL16_RUN(2); break;
+            case 3: IL16_RUN(3); break;
+            case 4: IL16_RUN(IL16_NC < 4 ? IL16_NC : 4); break;
+            case 5: IL16_RUN(IL16_NC < 5 ? IL16_NC : 5); break;
+            default: IL16_RUN(IL16_NC); break;
+            }
+#undef IL16_RUN
+        }
+    }
+}
+#endif
+
 // nr rows (groups of 8, ws bytes a row) x nc tokens. Blocks in ranges of IL8_DEC (up to IL8_NC tokens: as many
 // as the table holds, one stream a group), tokens in chunks whose activation sums and d fit the table (Q4_0 /
 // Q5_0); the sums of a range carried in y to the next
@@ -328,6 +444,13 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                 float *yc = y + c0 * ldy + r0;
                 const int first = i0 == 0;
                 const il8_dec *d = NULL;
+#if IL_VNNI
+                if (cn > IL8_NC && !il8_signed(type) && r0 + 2 * IL8_G <= nr) {   // prefill: two groups on 512 bits
+                    IL(il16_pair)(type, g, ws, nb, i0, bn, xc, xs, xsum, xd, cn, yc, ldy);
+                    r0 += IL8_G;
+                    continue;
+                }
+#endif
                 if (cn > IL8_NC && !il8_signed(type)) {   // several token tiles: the range decoded once
                     for (int64_t i = 0; i < bn; i++) IL(il8_decode)(type, g, nb, i0 + i, &dec[i]);
                     d = dec;
@@ -800,6 +923,12 @@ INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t
 IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                 float *y, int64_t ldy, int stream) {
     const uint8_t *w = vw, *x = vx;
+#if IL_VNNI   // prefill: as Q4_0 with u = v + 128 (il8_decode), two groups on 512 bits (il16_pair)
+    if (nc > IL8_NC) {
+        IL(il8_kernel)(LLMB_TYPE_IQ4_NL, n, w, ws, nr, x, xs, nc, y, ldy, stream);
+        return;
+    }
+#endif
     const int pf = il8_pf(stream);
     // ranges of blocks (one token: as many as |x| holds, one stream a group), chunks of tokens whose d_x fit dx
     const int64_t nb = n / LLMB_QK, br = nb < (nc == 1 ? LLMB_IL8_AX : IL8_DEC) ? nb : nc == 1 ? LLMB_IL8_AX : IL8_DEC;
