@@ -163,6 +163,23 @@ INLINE IL_T void IL(il8_halves)(const uint8_t *v, __m256 *lo, __m256 *hi) {
     *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(both, 1));
 }
 
+// the 4 words of IQ4_NL indices at v (an IQ4_NL block's qs, or an IQ4_XS sub-block's) looked up in kv (the 16 values,
+// or (the VNNI level's prefill) the 16 plus 128, in both 128-bit lanes) in o[0..7]: word k's low nibbles in o[2 k],
+// its high nibbles in o[2 k + 1] (Q4_0's order)
+INLINE IL_T void IL(il8n_values)(const uint8_t *v, const __m256i kv, __m256i *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; k++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
+        o[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
+        o[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+    }
+}
+// kv of il8n_values: the 16 values plus `plus` (0, or 128 as unsigned bytes)
+INLINE IL_T __m256i IL(il8n_table)(const int plus) {
+    return _mm256_add_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl)),
+                           _mm256_set1_epi8((char)plus));
+}
+
 // block i of a group (nb blocks) unpacked
 INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8_dec *o) {
     const int words = llmb_il8_words(type), q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
@@ -183,14 +200,8 @@ INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, in
         }
         return;
     }
-    if (type == LLMB_TYPE_IQ4_NL) {   // (the VNNI level only) u = v + 128: the values of the 16 plus 128
-        const __m256i kv = _mm256_xor_si256(
-            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl)), _mm256_set1_epi8((char)0x80));
-        for (int k = 0; k < 4; k++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
-            o->q[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
-            o->q[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-        }
+    if (type == LLMB_TYPE_IQ4_NL) {   // (the VNNI level only) u = v + 128
+        IL(il8n_values)(v, IL(il8n_table)(128), o->q);
         return;
     }
     __m256i qh = _mm256_setzero_si256();
@@ -319,6 +330,17 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
 #endif
 #define IL16_DEC 32  // blocks of a pair of groups decoded at a time (32 x 640 bytes: L1)
 
+// RUN(NC) for a tile of the `left` tokens still to run (at most IL16_NC), NC a constant in every branch
+#define IL16_TILES(left, RUN)                                                                                       \
+    switch ((left) < IL16_NC ? (left) : IL16_NC) {                                                                  \
+    case 1: RUN(1); break;                                                                                          \
+    case 2: RUN(2); break;                                                                                          \
+    case 3: RUN(3); break;                                                                                          \
+    case 4: RUN(IL16_NC < 4 ? IL16_NC : 4); break;                                                                  \
+    case 5: RUN(IL16_NC < 5 ? IL16_NC : 5); break;                                                                  \
+    default: RUN(IL16_NC); break;                                                                                   \
+    }
+
 typedef struct {
     __m512i q[8];   // as il8_dec's q, lanes 0..7 group a's rows, 8..15 group b's
     __m512 d, m;
@@ -394,14 +416,7 @@ INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *g, size_t ws, int6
 #define IL16_RUN(NC)                                                                                                \
     IL(il16_tile)(type, dec, i0 + j0, jn, x + t0 * xs, xs, xsum + t0 * bn + j0, xd + t0 * bn + j0, bn,             \
                   y + t0 * ldy, ldy, i0 + j0 == 0, NC)
-            switch (cn - t0 < IL16_NC ? cn - t0 : IL16_NC) {   // (NC a constant in each call; below IL16_NC)
-            case 1: IL16_RUN(1); break;
-            case 2: IL16_RUN(2); break;
-            case 3: IL16_RUN(3); break;
-            case 4: IL16_RUN(IL16_NC < 4 ? IL16_NC : 4); break;
-            case 5: IL16_RUN(IL16_NC < 5 ? IL16_NC : 5); break;
-            default: IL16_RUN(IL16_NC); break;
-            }
+            IL16_TILES(cn - t0, IL16_RUN)
 #undef IL16_RUN
         }
     }
@@ -841,18 +856,6 @@ IL_T static void IL(q3_K_il8)(int64_t n, const void *w, size_t ws, int nr, const
 #endif
 _Static_assert(LLMB_IL8_AX >= IL8_DEC && LLMB_IL8_AX >= 8, "a chunk holds a token's range");
 
-// the 4 words of IQ4_NL indices at v (an IQ4_NL block's qs, or an IQ4_XS sub-block's) as values in o[0..7] (word
-// k's low nibbles in o[2 k], its high nibbles in o[2 k + 1]: Q4_0's order)
-INLINE IL_T void IL(il8n_values)(const uint8_t *v, __m256i *o) {
-    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int k = 0; k < 4; k++) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * k));
-        o[2 * k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(raw, m4));
-        o[2 * k + 1] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
-    }
-}
-
 // s[c], lane r: the exact sum v x of row r's 32 values (v: Q4_0's order) against token c's (xq[c]): one token with
 // its |x| at ax maddubs(|x|, v sign(x)), else maddubs(|v|, x sign(v)); each pair of products below 2^15 in
 // magnitude (2 x 127 x 127), summed in int32
@@ -907,7 +910,7 @@ INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
         if (pf) il8_prefetch(v, bytes, pf);
         __m256i q[8];
-        IL(il8n_values)(v, q);
+        IL(il8n_values)(v, IL(il8n_table)(0), q);
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * bytes + (size_t)(i0 + i) * 16)));
         const int8_t *xq[IL8_NC];
         __m256i s[IL8_NC];
@@ -999,7 +1002,7 @@ INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const u
         }
         for (int j = 0; j < 8; j++) {
             __m256i q[8];
-            IL(il8n_values)(v + 32 * (2 + 4 * j), q);
+            IL(il8n_values)(v + 32 * (2 + 4 * j), IL(il8n_table)(0), q);
             const int8_t *xq[IL8_NC];
             __m256i s[IL8_NC];
             for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + 32 * j;
@@ -1011,12 +1014,104 @@ INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const u
     for (int c = 0; c < NC; c++) _mm256_storeu_ps(y + c * ldy, acc[c]);
 }
 
+#if IL_VNNI
+// IQ4_XS prefill at the VNNI level: two groups' super-blocks decoded side by side into 512-bit vectors (as il16_pair)
+// with u = v + 128 (il8n_table(128)); each sub-block's sum starts from -128 times the sum of its 32 activations
+// (two of Q8_K's bsums), so it is the exact s_j, then il8x_tile's float steps per lane in its order: the same bits
+#define IL16X_DEC 4   // super-blocks of a pair of groups decoded at a time (4 x 4.6 KB: L1)
+typedef struct {
+    __m512 d, ls[8];   // as il8x_head's, lanes 0..7 group a's rows, 8..15 group b's
+    __m512i q[64];     // sub-block j's values as il8n_values' o[0..7] at q[8 j ..]
+} il16x_dec;
+
+INLINE IL_T void IL(il16x_decode)(const uint8_t *ga, const uint8_t *gb, int64_t i, il16x_dec *o) {
+    const size_t bytes = sizeof(llmb_il8_iq4_xs);
+    const uint8_t *va = ga + (size_t)i * bytes, *vb = gb + (size_t)i * bytes;
+    const __m256i kv = IL(il8n_table)(128);
+    __m256 da, db, la[8], lb[8];
+    IL(il8x_head)(va, &da, la);
+    IL(il8x_head)(vb, &db, lb);
+    o->d = IL(il16_joinf)(da, db);
+    for (int j = 0; j < 8; j++) {
+        __m256i qa[8], qb[8];
+        o->ls[j] = IL(il16_joinf)(la[j], lb[j]);
+        IL(il8n_values)(va + 32 * (2 + 4 * j), kv, qa);
+        IL(il8n_values)(vb + 32 * (2 + 4 * j), kv, qb);
+        for (int k = 0; k < 8; k++) o->q[8 * j + k] = IL(il16_join)(qa[k], qb[k]);
+    }
+}
+
+// 16 rows x NC tokens over the decoded super-blocks dec[0 .. bn - 1] (i0 ..); from y where !first
+INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, const uint8_t *x, size_t xs, float *y,
+                                int64_t ldy, const int first, const int NC) {
+    __m512 acc[IL16_NC];
+    for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    for (int64_t i = 0; i < bn; i++) {
+        const il16x_dec *d = dec + i;
+        const llmb_block_q8_K *xb[IL16_NC];
+        __m512 dd[IL16_NC];
+        for (int c = 0; c < NC; c++) {   // d4d8 = d_w d_x
+            xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
+            dd[c] = _mm512_mul_ps(d->d, _mm512_set1_ps(xb[c]->d));
+        }
+        for (int j = 0; j < 8; j++) {
+            __m512i s[IL16_NC];
+            for (int c = 0; c < NC; c++)
+                s[c] = _mm512_set1_epi32(-128 * (xb[c]->bsums[2 * j] + xb[c]->bsums[2 * j + 1]));
+            for (int k = 0; k < 8; k++)   // q[8 j + k] against x values 32 j + 4 (k / 2) + 16 (k % 2) ..
+                for (int c = 0; c < NC; c++) {
+                    int32_t a;
+                    memcpy(&a, xb[c]->qs + 32 * j + 4 * (k / 2) + 16 * (k % 2), 4);
+                    s[c] = _mm512_dpbusd_epi32(s[c], d->q[8 * j + k], _mm512_set1_epi32(a));
+                }
+            for (int c = 0; c < NC; c++)
+                acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd[c], d->ls[j]), _mm512_cvtepi32_ps(s[c])));
+        }
+    }
+    for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
+// nr rows (groups of 8) x nc tokens: pairs of groups on 512 bits, a last odd group by il8x_tile
+INLINE IL_T void IL(il16x_kernel)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nc,
+                                  float *y, int64_t ldy) {
+    const int64_t nb = n / LLMB_QK_K;
+    il16x_dec dec[IL16X_DEC];
+    for (int r0 = 0; r0 < nr; r0 += 2 * IL8_G) {
+        const uint8_t *g = w + (size_t)r0 * ws;
+        for (int64_t i0 = 0; i0 < nb; i0 += IL16X_DEC) {
+            const int64_t bn = nb - i0 < IL16X_DEC ? nb - i0 : IL16X_DEC;
+            const int pair = r0 + 2 * IL8_G <= nr;
+            if (!pair) {   // the last group alone
+                for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
+#define IL8X_RUN(NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, NULL, y + t0 * ldy + r0, ldy, i0 == 0, 0, NC)
+                    IL8_TILES(nc - t0, IL8X_RUN)
+#undef IL8X_RUN
+                }
+                continue;
+            }
+            for (int64_t i = 0; i < bn; i++) IL(il16x_decode)(g, g + IL8_G * ws, i0 + i, &dec[i]);
+            for (int t0 = 0; t0 < nc; t0 += IL16_NC) {
+#define IL16X_RUN(NC) IL(il16x_tile)(dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
+                IL16_TILES(nc - t0, IL16X_RUN)
+#undef IL16X_RUN
+            }
+        }
+    }
+}
+#endif
+
 // tokens a chunk of IQ4_XS prefill: their activations (n = 768: 28 KB) stay in L1 while all groups run over them
 // (3072 x 768 x 512 tokens, 1 thread, Zen 3: 93 GOP/s all tokens at once, 105 / 104 / 104 chunks of 16 / 32 / 64)
 #define IL8X_TC 32
 IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                 float *y, int64_t ldy, int stream) {
     const uint8_t *w = vw, *x = vx;
+#if IL_VNNI
+    if (nc > IL8_NC) {   // prefill: two groups on 512 bits
+        IL(il16x_kernel)(n, w, ws, nr, x, xs, nc, y, ldy);
+        return;
+    }
+#endif
     const int pf = il8_pf(stream);
     // ranges of super-blocks: one token's |x| in ax; several tiles: few, so that a group's stay in L1 while the
     // tiles run over them; otherwise all (one stream a group)
