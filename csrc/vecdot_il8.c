@@ -325,9 +325,7 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
 // of 4 activation bytes for 16 rows, where the 256-bit tiles do 32. Per lane the same integer sums and the same
 // float steps in the same order as il8_step, so the same bits. The layout in memory is il8's: one token and small
 // batches keep their 256-bit tiles (one stream a group).
-#ifndef IL16_NC
-#define IL16_NC 4    // tokens a register tile
-#endif
+#define IL16_NC 4    // tokens a register tile (the fastest of 3, 4, 6: docs/engine-measurements.md#il16)
 #define IL16_DEC 32  // blocks of a pair of groups decoded at a time (32 x 640 bytes: L1)
 
 // RUN(NC) for a tile of the `left` tokens still to run (at most IL16_NC), NC a constant in every branch
