@@ -111,7 +111,7 @@ INLINE void il8_prefetch(const uint8_t *v, size_t bytes, const int pf) {
 #undef IL
 #undef IL_VNNI
 
-#define IL_T __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define IL_T __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define IL(f) f##_vnni
 #define IL_VNNI 1
 #include "vecdot_il8.c"
@@ -142,6 +142,8 @@ void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
         t[LLMB_TYPE_Q5_K].il = NULL, t[LLMB_TYPE_Q5_K].il_r = 0;
         t[LLMB_TYPE_IQ4_NL].il = iq4_nl_il8_vnni, t[LLMB_TYPE_IQ4_NL].il_r = IL8_G;
         t[LLMB_TYPE_IQ4_XS].il = iq4_xs_il8_vnni, t[LLMB_TYPE_IQ4_XS].il_r = IL8_G;
+        t[LLMB_TYPE_Q2_K].il = q2_K_il16_vnni, t[LLMB_TYPE_Q2_K].il_r = IL8_G;
+        t[LLMB_TYPE_Q3_K].il = q3_K_il16_vnni, t[LLMB_TYPE_Q3_K].il_r = IL8_G;
     }
 }
 #else
@@ -483,7 +485,6 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
     }
 }
 
-#if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_avx512_k.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
 // ---- Q2_K, Q3_K, Q4_K, Q5_K and Q6_K at the AVX2 level: 8 rows a group, super-blocks of 256 values ----
 // Per output and super-block the steps of q2_K_body / q3_K_body / q45_K_body / q6_K_body (vecdot_x86_body.h)
 // on 8 rows at once: the exact integer sums, then Q4_K (and Q5_K) acc = fma(d d_x, S, acc), acc = fma(-(dmin d_x),
@@ -499,6 +500,7 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
 // super-block; Q2_K 21 (its plain block: 4 of scales, 16 of qs, d dmin); Q3_K 27 (24 of the values recoded
 // whole in 3 bits, vecdot.c q3_K_recode, then 3 of scales) and d after the group's last super-block.
 
+#if !IL_VNNI   // (defined once; the VNNI pass uses them for Q2_K and Q3_K prefill, il16k_decode)
 typedef struct {
     __m256i q[64];   // Q4_K, Q5_K q[8 s + k], the others q[4 s + k]; lane r: values 4 k .. 4 k + 3 of row r's
                      // sub-block s
@@ -517,6 +519,7 @@ INLINE size_t il8k_bytes(const int type) {   // bytes of a group's super-block (
 // 1 for the types of 16 sub-blocks of 16 (Q2_K, Q3_K, Q6_K: pairs of sub-blocks against the bsums), 0 for Q4_K
 // and Q5_K (8 sub-blocks of 32)
 INLINE int il8k_16(const int type) { return type != LLMB_TYPE_Q4_K && type != LLMB_TYPE_Q5_K; }
+#endif
 
 // bytes (b, b + 1) or (b, b) of each lane as its two int16 (hi: into the high bytes, for a sign-extending shift)
 INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
@@ -658,6 +661,7 @@ INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int 
     }
 }
 
+#if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_avx512_k.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
 // S[c] += sc_s sum q x over the sub-blocks of a part (q: its vectors, sc: their scales) for NC tokens (xq[c]:
 // token c's values of the part's first sub-block)
 INLINE IL_T void IL(il8k_sums)(const int type, const __m256i *q, const __m256i *sc, const int8_t *const *xq,
@@ -833,6 +837,115 @@ IL_T static void IL(q3_K_il8)(int64_t n, const void *w, size_t ws, int nr, const
     IL(il8k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
 }
 #endif   // !IL_VNNI (the K types)
+
+#if IL_VNNI
+// ---- Q2_K and Q3_K prefill at the VNNI level: two groups side by side on 512 bits ----
+// A range of two groups' super-blocks decoded once (il8k_head and il8k_part of each, group a in the low 256 bits),
+// then il8k_tile's steps on 16 rows with the 512-bit maddubs / madd (AVX-512 BW): the same exact S and M, the same
+// float steps per lane in the same order, so the same bits. One token and small batches keep the AVX2 groups.
+#define IL16K_DEC 4   // super-blocks of a pair of groups decoded at a time (4 x 5.6 KB: L1)
+#define IL16_KEEP(v) __asm__("" : "+v"(v))   // (IL8_KEEP for 512-bit vectors)
+typedef struct {
+    __m512i q[64], sc[16], mn[8];   // as il8k_dec's (q[4 s + k]), lanes 0..7 group a's rows, 8..15 group b's
+    __m512 d, dmin;
+} il16k_dec;
+
+INLINE IL_T void IL(il16k_decode)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i,
+                                  il16k_dec *o) {
+    il8k_dec a, b;
+    IL(il8k_head)(type, ga, nb, i, &a);
+    IL(il8k_head)(type, gb, nb, i, &b);
+    for (int j = 0; j < 2; j++) {
+        IL(il8k_part)(type, ga, i, j, a.q + 32 * j);
+        IL(il8k_part)(type, gb, i, j, b.q + 32 * j);
+    }
+    for (int k = 0; k < 64; k++) o->q[k] = IL(il16_join)(a.q[k], b.q[k]);
+    for (int s = 0; s < 16; s++) o->sc[s] = IL(il16_join)(a.sc[s], b.sc[s]);
+    for (int k = 0; k < 8; k++) o->mn[k] = IL(il16_join)(a.mn[k], b.mn[k]);
+    o->d = IL(il16_joinf)(a.d, b.d);
+    o->dmin = type == LLMB_TYPE_Q2_K ? IL(il16_joinf)(a.dmin, b.dmin) : _mm512_setzero_ps();
+}
+
+// 16 rows x NC tokens over the decoded super-blocks dec[0 .. bn - 1] (i0 ..): il8k_tile's steps; from y where !first
+INLINE IL_T void IL(il16k_tile)(const int type, const il16k_dec *dec, int64_t i0, int64_t bn, const uint8_t *x,
+                                size_t xs, float *y, int64_t ldy, const int first, const int NC) {
+    __m512 acc[IL16_NC];
+    for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    for (int64_t i = 0; i < bn; i++) {
+        const il16k_dec *o = dec + i;
+        const llmb_block_q8_K *xb[IL16_NC];
+        __m512i S[IL16_NC], M[IL16_NC];
+        for (int c = 0; c < NC; c++) {   // M: the mins (Q2_K) or scales (Q3_K) against pairs of sums of 16 values
+            xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
+            M[c] = S[c] = _mm512_setzero_si512();
+            for (int k = 0; k < 8; k++) {
+                int32_t p;
+                memcpy(&p, xb[c]->bsums + 2 * k, 4);
+                M[c] = _mm512_add_epi32(M[c], _mm512_madd_epi16(o->mn[k], _mm512_set1_epi32(p)));
+            }
+        }
+        for (int sb = 0; sb < 16; sb++) {   // 4 maddubs of a sub-block summed in int16 (values below 8), then its scale
+            __m512i h16[IL16_NC];
+            for (int c = 0; c < NC; c++) h16[c] = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++)
+                for (int c = 0; c < NC; c++) {
+                    int32_t a;
+                    memcpy(&a, xb[c]->qs + 16 * sb + 4 * k, 4);
+                    h16[c] = _mm512_add_epi16(h16[c], _mm512_maddubs_epi16(o->q[4 * sb + k], _mm512_set1_epi32(a)));
+                    IL16_KEEP(h16[c]);
+                }
+            for (int c = 0; c < NC; c++) S[c] = _mm512_add_epi32(S[c], _mm512_madd_epi16(h16[c], o->sc[sb]));
+        }
+        for (int c = 0; c < NC; c++) {
+            const __m512 dx = _mm512_set1_ps(xb[c]->d);
+            if (type == LLMB_TYPE_Q3_K) {   // S - 4 M
+                const __m512i s32 = _mm512_sub_epi32(S[c], _mm512_slli_epi32(M[c], 2));
+                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(o->d, dx), _mm512_cvtepi32_ps(s32), acc[c]);
+            } else {   // dall S - dmin M, then the sum
+                const __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dx, o->d), _mm512_cvtepi32_ps(S[c])),
+                                               _mm512_mul_ps(_mm512_mul_ps(dx, o->dmin), _mm512_cvtepi32_ps(M[c])));
+                acc[c] = _mm512_add_ps(acc[c], t);
+            }
+        }
+    }
+    for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
+}
+
+// nr rows (groups of 8) x nc tokens, more than IL8_NC: pairs of groups here, a last odd group by the AVX2 kernel
+INLINE IL_T void IL(il16k_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                                  size_t xs, int nc, float *y, int64_t ldy, const int stream) {
+    const int64_t nb = n / LLMB_QK_K;
+    il16k_dec dec[IL16K_DEC];
+    int r0 = 0;
+    for (; r0 + 2 * IL8_G <= nr; r0 += 2 * IL8_G) {
+        const uint8_t *g = w + (size_t)r0 * ws;
+        for (int64_t i0 = 0; i0 < nb; i0 += IL16K_DEC) {
+            const int64_t bn = nb - i0 < IL16K_DEC ? nb - i0 : IL16K_DEC;
+            for (int64_t i = 0; i < bn; i++) IL(il16k_decode)(type, g, g + IL8_G * ws, nb, i0 + i, &dec[i]);
+            for (int t0 = 0; t0 < nc; t0 += IL16_NC) {
+#define IL16K_RUN(NC) IL(il16k_tile)(type, dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
+                IL16_TILES(nc - t0, IL16K_RUN)
+#undef IL16K_RUN
+            }
+        }
+    }
+    if (r0 < nr)
+        (type == LLMB_TYPE_Q2_K ? q2_K_il8_avx2 : q3_K_il8_avx2)(n, w + (size_t)r0 * ws, ws, nr - r0, x, xs, nc,
+                                                                  y + r0, ldy, stream);
+}
+
+IL_T static void IL(q2_K_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
+                               int64_t ldy, int stream) {
+    if (nc <= IL8_NC) q2_K_il8_avx2(n, w, ws, nr, x, xs, nc, y, ldy, stream);
+    else IL(il16k_kernel)(LLMB_TYPE_Q2_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
+}
+IL_T static void IL(q3_K_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
+                               int64_t ldy, int stream) {
+    if (nc <= IL8_NC) q3_K_il8_avx2(n, w, ws, nr, x, xs, nc, y, ldy, stream);
+    else IL(il16k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
+}
+#endif
+
 
 // ---- IQ4_NL and IQ4_XS at the AVX2 and VNNI levels: 8 rows a group, |x| against v sign(x) ----
 
