@@ -9,7 +9,8 @@
 // x sign(v); the reference's (d_x d_w) s per block, as iq4_nl_body), and IQ4_XS at the AVX2 level (its sub-blocks as
 // IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body); IQ4_NL and IQ4_XS at the
 // VNNI level too (the same steps, vpdpbusd for maddubs + madd). At the VNNI level prefill (more than IL8_NC tokens)
-// of Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) runs two groups at once on 512 bits (il16_pair).
+// runs two groups at once on 512 bits: Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) in il16_pair, IQ4_XS in
+// il16x_kernel, Q2_K and Q3_K (whose other token counts run the AVX2 groups) in il16k_kernel.
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
