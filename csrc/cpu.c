@@ -57,6 +57,21 @@ static int amx_usable(void) {
 }
 #endif
 
+// The CPU family of an AMD processor (CPUID 1: base family 0xF plus the extended family; 0x19 Zen 3 and Zen 4,
+// 0x1A Zen 5), 0 on others
+#if defined(__x86_64__) || defined(__i386__)
+static int amd_family(void) {
+#if defined(__x86_64__) && defined(__linux__)
+    unsigned a, b, c, d;
+    if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    const unsigned base = (a >> 8) & 0xF;
+    return (int)(base == 0xF ? base + ((a >> 20) & 0xFF) : base);
+#else
+    return 0;
+#endif
+}
+#endif
+
 static void detect(void) {
     if (detected >= 0) return;
     int lvl = LLMB_SIMD_SCALAR;
@@ -86,7 +101,11 @@ static void detect(void) {
     if (a512f && a512bw && a512vl && vnni && amx_usable()) add_feature("amx-int8");
     if (avx2 && fma && f16c) lvl = LLMB_SIMD_AVX2;
     if (lvl == LLMB_SIMD_AVX2 && a512f && a512bw && a512vl) lvl = LLMB_SIMD_AVX512;
-    prefetch_mode = __builtin_cpu_is("intel") ? LLMB_PREFETCH_FAR : LLMB_PREFETCH_PAGE;   // llmb_prefetch_mode (llmb.h)
+    // llmb_prefetch_mode (llmb.h): every line on Intel and from Zen 5 on, where the page-wise prefetch alone left the
+    // one-token K kernels behind (docs/engine.md#prefetch-modes); on Zen 4 a prefetch per line capped the stream
+    prefetch_mode = __builtin_cpu_is("intel")  ? LLMB_PREFETCH_FAR
+                    : amd_family() >= 0x1A     ? LLMB_PREFETCH_LINES
+                                               : LLMB_PREFETCH_PAGE;
 #elif defined(__aarch64__)
     add_feature("neon");
     lvl = LLMB_SIMD_NEON; // Advanced SIMD is mandatory on AArch64

@@ -60,7 +60,7 @@ LLMB_API const char *llmb_cpu_features(void);        // e.g. "sse4.2 avx avx2 fm
 // every line 4 KiB ahead into L1; LLMB_PREFETCH_FAR ("far"): as lines, and where the weights stream from
 // DRAM (llmb_matmul_part.stream) every line 16 KiB ahead into L2 too, and interleaved Q8_0 from DRAM
 // every line as well (best on the Intel Xeon host).
-// Default: far on Intel CPUs, else page. Results are bit-identical.
+// Default: far on Intel CPUs, lines on AMD from Zen 5 (family 0x1A) on, else page. Results are bit-identical.
 enum { LLMB_PREFETCH_PAGE = 0, LLMB_PREFETCH_LINES = 1, LLMB_PREFETCH_FAR = 2 };
 LLMB_API int llmb_prefetch_mode(void);
 LLMB_API void llmb_prefetch_set(int mode);   // a mode above; another value is taken as the nearest

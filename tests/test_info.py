@@ -99,15 +99,18 @@ def test_amx_is_named_only_where_granted_and_can_be_turned_off():
 
 
 def test_decode_prefetch_default_and_switch():
-    # every line prefetched (and far ahead where the weights stream from DRAM) by default on Intel CPUs
-    # only (csrc/simd_x86.h, LINE_PF_AHEAD, FAR_PF_AHEAD); switchable at run time and by
-    # LLMBENCH_PREFETCH, and a wrong name is refused
-    vendor = None
+    # every line prefetched (and far ahead where the weights stream from DRAM) by default on Intel CPUs,
+    # every line on AMD from Zen 5 (family 26) on, else page-wise (csrc/simd_x86.h, LINE_PF_AHEAD,
+    # FAR_PF_AHEAD); switchable at run time and by LLMBENCH_PREFETCH, and a wrong name is refused
+    vendor = family = None
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
-            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), None)
+            fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        vendor, family = fields.get("vendor_id"), int(fields.get("cpu family", "0"))
     if vendor is not None and not os.environ.get("LLMBENCH_PREFETCH"):   # the default, unless the user chose
-        assert _core.simd_info()["prefetch"] == ("far" if vendor == "GenuineIntel" else "page")
+        expected = "far" if vendor == "GenuineIntel" else "lines" if vendor == "AuthenticAMD" and family >= 26 else "page"
+        assert _core.simd_info()["prefetch"] == expected
     before = _core.simd_info()["prefetch"]
     try:
         for mode in ("page", "lines", "far"):
