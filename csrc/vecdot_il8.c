@@ -10,7 +10,7 @@
 // IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body); IQ4_NL and IQ4_XS at the
 // VNNI level too (the same steps, vpdpbusd for maddubs + madd). At the VNNI level prefill (more than IL8_NC tokens)
 // runs two groups at once on 512 bits: Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) in il16_pair, IQ4_XS in
-// il16x_kernel, Q2_K and Q3_K (whose other token counts run the AVX2 groups) in il16k_kernel.
+// il16x_pairs, Q2_K and Q3_K (whose other token counts run the AVX2 groups) in il16k_pairs.
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -47,7 +47,8 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define IL8_G 8     // rows per group
-#define IL8_NC 4    // tokens a register tile (the fastest of 2 to 4: docs/engine-measurements.md#il8)
+#define IL8_NC 4    // tokens a register tile, 256- and 512-bit (the fastest of 2 to 4 and of 3, 4, 6:
+                    // docs/engine-measurements.md#il8, #il16)
 #define IL8_DEC 64  // blocks of a group decoded at a time for prefill (64 x 320 bytes: L1)
 #ifndef LLMB_IL8_TOKS   // (token, block) entries of the Q4_0 / Q5_0 activation sums on the stack (the C tests:
 #define LLMB_IL8_TOKS 4096   // 256, so that tokens and blocks run several chunks and short rows' chunks run the
@@ -328,19 +329,7 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
 // of 4 activation bytes for 16 rows, where the 256-bit tiles do 32. Per lane the same integer sums and the same
 // float steps in the same order as il8_step, so the same bits. The layout in memory is il8's: one token and small
 // batches keep their 256-bit tiles (one stream a group).
-#define IL16_NC 4    // tokens a register tile (the fastest of 3, 4, 6: docs/engine-measurements.md#il16)
 #define IL16_DEC 32  // blocks of a pair of groups decoded at a time (32 x 640 bytes: L1)
-
-// RUN(NC) for a tile of the `left` tokens still to run (at most IL16_NC), NC a constant in every branch
-#define IL16_TILES(left, RUN)                                                                                       \
-    switch ((left) < IL16_NC ? (left) : IL16_NC) {                                                                  \
-    case 1: RUN(1); break;                                                                                          \
-    case 2: RUN(2); break;                                                                                          \
-    case 3: RUN(3); break;                                                                                          \
-    case 4: RUN(IL16_NC < 4 ? IL16_NC : 4); break;                                                                  \
-    case 5: RUN(IL16_NC < 5 ? IL16_NC : 5); break;                                                                  \
-    default: RUN(IL16_NC); break;                                                                                   \
-    }
 
 typedef struct {
     __m512i q[8];   // as il8_dec's q, lanes 0..7 group a's rows, 8..15 group b's
@@ -369,12 +358,12 @@ INLINE IL_T void IL(il16_tile)(const int type, const il16_dec *dec, int64_t i0, 
                                const int first, const int NC) {
     const int off = il8_offset(type), x8 = il8_x8(type);
     const size_t xb_bytes = x8 ? sizeof(llmb_block_q8_0) : sizeof(llmb_block_q8_1);
-    __m512 acc[IL16_NC];
+    __m512 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
         const il16_dec *d = dec + i;
-        const uint8_t *xb[IL16_NC];
-        __m512i h0[IL16_NC], h1[IL16_NC];
+        const uint8_t *xb[IL8_NC];
+        __m512i h0[IL8_NC], h1[IL8_NC];
         for (int c = 0; c < NC; c++) {
             xb[c] = x + c * xs + (i0 + i) * xb_bytes;
             h0[c] = h1[c] = _mm512_setzero_si512();
@@ -413,11 +402,11 @@ INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *g, size_t ws, int6
     for (int64_t j0 = 0; j0 < bn; j0 += IL16_DEC) {
         const int64_t jn = bn - j0 < IL16_DEC ? bn - j0 : IL16_DEC;
         for (int64_t j = 0; j < jn; j++) IL(il16_decode)(type, g, g + IL8_G * ws, nb, i0 + j0 + j, &dec[j]);
-        for (int t0 = 0; t0 < cn; t0 += IL16_NC) {
+        for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
 #define IL16_RUN(NC)                                                                                                \
     IL(il16_tile)(type, dec, i0 + j0, jn, x + t0 * xs, xs, xsum + t0 * bn + j0, xd + t0 * bn + j0, bn,             \
                   y + t0 * ldy, ldy, i0 + j0 == 0, NC)
-            IL16_TILES(cn - t0, IL16_RUN)
+            IL8_TILES(cn - t0, IL16_RUN)
 #undef IL16_RUN
         }
     }
@@ -870,12 +859,12 @@ INLINE IL_T void IL(il16k_decode)(const int type, const uint8_t *ga, const uint8
 // 16 rows x NC tokens over the decoded super-blocks dec[0 .. bn - 1] (i0 ..): il8k_tile's steps; from y where !first
 INLINE IL_T void IL(il16k_tile)(const int type, const il16k_dec *dec, int64_t i0, int64_t bn, const uint8_t *x,
                                 size_t xs, float *y, int64_t ldy, const int first, const int NC) {
-    __m512 acc[IL16_NC];
+    __m512 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
         const il16k_dec *o = dec + i;
-        const llmb_block_q8_K *xb[IL16_NC];
-        __m512i S[IL16_NC], M[IL16_NC];
+        const llmb_block_q8_K *xb[IL8_NC];
+        __m512i S[IL8_NC], M[IL8_NC];
         for (int c = 0; c < NC; c++) {   // M: the mins (Q2_K) or scales (Q3_K) against pairs of sums of 16 values
             xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
             M[c] = S[c] = _mm512_setzero_si512();
@@ -886,7 +875,7 @@ INLINE IL_T void IL(il16k_tile)(const int type, const il16k_dec *dec, int64_t i0
             }
         }
         for (int sb = 0; sb < 16; sb++) {   // 4 maddubs of a sub-block summed in int16 (values below 8), then its scale
-            __m512i h16[IL16_NC];
+            __m512i h16[IL8_NC];
             for (int c = 0; c < NC; c++) h16[c] = _mm512_setzero_si512();
             for (int k = 0; k < 4; k++)
                 for (int c = 0; c < NC; c++) {
@@ -912,9 +901,9 @@ INLINE IL_T void IL(il16k_tile)(const int type, const il16k_dec *dec, int64_t i0
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// nr rows (groups of 8) x nc tokens, more than IL8_NC: pairs of groups here, a last odd group by the AVX2 kernel
-INLINE IL_T void IL(il16k_kernel)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
-                                  size_t xs, int nc, float *y, int64_t ldy, const int stream) {
+// The pairs of groups of nr rows (groups of 8) x nc tokens on 512 bits; returns the rows done (as il16x_pairs)
+INLINE IL_T int IL(il16k_pairs)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                                size_t xs, int nc, float *y, int64_t ldy) {
     const int64_t nb = n / LLMB_QK_K;
     il16k_dec dec[IL16K_DEC];
     int r0 = 0;
@@ -923,28 +912,29 @@ INLINE IL_T void IL(il16k_kernel)(const int type, int64_t n, const uint8_t *w, s
         for (int64_t i0 = 0; i0 < nb; i0 += IL16K_DEC) {
             const int64_t bn = nb - i0 < IL16K_DEC ? nb - i0 : IL16K_DEC;
             for (int64_t i = 0; i < bn; i++) IL(il16k_decode)(type, g, g + IL8_G * ws, nb, i0 + i, &dec[i]);
-            for (int t0 = 0; t0 < nc; t0 += IL16_NC) {
+            for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
 #define IL16K_RUN(NC) IL(il16k_tile)(type, dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
-                IL16_TILES(nc - t0, IL16K_RUN)
+                IL8_TILES(nc - t0, IL16K_RUN)
 #undef IL16K_RUN
             }
         }
     }
-    if (r0 < nr)
-        (type == LLMB_TYPE_Q2_K ? q2_K_il8_avx2 : q3_K_il8_avx2)(n, w + (size_t)r0 * ws, ws, nr - r0, x, xs, nc,
-                                                                  y + r0, ldy, stream);
+    return r0;
 }
 
-IL_T static void IL(q2_K_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
-                               int64_t ldy, int stream) {
-    if (nc <= IL8_NC) q2_K_il8_avx2(n, w, ws, nr, x, xs, nc, y, ldy, stream);
-    else IL(il16k_kernel)(LLMB_TYPE_Q2_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
-}
-IL_T static void IL(q3_K_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc, float *y,
-                               int64_t ldy, int stream) {
-    if (nc <= IL8_NC) q3_K_il8_avx2(n, w, ws, nr, x, xs, nc, y, ldy, stream);
-    else IL(il16k_kernel)(LLMB_TYPE_Q3_K, n, w, ws, nr, x, xs, nc, y, ldy, stream);
-}
+// Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here, the rest (one token, small batches, a last odd
+// group) by the AVX2 kernel `avx2`
+#define IL16K_KERNEL(name, T)                                                                                       \
+    IL_T static void IL(name##_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,  \
+                                     float *y, int64_t ldy, int stream) {                                           \
+        const int done = nc > IL8_NC ? IL(il16k_pairs)(T, n, w, ws, nr, x, xs, nc, y, ldy) : 0;                     \
+        if (done < nr)                                                                                              \
+            name##_il8_avx2(n, (const uint8_t *)w + (size_t)done * ws, ws, nr - done, x, xs, nc, y + done, ldy,      \
+                            stream);                                                                                \
+    }
+IL16K_KERNEL(q2_K, LLMB_TYPE_Q2_K)
+IL16K_KERNEL(q3_K, LLMB_TYPE_Q3_K)
+#undef IL16K_KERNEL
 #endif
 
 
@@ -1156,18 +1146,18 @@ INLINE IL_T void IL(il16x_decode)(const uint8_t *ga, const uint8_t *gb, int64_t 
 // 16 rows x NC tokens over the decoded super-blocks dec[0 .. bn - 1] (i0 ..); from y where !first
 INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, const uint8_t *x, size_t xs, float *y,
                                 int64_t ldy, const int first, const int NC) {
-    __m512 acc[IL16_NC];
+    __m512 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
         const il16x_dec *d = dec + i;
-        const llmb_block_q8_K *xb[IL16_NC];
-        __m512 dd[IL16_NC];
+        const llmb_block_q8_K *xb[IL8_NC];
+        __m512 dd[IL8_NC];
         for (int c = 0; c < NC; c++) {   // d4d8 = d_w d_x
             xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
             dd[c] = _mm512_mul_ps(d->d, _mm512_set1_ps(xb[c]->d));
         }
         for (int j = 0; j < 8; j++) {
-            __m512i s[IL16_NC];
+            __m512i s[IL8_NC];
             for (int c = 0; c < NC; c++)
                 s[c] = _mm512_set1_epi32(-128 * (xb[c]->bsums[2 * j] + xb[c]->bsums[2 * j + 1]));
             for (int k = 0; k < 8; k++)   // q[8 j + k] against x values 32 j + 4 (k / 2) + 16 (k % 2) ..
@@ -1183,32 +1173,26 @@ INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, co
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// nr rows (groups of 8) x nc tokens: pairs of groups on 512 bits, a last odd group by il8x_tile
-INLINE IL_T void IL(il16x_kernel)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nc,
-                                  float *y, int64_t ldy) {
+// The pairs of groups of nr rows (groups of 8) x nc tokens on 512 bits; returns the rows done (a last odd group is
+// left to the caller)
+INLINE IL_T int IL(il16x_pairs)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nc,
+                                float *y, int64_t ldy) {
     const int64_t nb = n / LLMB_QK_K;
     il16x_dec dec[IL16X_DEC];
-    for (int r0 = 0; r0 < nr; r0 += 2 * IL8_G) {
+    int r0 = 0;
+    for (; r0 + 2 * IL8_G <= nr; r0 += 2 * IL8_G) {
         const uint8_t *g = w + (size_t)r0 * ws;
         for (int64_t i0 = 0; i0 < nb; i0 += IL16X_DEC) {
             const int64_t bn = nb - i0 < IL16X_DEC ? nb - i0 : IL16X_DEC;
-            const int pair = r0 + 2 * IL8_G <= nr;
-            if (!pair) {   // the last group alone
-                for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
-#define IL8X_RUN(NC) IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, NULL, y + t0 * ldy + r0, ldy, i0 == 0, 0, NC)
-                    IL8_TILES(nc - t0, IL8X_RUN)
-#undef IL8X_RUN
-                }
-                continue;
-            }
             for (int64_t i = 0; i < bn; i++) IL(il16x_decode)(g, g + IL8_G * ws, i0 + i, &dec[i]);
-            for (int t0 = 0; t0 < nc; t0 += IL16_NC) {
+            for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
 #define IL16X_RUN(NC) IL(il16x_tile)(dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
-                IL16_TILES(nc - t0, IL16X_RUN)
+                IL8_TILES(nc - t0, IL16X_RUN)
 #undef IL16X_RUN
             }
         }
     }
+    return r0;
 }
 #endif
 
@@ -1219,9 +1203,10 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                                 float *y, int64_t ldy, int stream) {
     const uint8_t *w = vw, *x = vx;
 #if IL_VNNI
-    if (nc > IL8_NC) {   // prefill: two groups on 512 bits
-        IL(il16x_kernel)(n, w, ws, nr, x, xs, nc, y, ldy);
-        return;
+    if (nc > IL8_NC) {   // prefill: two groups on 512 bits, a last odd group below
+        const int done = IL(il16x_pairs)(n, w, ws, nr, x, xs, nc, y, ldy);
+        if (done == nr) return;
+        w += (size_t)done * ws, y += done, nr -= done;
     }
 #endif
     const int pf = il8_pf(stream);
