@@ -101,8 +101,9 @@ static void detect(void) {
     if (a512f && a512bw && a512vl && vnni && amx_usable()) add_feature("amx-int8");
     if (avx2 && fma && f16c) lvl = LLMB_SIMD_AVX2;
     if (lvl == LLMB_SIMD_AVX2 && a512f && a512bw && a512vl) lvl = LLMB_SIMD_AVX512;
-    // llmb_prefetch_mode (llmb.h): every line on Intel and from Zen 5 on, where the page-wise prefetch alone left the
-    // one-token K kernels behind (docs/engine.md#prefetch-modes); on Zen 4 a prefetch per line capped the stream
+    // llmb_prefetch_mode (llmb.h): far on Intel; lines on AMD from Zen 5 on, where the page-wise prefetch alone left
+    // the one-token K kernels behind; page on older AMD, where a prefetch per line capped the stream
+    // (docs/engine.md#prefetch-modes)
     prefetch_mode = __builtin_cpu_is("intel")  ? LLMB_PREFETCH_FAR
                     : amd_family() >= 0x1A     ? LLMB_PREFETCH_LINES
                                                : LLMB_PREFETCH_PAGE;
