@@ -336,6 +336,24 @@ typedef struct {
     __m512 d, m;
 } il16_dec;
 
+// The body of il16k_pairs / il16x_pairs (super-blocks of 256): for each pair of groups of nr rows (n, w, ws, nr),
+// ranges of NDEC super-blocks decoded by DECODE(g, i) (super-block i of the pair at g), then TILE(NC) for every
+// tile of the nc tokens (i0, bn, t0, r0 in scope); returns the rows done
+#define IL16_PAIRS(NDEC, DECODE, TILE)                                                                             \
+    const int64_t nb = n / LLMB_QK_K;                                                                              \
+    int r0 = 0;                                                                                                    \
+    for (; r0 + 2 * IL8_G <= nr; r0 += 2 * IL8_G) {                                                                \
+        const uint8_t *g = w + (size_t)r0 * ws;                                                                    \
+        for (int64_t i0 = 0; i0 < nb; i0 += NDEC) {                                                                \
+            const int64_t bn = nb - i0 < NDEC ? nb - i0 : NDEC;                                                    \
+            for (int64_t i = i0; i < i0 + bn; i++) DECODE(g, i);                                                   \
+            for (int t0 = 0; t0 < nc; t0 += IL8_NC) {                                                              \
+                IL8_TILES(nc - t0, TILE)                                                                           \
+            }                                                                                                      \
+        }                                                                                                          \
+    }                                                                                                              \
+    return r0;
+
 INLINE IL_T __m512i IL(il16_join)(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 INLINE IL_T __m512 IL(il16_joinf)(__m256 a, __m256 b) {
     return _mm512_castsi512_ps(IL(il16_join)(_mm256_castps_si256(a), _mm256_castps_si256(b)));
@@ -904,22 +922,12 @@ INLINE IL_T void IL(il16k_tile)(const int type, const il16k_dec *dec, int64_t i0
 // The pairs of groups of nr rows (groups of 8) x nc tokens on 512 bits; returns the rows done (as il16x_pairs)
 INLINE IL_T int IL(il16k_pairs)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
                                 size_t xs, int nc, float *y, int64_t ldy) {
-    const int64_t nb = n / LLMB_QK_K;
     il16k_dec dec[IL16K_DEC];
-    int r0 = 0;
-    for (; r0 + 2 * IL8_G <= nr; r0 += 2 * IL8_G) {
-        const uint8_t *g = w + (size_t)r0 * ws;
-        for (int64_t i0 = 0; i0 < nb; i0 += IL16K_DEC) {
-            const int64_t bn = nb - i0 < IL16K_DEC ? nb - i0 : IL16K_DEC;
-            for (int64_t i = 0; i < bn; i++) IL(il16k_decode)(type, g, g + IL8_G * ws, nb, i0 + i, &dec[i]);
-            for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
-#define IL16K_RUN(NC) IL(il16k_tile)(type, dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
-                IL8_TILES(nc - t0, IL16K_RUN)
-#undef IL16K_RUN
-            }
-        }
-    }
-    return r0;
+#define IL16K_DECODE(g, i) IL(il16k_decode)(type, g, g + IL8_G * ws, nb, i, &dec[(i) - i0])
+#define IL16K_TILE(NC) IL(il16k_tile)(type, dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
+    IL16_PAIRS(IL16K_DEC, IL16K_DECODE, IL16K_TILE)
+#undef IL16K_TILE
+#undef IL16K_DECODE
 }
 
 // Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here, the rest (one token, small batches, a last odd
@@ -1177,22 +1185,12 @@ INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, co
 // left to the caller)
 INLINE IL_T int IL(il16x_pairs)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nc,
                                 float *y, int64_t ldy) {
-    const int64_t nb = n / LLMB_QK_K;
     il16x_dec dec[IL16X_DEC];
-    int r0 = 0;
-    for (; r0 + 2 * IL8_G <= nr; r0 += 2 * IL8_G) {
-        const uint8_t *g = w + (size_t)r0 * ws;
-        for (int64_t i0 = 0; i0 < nb; i0 += IL16X_DEC) {
-            const int64_t bn = nb - i0 < IL16X_DEC ? nb - i0 : IL16X_DEC;
-            for (int64_t i = 0; i < bn; i++) IL(il16x_decode)(g, g + IL8_G * ws, i0 + i, &dec[i]);
-            for (int t0 = 0; t0 < nc; t0 += IL8_NC) {
-#define IL16X_RUN(NC) IL(il16x_tile)(dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
-                IL8_TILES(nc - t0, IL16X_RUN)
-#undef IL16X_RUN
-            }
-        }
-    }
-    return r0;
+#define IL16X_DECODE(g, i) IL(il16x_decode)(g, g + IL8_G * ws, i, &dec[(i) - i0])
+#define IL16X_TILE(NC) IL(il16x_tile)(dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
+    IL16_PAIRS(IL16X_DEC, IL16X_DECODE, IL16X_TILE)
+#undef IL16X_TILE
+#undef IL16X_DECODE
 }
 #endif
 
