@@ -50,6 +50,8 @@ def load_build(path: str):
         spec = importlib.util.spec_from_file_location("llmbench._core", copy)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
+        if os.environ.get("LLMBENCH_PREFETCH"):   # (as `import llmbench` sets its own build's)
+            mod.prefetch_set(os.environ["LLMBENCH_PREFETCH"].strip().lower())
     finally:   # (loading an extension puts it in sys.modules: the package keeps its own build)
         if saved is not None:
             sys.modules["llmbench._core"] = saved

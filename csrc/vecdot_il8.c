@@ -54,7 +54,7 @@
 #define LLMB_IL8_TOKS 4096   // 256, so that tokens and blocks run several chunks and short rows' chunks run the
                              // prefill tiles)
 #endif
-// Prefetch distance of a group's blocks (one sequential stream: 8 rows' blocks one after the other), and where
+// Prefetch distance of a group's blocks (8 rows' blocks one after the other; il8_prefetch_from), and where
 // the weights stream from DRAM under LLMB_PREFETCH_FAR (the default on Intel) also IL8_FAR_AHEAD into L2, as
 // simd_x86.h's far_pf does for the K types (docs/engine-measurements.md#il8-far)
 #define IL8_PF_AHEAD 4096
@@ -83,8 +83,10 @@ typedef struct {
 
 // 1 where the kernel takes |w| against x sign(w) (signed values: Q8_0), 0 for unsigned values u
 INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0; }
-// 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1
-INLINE int il8_x8(const int type) { return type != LLMB_TYPE_Q4_1 && type != LLMB_TYPE_Q5_1; }
+// 1 where a group's block starts with d and m (Q4_1, Q5_1), 0 where d is the tail
+INLINE int il8_dm(const int type) { return type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1; }
+// 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1 (Q4_1, Q5_1)
+INLINE int il8_x8(const int type) { return !il8_dm(type); }
 INLINE int il8_offset(const int type) {
     return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : type == LLMB_TYPE_IQ4_NL ? 128 : 0;
 }
@@ -92,15 +94,60 @@ INLINE int il8_offset(const int type) {
 // pf of the tile that reads a group's blocks first from memory: 2 where its weights stream from DRAM and far
 // prefetch is on, else 1
 INLINE int il8_pf(const int stream) { return stream && llmb_prefetch_mode() == LLMB_PREFETCH_FAR ? 2 : 1; }
-// the block of `bytes` at v: the lines that start in it, IL8_PF_AHEAD ahead into L1, and with pf 2 IL8_FAR_AHEAD
-// ahead into L2 (each line once over consecutive blocks: one prefetch per 64 bytes of a 144-byte Q4_0 block asked
-// for a third of them twice, and Q4_0 one token from DRAM read 24.4-24.9 GB/s against 29.2-29.5 now:
-// docs/engine-measurements.md#il8-decode-gap)
-INLINE void il8_prefetch(const uint8_t *v, size_t bytes, const int pf) {
-    const uintptr_t end = (uintptr_t)v + bytes;
-    for (uintptr_t l = ((uintptr_t)v + 63) & ~(uintptr_t)63; l < end; l += 64) {
-        _mm_prefetch((const char *)l + IL8_PF_AHEAD, _MM_HINT_T0);
-        if (pf > 1) _mm_prefetch((const char *)l + IL8_FAR_AHEAD, _MM_HINT_T1);
+
+// The prefetch of a group's blocks as they are read one after the other (il8_prefetch_from, il8_prefetch_next):
+// the lines that start in each block, IL8_PF_AHEAD ahead into L1 and with pf 2 IL8_FAR_AHEAD ahead into L2 (each line
+// once: one prefetch per 64 bytes of a 144-byte Q4_0 block asked for a third of them twice, and Q4_0 one token from
+// DRAM read 24.4-24.9 GB/s against 29.2-29.5 then: docs/engine-measurements.md#il8-decode-gap). Where the blocks
+// have a tail (their d after the group's last block: Q4_0, Q5_0, IQ4_NL, Q8_0, Q3_K, Q6_K; vecdot_layout.h) a group
+// is two streams, and each is asked for as many blocks ahead: the blocks past a group's last one in the next
+// group's blocks, the tail in the next group's tail (a plain distance landed in the tail, leaving the next group's
+// first bytes to the hardware, and never asked for the tail in time: docs/engine-measurements.md#il8-tail-pf).
+typedef struct {
+    const uint8_t *q, *qend;   // the blocks' next bytes to ask for; the end of their group's blocks
+    const uint8_t *t, *tend;   // the tail's next entry to ask for; the end of its group's tail
+} il8_pf_at;
+
+typedef struct {
+    il8_pf_at at[2];    // IL8_PF_AHEAD (L1), IL8_FAR_AHEAD (L2)
+    size_t bytes, tail, bq, bt;   // a block's bytes, its tail's; a group's blocks' bytes, its tail's
+    int n;              // distances asked for: 0 (none), 1 or 2
+} il8_pfs;
+
+// from block i0 of the group at g (nb blocks, only read where the blocks have a tail), pf distances (il8_pf; 0: none)
+INLINE il8_pfs il8_prefetch_from(const uint8_t *g, int64_t nb, size_t bytes, size_t tail, int64_t i0, const int pf) {
+    il8_pfs s = {.bytes = bytes, .tail = tail, .bq = (size_t)nb * bytes, .bt = (size_t)nb * tail, .n = pf};
+    const size_t gs = s.bq + s.bt;
+    for (int k = 0; k < pf; k++) {
+        const size_t ahead = k ? IL8_FAR_AHEAD : IL8_PF_AHEAD;
+        il8_pf_at *a = &s.at[k];
+        a->q = g + (size_t)i0 * bytes + ahead;
+        if (!tail) continue;
+        a->qend = g + s.bq;
+        while (a->q >= a->qend) a->q += s.bt, a->qend += gs;
+        a->t = g + s.bq + (size_t)(i0 + (int64_t)(ahead / bytes)) * tail, a->tend = g + gs;
+        while (a->t >= a->tend) a->t += s.bq, a->tend += gs;
+    }
+    return s;
+}
+INLINE void il8_prefetch_line(uintptr_t l, const int far) {
+    if (far) _mm_prefetch((const char *)l, _MM_HINT_T1);
+    else _mm_prefetch((const char *)l, _MM_HINT_T0);
+}
+// ask for the next block's lines (and its tail entry's) at each distance, and step on
+INLINE void il8_prefetch_next(il8_pfs *s) {
+    const size_t gs = s->bq + s->bt;
+    for (int k = 0; k < s->n; k++) {
+        il8_pf_at *a = &s->at[k];
+        for (uintptr_t l = ((uintptr_t)a->q + 63) & ~(uintptr_t)63; l < (uintptr_t)a->q + s->bytes; l += 64)
+            il8_prefetch_line(l, k);
+        a->q += s->bytes;
+        if (!s->tail) continue;
+        if (a->q >= a->qend) a->q += s->bt, a->qend += gs;
+        const uintptr_t lt = ((uintptr_t)a->t + 63) & ~(uintptr_t)63;
+        if (lt < (uintptr_t)a->t + s->tail) il8_prefetch_line(lt, k);
+        a->t += s->tail;
+        if (a->t >= a->tend) a->t += s->bq, a->tend += gs;
     }
 }
 
@@ -187,7 +234,7 @@ INLINE IL_T __m256i IL(il8n_table)(const int plus) {
 // block i of a group (nb blocks) unpacked
 INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8_dec *o) {
     const int words = llmb_il8_words(type), q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
-    const int dm = type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1;
+    const int dm = il8_dm(type);
     const uint8_t *v = g + (size_t)i * words * 32;
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     if (dm) {   // word 0: d and m of each row
@@ -311,10 +358,11 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
     const size_t bytes = (size_t)llmb_il8_words(type) * 32;
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8_dm(type) ? 0 : 2 * IL8_G, i0, dec ? 0 : pf);
     for (int64_t i = 0; i < bn; i++) {
         il8_dec one;
         if (!dec) {
-            if (pf) il8_prefetch(g + (i0 + i) * bytes, bytes, pf);
+            if (pf) il8_prefetch_next(&ps);
             IL(il8_decode)(type, g, nb, i0 + i, &one);
         }
         IL(il8_step)(type, dec ? dec + i : &one, x, xs, i0 + i, xsum + i, xd + i, xss, acc, NC);
@@ -730,11 +778,13 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
     const size_t bytes = il8k_bytes(type);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
+    const int tail = type == LLMB_TYPE_Q3_K || type == LLMB_TYPE_Q6_K ? 2 * IL8_G : 0;
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, tail, i0, dec ? 0 : pf);
     for (int64_t i = 0; i < bn; i++) {
         il8k_dec head;
         const il8k_dec *o = dec ? dec + i : &head;
         if (!dec) {
-            if (pf) il8_prefetch(g + (i0 + i) * bytes, bytes, pf);
+            if (pf) il8_prefetch_next(&ps);
             IL(il8k_head)(type, g, nb, i0 + i, &head);
         }
         const llmb_block_q8_K *xb[IL8_NC];
@@ -1016,9 +1066,10 @@ INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t
     const size_t bytes = LLMB_IL_WORDS(llmb_rc_q4_0) * 32;
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, 2 * IL8_G, i0, pf);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
-        if (pf) il8_prefetch(v, bytes, pf);
+        if (pf) il8_prefetch_next(&ps);
         __m256i q[8];
         IL(il8n_values)(v, IL(il8n_table)(0), q);
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * bytes + (size_t)(i0 + i) * 16)));
@@ -1100,9 +1151,10 @@ INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const u
     const size_t bytes = sizeof(llmb_il8_iq4_xs);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
+    il8_pfs ps = il8_prefetch_from(g, 0, bytes, 0, i0, pf);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
-        if (pf) il8_prefetch(v, bytes, pf);
+        if (pf) il8_prefetch_next(&ps);
         __m256 d, ls[8], dd[IL8_NC];
         IL(il8x_head)(v, &d, ls);
         const llmb_block_q8_K *xb[IL8_NC];
