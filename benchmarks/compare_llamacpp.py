@@ -9,8 +9,10 @@ for quantized ones; measured before the first model and after every model, best 
 can reach at most 1 / (llama.cpp's fraction): the "pp ceiling" column, the ratio at which llmbench would
 run at the peak itself. Decode likewise: the bytes a step reads (the weight matrices and the KV
 cache at the test's mean depth, llmbench.perf.bench.tg_step_bytes as `llmbench bench` counts them)
-times tg tokens/s, as a fraction of the memory read bandwidth (llmbench.perf.membw.best, before and
-after each model), and the tg ratio's ceiling.
+times tg tokens/s, as a fraction of the memory read bandwidth (llmbench.perf.membw, the best of probes
+taken before the first model and around every engine's process), and the tg ratio's ceiling; "near" is
+the same against the probes just before and after each round's process (the host's bandwidth moves with
+its neighbours' load), the median over rounds.
 
     pip install llama-cpp-python==0.3.36        # builds llama.cpp from source (several minutes)
     python benchmarks/compare_llamacpp.py --models llama-125m:Q4_K_M --threads 2
@@ -128,14 +130,18 @@ def measure_ik(bench: str, args: list[str]) -> dict:
 
 
 def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[str, float],
-              read_gbs: float | None = None) -> dict:
+              read_gbs: float | None = None, near_gbs: dict[str, list[float]] | None = None) -> dict:
     """Medians over every timed run of every round (pp and tg tokens/s) of both engines, their ratios,
     and each engine's pp as a fraction of the arithmetic peaks (ops from the llmbench runs: the same
     computation in both engines); pp_ceiling = 1 / llama.cpp's fraction, the most the pp ratio can be.
     ratio_range: the lowest and highest ratio of one round's medians (rounds alternate the engines, so a
     wide range says the host's speed moved during the row).
     With read_gbs, the same for tg against the memory read bandwidth (bytes per decode step from the
-    llmbench runs: the same file and depth in both engines)."""
+    llmbench runs: the same file and depth in both engines). With near_gbs (per engine, one read bandwidth
+    per round: the probes just before and after that engine's process, averaged), tg_of_near_bandwidth: the
+    median over rounds of each round's tg against its own probes. On a shared host whose bandwidth moves with
+    the neighbours' load (one Zen 5 VM read 38-53 GB/s within an hour, 70-72 at best the day before), the
+    best probe of the whole run is no limit for a round run in a busy minute; the adjacent probes saw it."""
     def med(runs: list[dict], k: str) -> float:
         return statistics.median(v for r in runs for v in r[k])
 
@@ -149,6 +155,11 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
     if read_gbs:
         bw = {name: ours[0]["step_bytes"] * r["tg"] / 1e9 / read_gbs for name, r in (("llmbench", o), ("llama.cpp", t))}
         out.update(tg_of_bandwidth=bw, tg_ceiling=1.0 / bw["llama.cpp"])
+    if near_gbs:
+        out["tg_of_near_bandwidth"] = {
+            name: statistics.median(ours[0]["step_bytes"] * statistics.median(r["tg"]) / 1e9 / g
+                                    for r, g in zip(runs, near_gbs[name]))
+            for name, runs in (("llmbench", ours), ("llama.cpp", theirs))}
     return out
 
 
@@ -238,25 +249,40 @@ def main(argv: list[str] | None = None) -> int:
     for m, path, (_, act) in zip(a.models, paths, specs):
         args = [path, str(a.threads), str(a.pp), str(a.tg), str(a.reps)]
         ours, theirs, ik = [], [], []
+        probes = [membw.measure(threads=a.threads)]   # before and after every engine's process
+        near: dict[str, list[float]] = {"llmbench": [], "llama.cpp": []}
+
+        def probe(name: str) -> None:
+            probes.append(membw.measure(threads=a.threads))
+            near[name].append((probes[-2]["read"] + probes[-1]["read"]) / 2)
+
         for _ in range(a.rounds):
             ours.append(measure(sys.executable, LLMBENCH, args + [here, act]))
+            probe("llmbench")
             theirs.append(measure(llama_py, LLAMACPP, args))
+            probe("llama.cpp")
             if a.ik_bench:
                 ik.append(measure_ik(a.ik_bench, args))
-        peaks, bw = peak.best(a.threads, kinds, seen=peaks), membw.best(a.threads, bw)
-        s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw["read"])
+                probes.append(membw.measure(threads=a.threads))
+        peaks = peak.best(a.threads, kinds, seen=peaks)
+        for p in probes:
+            bw = membw.better(bw, p)
+        s = summarize(ours, theirs, a.pp, {k: p["gops"] for k, p in peaks.items()}, bw["read"], near)
         o, t, fr, fb = s["llmbench"], s["llama.cpp"], s["pp_of_peak"], s["tg_of_bandwidth"]
+        fn = s["tg_of_near_bandwidth"]
         cached = bool(fits_in_cache(ours[0]["step_bytes"], llc))
         rr = s["ratio_range"]
         s["fits_in_cache"] = cached
         print(f"| {m} | {o['pp']:.0f} / {o['tg']:.1f} | {t['pp']:.0f} / {t['tg']:.1f} | "
               f"{s['ratio']['pp']:.2f} / {s['ratio']['tg']:.2f} | {fr['llmbench']:.0%} / {fr['llama.cpp']:.0%} | "
-              f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%}{' †' if cached else ''} | "
+              f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%}{' †' if cached else ''} "
+              f"(near {fn['llmbench']:.0%} / {fn['llama.cpp']:.0%}) | "
               f"{s['tg_ceiling']:.2f} | {rr['pp'][0]:.2f}–{rr['pp'][1]:.2f}; {rr['tg'][0]:.2f}–{rr['tg'][1]:.2f} |"
               + (ik_cells(summarize(ours, ik, a.pp, {k: p["gops"] for k, p in peaks.items()})) if ik else ""),
               flush=True)
         raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
-                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw["read"]}
+                    "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw["read"],
+                    "read_probes_gbs": [p["read"] for p in probes]}
                    | ({"ik_llama.cpp": ik} if ik else {}))
     print(f"limits at {a.threads} thread(s), best of the measurements: "
           + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()) + f", read {bw['read']:.1f} GB/s")

@@ -66,6 +66,13 @@ def test_summary_by_hand():
     assert s["tg_of_bandwidth"]["llmbench"] == pytest.approx(2 * 11 / 40)
     assert s["tg_of_bandwidth"]["llama.cpp"] == pytest.approx(2 * 10 / 40)
     assert s["tg_ceiling"] == pytest.approx(40 / 20)
+    assert "tg_of_near_bandwidth" not in s
+    # each round's tg median against that round's own probes, then the median over rounds
+    s = cmp.summarize(ours, theirs, 512, {"f32": 100.0, "int8": 400.0}, read_gbs=40.0,
+                      near_gbs={"llmbench": [40.0, 20.0], "llama.cpp": [25.0]})
+    assert s["tg_of_near_bandwidth"]["llmbench"] == pytest.approx((2 * 11 / 40 + 2 * 11 / 20) / 2)
+    assert s["tg_of_near_bandwidth"]["llama.cpp"] == pytest.approx(2 * 10 / 25)
+    assert s["tg_of_bandwidth"]["llmbench"] == pytest.approx(2 * 11 / 40)   # the best probe's, as before
 
 
 def test_bad_arguments(capsys):
