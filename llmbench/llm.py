@@ -530,11 +530,16 @@ class LLM:
                              add_bos: bool | None = None) -> list[tuple[list[int], int]]:
         """The (token ids, n_context) requests `loglikelihood` scores for ``pairs`` (see there)."""
         tok = self._tok()
-        reqs = []
+        moved = []   # (context, continuation) with the context's trailing spaces moved
         for context, continuation in pairs:
             n_sp = len(context) - len(context.rstrip())
-            if n_sp:
-                context, continuation = context[:-n_sp], context[-n_sp:] + continuation
+            moved.append((context[:-n_sp], context[-n_sp:] + continuation) if n_sp else (context, continuation))
+        # every distinct context and context + continuation encoded once, all at once (a question's answers
+        # share its context, which is most of the characters)
+        texts = list(dict.fromkeys(t for c, k in moved if c for t in (c, c + k)))
+        enc = dict(zip(texts, tok.encode_batch(texts, add_bos)))
+        reqs = []
+        for context, continuation in moved:
             if context == "":
                 start = tok.bos_id if tok.bos_id is not None else tok.eos_id
                 if start is None:
@@ -542,8 +547,8 @@ class LLM:
                                      "model's vocabulary has neither; give each request a context")
                 ctx_ids, cont_ids = [start], tok.encode(continuation, add_bos=False)
             else:
-                ctx_ids = tok.encode(context, add_bos)
-                cont_ids = tok.encode(context + continuation, add_bos)[len(ctx_ids):]
+                ctx_ids = enc[context]
+                cont_ids = enc[context + continuation][len(ctx_ids):]
             if not cont_ids:
                 raise ValueError(f"continuation {continuation!r} encodes to no tokens")
             ids = (ctx_ids + cont_ids)[-(self.ctx + 1):]  # truncated on the left, as the harness does

@@ -167,7 +167,14 @@ class Tokenizer:
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         """Token ids of ``text``; special tokens written in the text are recognized. A BOS token is
         prepended when ``add_bos`` (default: the model's ``add_bos_token``) and not already there."""
-        ids = self.hf.encode(text, add_special_tokens=False).ids
+        return self._bos(self.hf.encode(text, add_special_tokens=False).ids, add_bos)
+
+    def encode_batch(self, texts: Sequence[str], add_bos: bool | None = None) -> list[list[int]]:
+        """``encode`` of each text, the same ids, the batch encoded at once on the tokenizers library's
+        threads (full MMLU's 56,168 requests are 40.6 million tokens of five-shot prompts)."""
+        return [self._bos(e.ids, add_bos) for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
+
+    def _bos(self, ids: list[int], add_bos: bool | None) -> list[int]:
         if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None:
             if not ids or ids[0] != self.bos_id:
                 ids = [self.bos_id, *ids]

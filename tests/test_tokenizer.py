@@ -53,6 +53,15 @@ def test_stories_matches_sentencepiece(spm, stories_meta):
         assert tok.decode(tok.encode(text)) == spm.decode(spm.encode(text)), text
 
 
+def test_encode_batch_is_encode(stories_meta, smollm_path):
+    """The batch gives each text encode's ids, BOS rule included (stories260K adds BOS, SmolLM2 does not)."""
+    for tok in (Tokenizer.from_gguf(stories_meta), Tokenizer.from_gguf(GGUFFile(smollm_path).metadata)):
+        texts = [*TEXTS, "", "<s>Lily", "x" * 3000, TEXTS[0]]
+        for add_bos in (None, True, False):
+            assert tok.encode_batch(texts, add_bos) == [tok.encode(t, add_bos) for t in texts]
+        assert tok.encode_batch([]) == []
+
+
 def test_stories_default_keeps_whitespace(spm, stories_meta):
     """Without the option (llama.cpp's default) spaces are kept as written, and text without runs
     of spaces tokenizes exactly as sentencepiece does."""
