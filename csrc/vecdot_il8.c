@@ -10,7 +10,8 @@
 // IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body); IQ4_NL and IQ4_XS at the
 // VNNI level too (the same steps, vpdpbusd for maddubs + madd). At the VNNI level prefill (more than IL8_NC tokens)
 // runs two groups at once on 512 bits: Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) in il16_pair, IQ4_XS in
-// il16x_pairs, Q2_K and Q3_K (whose other token counts run the AVX2 groups) in il16k_pairs.
+// il16x_pairs, Q2_K and Q3_K (whose small batches, and Q3_K's one token, run the AVX2 groups) in il16k_pairs; and
+// Q2_K's one token too, two groups decoded in registers (il16k_q2_one).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -577,15 +578,19 @@ INLINE size_t il8k_bytes(const int type) {   // bytes of a group's super-block (
 INLINE int il8k_16(const int type) { return type != LLMB_TYPE_Q4_K && type != LLMB_TYPE_Q5_K; }
 #endif
 
-// bytes (b, b + 1) or (b, b) of each lane as its two int16 (hi: into the high bytes, for a sign-extending shift)
-INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
+// bytes (b, b + 1) or (b, b) of each lane as its two int16 (hi: into the high bytes, for a sign-extending shift):
+// the shuffle's control (the same in every 128-bit lane), and the pick
+INLINE IL_T __m256i IL(il8k_pick_ctl)(int b0, int b1, int hi) {
     char i[32];
     for (int l = 0; l < 32; l += 4) {
         const int base = l % 16;
         i[l + 0] = (char)(hi ? -1 : base + b0), i[l + 1] = (char)(hi ? base + b0 : -1);
         i[l + 2] = (char)(hi ? -1 : base + b1), i[l + 3] = (char)(hi ? base + b1 : -1);
     }
-    return _mm256_shuffle_epi8(v, _mm256_loadu_si256((const __m256i *)i));
+    return _mm256_loadu_si256((const __m256i *)i);
+}
+INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
+    return _mm256_shuffle_epi8(v, IL(il8k_pick_ctl)(b0, b1, hi));
 }
 
 // the scales, mins, d and dmin of the group's super-block i at g (Q4_K, Q5_K: ggml's kmask unpacking, lane by lane)
@@ -980,11 +985,94 @@ INLINE IL_T int IL(il16k_pairs)(const int type, int64_t n, const uint8_t *w, siz
 #undef IL16K_DECODE
 }
 
-// Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here, the rest (one token, small batches, a last odd
-// group) by the AVX2 kernel `avx2`
+// ---- Q2_K one token at the VNNI level: two groups side by side on 512 bits, decoded in registers ----
+// il8k_tile's one-token steps for Q2_K (il8k_head, il8k_q2_half, M from the bsums, the float step) on the 16 rows
+// of two adjacent groups at once, each 256-bit load of a group joined with the other group's: every shuffle,
+// shift and mask is lane-local, so the ops run once on 512 bits where the groups of 8 run them twice, and the
+// exact S and M and the float steps per lane are il8k_tile's: the same bits.
+
+// the 256-bit words at a and b joined (a low)
+INLINE IL_T __m512i IL(il16_load2)(const uint8_t *a, const uint8_t *b) {
+    return IL(il16_join)(_mm256_loadu_si256((const __m256i *)a), _mm256_loadu_si256((const __m256i *)b));
+}
+// il8k_pick on 512 bits
+INLINE IL_T __m512i IL(il16k_pick)(__m512i v, int b0, int b1, int hi) {
+    return _mm512_shuffle_epi8(v, _mm512_broadcast_i64x4(IL(il8k_pick_ctl)(b0, b1, hi)));
+}
+
+// One token over the groups at ga and gb (nb super-blocks each) into ya (ga's 8 rows) and yb
+INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
+                                  float *yb, const int pf) {
+    const size_t bytes = il8k_bytes(LLMB_TYPE_Q2_K);
+    const __m512i k03 = _mm512_set1_epi8(0x03), k0f = _mm512_set1_epi16(0x0F);
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, 0, 0, pf), pb = il8_prefetch_from(gb, nb, bytes, 0, 0, pf);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *va = ga + (size_t)i * bytes, *vb = gb + (size_t)i * bytes;
+        il8_prefetch_next(&pa), il8_prefetch_next(&pb);
+        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+        __m512i sc[16], M = _mm512_setzero_si512(), S = _mm512_setzero_si512();
+        for (int w = 0; w < 4; w++) {   // il8k_head's Q2_K scales and mins, and M against the bsums
+            const __m512i sv = IL(il16_load2)(va + 32 * w, vb + 32 * w);
+            for (int b = 0; b < 4; b++) sc[4 * w + b] = _mm512_and_si512(IL(il16k_pick)(sv, b, b, 0), k0f);
+            for (int b = 0; b < 4; b += 2) {
+                int32_t p;
+                memcpy(&p, xb->bsums + 2 * (2 * w + b / 2), 4);
+                M = _mm512_add_epi32(M, _mm512_madd_epi16(_mm512_srli_epi16(IL(il16k_pick)(sv, b, b + 1, 0), 4),
+                                                          _mm512_set1_epi32(p)));
+            }
+        }
+        for (int j = 0; j < 2; j++)   // il8k_q2_half
+            for (int h = 0; h < 2; h++) {
+                __m512i raw[4];
+                for (int t = 0; t < 4; t++) {
+                    const size_t o = 32 * (4 + 8 * j + 4 * h + t);
+                    raw[t] = IL(il16_load2)(va + o, vb + o);
+                }
+                for (int m = 0; m < 4; m++) {
+                    __m512i h16 = _mm512_setzero_si512();
+                    for (int t = 0; t < 4; t++) {
+                        const __m512i q = _mm512_and_si512(m ? _mm512_srli_epi16(raw[t], 2 * m) : raw[t], k03);
+                        int32_t a;
+                        memcpy(&a, xb->qs + 128 * j + 32 * m + 4 * (4 * h + t), 4);
+                        h16 = _mm512_add_epi16(h16, _mm512_maddubs_epi16(q, _mm512_set1_epi32(a)));
+                        IL16_KEEP(h16);
+                    }
+                    S = _mm512_add_epi32(S, _mm512_madd_epi16(h16, sc[8 * j + 2 * m + h]));
+                }
+            }
+        __m256 da, ma, db, mb;
+        IL(il8_halves)(va + 20 * 32, &da, &ma);
+        IL(il8_halves)(vb + 20 * 32, &db, &mb);
+        const __m512 dx = _mm512_set1_ps(xb->d);   // dall S - dmin M, then the sum
+        const __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dx, IL(il16_joinf)(da, db)), _mm512_cvtepi32_ps(S)),
+                                       _mm512_mul_ps(_mm512_mul_ps(dx, IL(il16_joinf)(ma, mb)), _mm512_cvtepi32_ps(M)));
+        acc = _mm512_add_ps(acc, t);
+    }
+    _mm256_storeu_ps(ya, _mm512_castps512_ps256(acc));
+    _mm256_storeu_ps(yb, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(acc), 1)));
+}
+
+// Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here, the rest (one token of Q3_K, small batches, a last
+// odd group) by the AVX2 kernel `avx2`; Q2_K's one token in il16k_q2_one, group k beside group k + h of the ng
+// (h = ng / 2 rounded up), so that each of the two streams walks its half of the rows in memory order and the
+// prefetch runs on into its next group (adjacent groups side by side left the one ahead unasked and asked again
+// for the one being read: llama-1b Q2_K decode 0.75x; docs/engine-measurements.md#il16k-one); a middle group
+// left alone (ng odd) by the AVX2 kernel
 #define IL16K_KERNEL(name, T)                                                                                       \
     IL_T static void IL(name##_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,  \
                                      float *y, int64_t ldy, int stream) {                                           \
+        if (T == LLMB_TYPE_Q2_K && nc == 1) {                                                                       \
+            const int ng = nr / IL8_G, h = (ng + 1) / 2, pf = il8_pf(stream);                                       \
+            for (int k = 0; k + h < ng; k++)                                                                        \
+                IL(il16k_q2_one)((const uint8_t *)w + (size_t)(k * IL8_G) * ws,                                     \
+                                 (const uint8_t *)w + (size_t)((k + h) * IL8_G) * ws, n / LLMB_QK_K, x,             \
+                                 y + k * IL8_G, y + (k + h) * IL8_G, pf);                                           \
+            if (ng % 2)                                                                                             \
+                name##_il8_avx2(n, (const uint8_t *)w + (size_t)((h - 1) * IL8_G) * ws, ws, IL8_G, x, xs, 1,        \
+                                y + (h - 1) * IL8_G, ldy, stream);                                                  \
+            return;                                                                                                 \
+        }                                                                                                           \
         const int done = nc > IL8_NC ? IL(il16k_pairs)(T, n, w, ws, nr, x, xs, nc, y, ldy) : 0;                     \
         if (done < nr)                                                                                              \
             name##_il8_avx2(n, (const uint8_t *)w + (size_t)done * ws, ws, nr - done, x, xs, nc, y + done, ldy,      \
