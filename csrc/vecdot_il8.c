@@ -987,7 +987,7 @@ INLINE IL_T int IL(il16k_pairs)(const int type, int64_t n, const uint8_t *w, siz
 
 // ---- Q2_K one token at the VNNI level: two groups side by side on 512 bits, decoded in registers ----
 // il8k_tile's one-token steps for Q2_K (il8k_head, il8k_q2_half, M from the bsums, the float step) on the 16 rows
-// of two adjacent groups at once, each 256-bit load of a group joined with the other group's: every shuffle,
+// of two groups at once, each 256-bit load of one group joined with the other group's: every shuffle,
 // shift and mask is lane-local, so the ops run once on 512 bits where the groups of 8 run them twice, and the
 // exact S and M and the float steps per lane are il8k_tile's: the same bits.
 
