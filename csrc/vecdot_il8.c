@@ -408,55 +408,96 @@ INLINE IL_T __m512 IL(il16_joinf)(__m256 a, __m256 b) {
     return _mm512_castsi512_ps(IL(il16_join)(_mm256_castps_si256(a), _mm256_castps_si256(b)));
 }
 
-// block i of the groups at ga and gb (nb blocks each)
-INLINE IL_T void IL(il16_decode)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i,
-                                 il16_dec *o) {
-    il8_dec a, b;
-    IL(il8_decode)(type, ga, nb, i, &a);
-    IL(il8_decode)(type, gb, nb, i, &b);
-    for (int k = 0; k < 8; k++) o->q[k] = IL(il16_join)(a.q[k], b.q[k]);
-    o->d = IL(il16_joinf)(a.d, b.d), o->m = IL(il16_joinf)(a.m, b.m);
+// the 256-bit words at a and b joined (a low)
+INLINE IL_T __m512i IL(il16_load2)(const uint8_t *a, const uint8_t *b) {
+    return IL(il16_join)(_mm256_loadu_si256((const __m256i *)a), _mm256_loadu_si256((const __m256i *)b));
 }
 
-// 16 rows x NC tokens over the decoded blocks dec[0 .. bn - 1] (blocks i0 ..): il8_step's sums and float steps per
-// lane; xsum[c * xss + i], xd[c * xss + i] as there; the sums start at 0 where first, else from y
+// block i of the groups at ga and gb (nb blocks each): il8_decode's steps on the two groups' words joined (every
+// one lane-local), once for 16 rows
+INLINE IL_T void IL(il16_decode)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i,
+                                 il16_dec *o) {
+    const size_t bytes = (size_t)llmb_il8_words(type) * 32;
+    const uint8_t *va = ga + i * bytes, *vb = gb + i * bytes;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    if (il8_dm(type)) {   // word 0: d and m of each row
+        __m256 da, ma, db, mb;
+        IL(il8_halves)(va, &da, &ma);
+        IL(il8_halves)(vb, &db, &mb);
+        o->d = IL(il16_joinf)(da, db), o->m = IL(il16_joinf)(ma, mb);
+        va += 32, vb += 32;
+    } else {   // the tails
+        const size_t t = (size_t)nb * bytes + (size_t)i * 16;
+        o->d = IL(il16_joinf)(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ga + t))),
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + t))));
+        o->m = _mm512_setzero_ps();
+    }
+    if (type == LLMB_TYPE_IQ4_NL) {   // u = v + 128
+        const __m512i kv = _mm512_broadcast_i64x4(IL(il8n_table)(128));
+        for (int k = 0; k < 4; k++) {
+            const __m512i raw = IL(il16_load2)(va + 32 * k, vb + 32 * k);
+            o->q[2 * k] = _mm512_shuffle_epi8(kv, _mm512_and_si512(raw, m4));
+            o->q[2 * k + 1] = _mm512_shuffle_epi8(kv, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
+        }
+        return;
+    }
+    const int q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
+    __m512i qh = _mm512_setzero_si512();
+    if (q5) qh = IL(il16_load2)(va, vb), va += 32, vb += 32;
+    for (int k = 0; k < 4; k++) {
+        const __m512i raw = IL(il16_load2)(va + 32 * k, vb + 32 * k);
+        __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        if (q5) {
+            lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi32(qh, 4 - k), b4));
+            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi32(qh, k), b4));
+        }
+        o->q[2 * k] = lo, o->q[2 * k + 1] = hi;
+    }
+}
+
+// acc[c] (lane r: row r of 16, token c) plus the term of block i (decoded: d) for NC tokens of x (xs apart):
+// il8_step's sums and float steps per lane; xsum[c * xss], xd[c * xss] as there
+INLINE IL_T void IL(il16_step)(const int type, const il16_dec *d, const uint8_t *x, size_t xs, int64_t i,
+                               const int32_t *xsum, const float *xd, int64_t xss, __m512 *acc, const int NC) {
+    const int off = il8_offset(type), x8 = il8_x8(type);
+    const size_t xb_bytes = x8 ? sizeof(llmb_block_q8_0) : sizeof(llmb_block_q8_1);
+    const uint8_t *xb[IL8_NC];
+    __m512i h0[IL8_NC], h1[IL8_NC];
+    for (int c = 0; c < NC; c++) {
+        xb[c] = x + c * xs + i * xb_bytes;
+        h0[c] = h1[c] = _mm512_setzero_si512();
+    }
+    for (int k = 0; k < 8; k++)   // q[k] against x values 4 (k / 2) + 16 (k % 2) ..
+        for (int c = 0; c < NC; c++) {
+            int32_t a;
+            memcpy(&a, xb[c] + (x8 ? 2 : 8) + 4 * (k / 2) + 16 * (k % 2), 4);
+            if (k % 2) h1[c] = _mm512_dpbusd_epi32(h1[c], d->q[k], _mm512_set1_epi32(a));
+            else h0[c] = _mm512_dpbusd_epi32(h0[c], d->q[k], _mm512_set1_epi32(a));
+        }
+    for (int c = 0; c < NC; c++) {
+        const __m512i s = _mm512_add_epi32(h0[c], h1[c]);
+        if (off) {
+            const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(xsum[c * xss])));
+            const __m512 dx = _mm512_set1_ps(xd[c * xss]);
+            const __m512 t = type == LLMB_TYPE_Q4_0 ? _mm512_mul_ps(_mm512_mul_ps(sf, d->d), dx)
+                                                    : _mm512_mul_ps(_mm512_mul_ps(d->d, dx), sf);
+            acc[c] = _mm512_add_ps(acc[c], t);
+        } else {
+            const llmb_block_q8_1 *x1 = (const llmb_block_q8_1 *)xb[c];
+            const __m512 t = _mm512_mul_ps(_mm512_mul_ps(d->d, _mm512_set1_ps(x1->d)), _mm512_cvtepi32_ps(s));
+            acc[c] = _mm512_add_ps(acc[c], _mm512_add_ps(t, _mm512_mul_ps(d->m, _mm512_set1_ps(x1->s))));
+        }
+    }
+}
+
+// 16 rows x NC tokens over the decoded blocks dec[0 .. bn - 1] (blocks i0 ..), il16_step block after block;
+// xsum[c * xss + i], xd[c * xss + i] as il8_step's; the sums start at 0 where first, else from y
 INLINE IL_T void IL(il16_tile)(const int type, const il16_dec *dec, int64_t i0, int64_t bn, const uint8_t *x,
                                size_t xs, const int32_t *xsum, const float *xd, int64_t xss, float *y, int64_t ldy,
                                const int first, const int NC) {
-    const int off = il8_offset(type), x8 = il8_x8(type);
-    const size_t xb_bytes = x8 ? sizeof(llmb_block_q8_0) : sizeof(llmb_block_q8_1);
     __m512 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
-    for (int64_t i = 0; i < bn; i++) {
-        const il16_dec *d = dec + i;
-        const uint8_t *xb[IL8_NC];
-        __m512i h0[IL8_NC], h1[IL8_NC];
-        for (int c = 0; c < NC; c++) {
-            xb[c] = x + c * xs + (i0 + i) * xb_bytes;
-            h0[c] = h1[c] = _mm512_setzero_si512();
-        }
-        for (int k = 0; k < 8; k++)   // q[k] against x values 4 (k / 2) + 16 (k % 2) ..
-            for (int c = 0; c < NC; c++) {
-                int32_t a;
-                memcpy(&a, xb[c] + (x8 ? 2 : 8) + 4 * (k / 2) + 16 * (k % 2), 4);
-                if (k % 2) h1[c] = _mm512_dpbusd_epi32(h1[c], d->q[k], _mm512_set1_epi32(a));
-                else h0[c] = _mm512_dpbusd_epi32(h0[c], d->q[k], _mm512_set1_epi32(a));
-            }
-        for (int c = 0; c < NC; c++) {
-            const __m512i s = _mm512_add_epi32(h0[c], h1[c]);
-            if (off) {
-                const __m512 sf = _mm512_cvtepi32_ps(_mm512_sub_epi32(s, _mm512_set1_epi32(xsum[c * xss + i])));
-                const __m512 dx = _mm512_set1_ps(xd[c * xss + i]);
-                const __m512 t = type == LLMB_TYPE_Q4_0 ? _mm512_mul_ps(_mm512_mul_ps(sf, d->d), dx)
-                                                        : _mm512_mul_ps(_mm512_mul_ps(d->d, dx), sf);
-                acc[c] = _mm512_add_ps(acc[c], t);
-            } else {
-                const llmb_block_q8_1 *x1 = (const llmb_block_q8_1 *)xb[c];
-                const __m512 t = _mm512_mul_ps(_mm512_mul_ps(d->d, _mm512_set1_ps(x1->d)), _mm512_cvtepi32_ps(s));
-                acc[c] = _mm512_add_ps(acc[c], _mm512_add_ps(t, _mm512_mul_ps(d->m, _mm512_set1_ps(x1->s))));
-            }
-        }
-    }
+    for (int64_t i = 0; i < bn; i++) IL(il16_step)(type, dec + i, x, xs, i0 + i, xsum + i, xd + i, xss, acc, NC);
     for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
@@ -477,6 +518,24 @@ INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *g, size_t ws, int6
 #undef IL16_RUN
         }
     }
+}
+
+// One token over blocks i0 .. i0 + bn - 1 of the groups at ga and gb (il8_kernel's decode), each block decoded in
+// registers as it streams, into ya (ga's 8 rows) and yb; from ya, yb where !first
+INLINE IL_T void IL(il16_one)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i0, int64_t bn,
+                              const uint8_t *x, const int32_t *xsum, const float *xd, float *ya, float *yb,
+                              const int first, const int pf) {
+    const size_t bytes = (size_t)llmb_il8_words(type) * 32, tail = il8_dm(type) ? 0 : 2 * IL8_G;
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf);
+    __m512 acc = first ? _mm512_setzero_ps() : IL(il16_joinf)(_mm256_loadu_ps(ya), _mm256_loadu_ps(yb));
+    for (int64_t i = 0; i < bn; i++) {
+        il8_prefetch_next(&pa), il8_prefetch_next(&pb);
+        il16_dec d;
+        IL(il16_decode)(type, ga, gb, nb, i0 + i, &d);
+        IL(il16_step)(type, &d, x, 0, i0 + i, xsum + i, xd + i, 0, &acc, 1);
+    }
+    _mm256_storeu_ps(ya, _mm512_castps512_ps256(acc));
+    _mm256_storeu_ps(yb, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(acc), 1)));
 }
 #endif
 
@@ -511,6 +570,18 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                         memcpy(&hd, &b->d, 2);
                         xd[c * bn + i] = _cvtsh_ss(hd);
                     }
+#if IL_VNNI
+            if (cn == 1 && !il8_signed(type)) {   // one token on 512 bits: group k beside group k + h, each stream
+                const int ng = nr / IL8_G, h = (ng + 1) / 2;   // walking its half of the rows (as il16k_q2_one)
+                for (int k = 0; k + h < ng; k++)
+                    IL(il16_one)(type, w + (size_t)(k * IL8_G) * ws, w + (size_t)((k + h) * IL8_G) * ws, nb, i0, bn, xc,
+                                 xsum, xd, y + c0 * ldy + k * IL8_G, y + c0 * ldy + (k + h) * IL8_G, i0 == 0, spf);
+                if (ng % 2)   // the middle group alone
+                    IL(il8_tile)(type, w + (size_t)((h - 1) * IL8_G) * ws, nb, NULL, i0, bn, xc, xs, xsum, xd, bn,
+                                 y + c0 * ldy + (h - 1) * IL8_G, ldy, i0 == 0, spf, 1);
+                continue;
+            }
+#endif
             for (int r0 = 0; r0 < nr; r0 += IL8_G) {
                 const uint8_t *g = w + (size_t)r0 * ws;
                 float *yc = y + c0 * ldy + r0;
@@ -991,10 +1062,6 @@ INLINE IL_T int IL(il16k_pairs)(const int type, int64_t n, const uint8_t *w, siz
 // shift and mask is lane-local, so the ops run once on 512 bits where the groups of 8 run them twice, and the
 // exact S and M and the float steps per lane are il8k_tile's: the same bits.
 
-// the 256-bit words at a and b joined (a low)
-INLINE IL_T __m512i IL(il16_load2)(const uint8_t *a, const uint8_t *b) {
-    return IL(il16_join)(_mm256_loadu_si256((const __m256i *)a), _mm256_loadu_si256((const __m256i *)b));
-}
 // il8k_pick on 512 bits
 INLINE IL_T __m512i IL(il16k_pick)(__m512i v, int b0, int b1, int hi) {
     return _mm512_shuffle_epi8(v, _mm512_broadcast_i64x4(IL(il8k_pick_ctl)(b0, b1, hi)));

@@ -10,7 +10,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers
 
 import llmbench
-from llmbench import LLM, SamplingParams
+from llmbench import LLM, SamplingParams, tokenizer
 from llmbench.models.gguf import GGUFFile
 from llmbench.tokenizer import Tokenizer
 
@@ -60,6 +60,8 @@ def test_encode_batch_is_encode(stories_meta, smollm_path):
         for add_bos in (None, True, False):
             assert tok.encode_batch(texts, add_bos) == [tok.encode(t, add_bos) for t in texts]
         assert tok.encode_batch([]) == []
+        many = [f"{i} {TEXTS[i % len(TEXTS)]}" for i in range(2 * tokenizer.ENCODE_BATCH + 3)]   # three batches
+        assert tok.encode_batch(many) == [tok.encode(t) for t in many]
 
 
 def test_stories_default_keeps_whitespace(spm, stories_meta):
