@@ -175,7 +175,7 @@ class Tokenizer:
         """``encode`` of each text, the same ids, the texts encoded ``ENCODE_BATCH`` at a time on the tokenizers
         library's threads (full MMLU's 56,168 requests are 40.6 million tokens of five-shot prompts). Each
         Encoding also holds its tokens' strings and offsets: one batch of a whole MMLU subject's texts raised
-        the full run's peak RSS from 1.25 to 1.56 GB."""
+        the full run's peak RSS from 1.28 to 1.60 GB."""
         texts = list(texts)
         return [self._bos(e.ids, add_bos) for i in range(0, len(texts), ENCODE_BATCH)
                 for e in self.hf.encode_batch(texts[i:i + ENCODE_BATCH], add_special_tokens=False)]
