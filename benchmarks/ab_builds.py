@@ -13,7 +13,8 @@ the same machine.
 Each build's extension module is loaded from its file; this checkout's Python code drives both, so the
 two must share the extension's Python API (any two builds of nearby commits do). An engine is created
 while its build is the module llmbench.llm and llmbench.models.gguf call. Kernel mode also checks that the two
-builds give the same bits.
+builds give the same bits. LLMBENCH_PREFETCH=MODE (page, lines, far) sets both builds' decode prefetch, as it
+sets the imported build's.
 """
 
 from __future__ import annotations
