@@ -412,6 +412,18 @@ INLINE IL_T __m512 IL(il16_joinf)(__m256 a, __m256 b) {
 INLINE IL_T __m512i IL(il16_load2)(const uint8_t *a, const uint8_t *b) {
     return IL(il16_join)(_mm256_loadu_si256((const __m256i *)a), _mm256_loadu_si256((const __m256i *)b));
 }
+// il8_halves of the words at a and b joined: lanes 0..7 a's rows, 8..15 b's
+INLINE IL_T void IL(il16_halves)(const uint8_t *a, const uint8_t *b, __m512 *lo, __m512 *hi) {
+    __m256 la, ha, lb, hb;
+    IL(il8_halves)(a, &la, &ha);
+    IL(il8_halves)(b, &lb, &hb);
+    *lo = IL(il16_joinf)(la, lb), *hi = IL(il16_joinf)(ha, hb);
+}
+// the low 8 lanes of v to ya, the high 8 to yb
+INLINE IL_T void IL(il16_store2)(float *ya, float *yb, __m512 v) {
+    _mm256_storeu_ps(ya, _mm512_castps512_ps256(v));
+    _mm256_storeu_ps(yb, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)));
+}
 
 // block i of the groups at ga and gb (nb blocks each): il8_decode's steps on the two groups' words joined (every
 // one lane-local), once for 16 rows
@@ -421,10 +433,7 @@ INLINE IL_T void IL(il16_decode)(const int type, const uint8_t *ga, const uint8_
     const uint8_t *va = ga + i * bytes, *vb = gb + i * bytes;
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     if (il8_dm(type)) {   // word 0: d and m of each row
-        __m256 da, ma, db, mb;
-        IL(il8_halves)(va, &da, &ma);
-        IL(il8_halves)(vb, &db, &mb);
-        o->d = IL(il16_joinf)(da, db), o->m = IL(il16_joinf)(ma, mb);
+        IL(il16_halves)(va, vb, &o->d, &o->m);
         va += 32, vb += 32;
     } else {   // the tails
         const size_t t = (size_t)nb * bytes + (size_t)i * 16;
@@ -534,8 +543,7 @@ INLINE IL_T void IL(il16_one)(const int type, const uint8_t *ga, const uint8_t *
         IL(il16_decode)(type, ga, gb, nb, i0 + i, &d);
         IL(il16_step)(type, &d, x, 0, i0 + i, xsum + i, xd + i, 0, &acc, 1);
     }
-    _mm256_storeu_ps(ya, _mm512_castps512_ps256(acc));
-    _mm256_storeu_ps(yb, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(acc), 1)));
+    IL(il16_store2)(ya, yb, acc);
 }
 #endif
 
@@ -1108,16 +1116,14 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
                     S = _mm512_add_epi32(S, _mm512_madd_epi16(h16, sc[8 * j + 2 * m + h]));
                 }
             }
-        __m256 da, ma, db, mb;
-        IL(il8_halves)(va + 20 * 32, &da, &ma);
-        IL(il8_halves)(vb + 20 * 32, &db, &mb);
+        __m512 d, dmin;
+        IL(il16_halves)(va + 20 * 32, vb + 20 * 32, &d, &dmin);
         const __m512 dx = _mm512_set1_ps(xb->d);   // dall S - dmin M, then the sum
-        const __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dx, IL(il16_joinf)(da, db)), _mm512_cvtepi32_ps(S)),
-                                       _mm512_mul_ps(_mm512_mul_ps(dx, IL(il16_joinf)(ma, mb)), _mm512_cvtepi32_ps(M)));
+        const __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(S)),
+                                       _mm512_mul_ps(_mm512_mul_ps(dx, dmin), _mm512_cvtepi32_ps(M)));
         acc = _mm512_add_ps(acc, t);
     }
-    _mm256_storeu_ps(ya, _mm512_castps512_ps256(acc));
-    _mm256_storeu_ps(yb, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(acc), 1)));
+    IL(il16_store2)(ya, yb, acc);
 }
 
 // Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here, the rest (one token of Q3_K, small batches, a last
