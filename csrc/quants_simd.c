@@ -9,6 +9,8 @@
 // targets below do not enable FMA), NaN inputs of the fp16 conversions handed to the scalar code.
 // Tested by csrc/tests/test_quants.c (each kernel against its reference on random data at every
 // level this CPU has) and tests/test_quant.py (LLMBENCH_SIMD=scalar gives identical results).
+#include <stddef.h>
+
 #include "quants.h"
 #include "vecdot.h"
 
@@ -348,6 +350,68 @@ AVX512 static inline void affine16_avx512(float *y, __m128i q, float d, float m)
 #include "quants_simd_body.h"
 #undef QT
 #undef QV
+
+// ---- 8-bit activation blocks on AVX-512: quant_block_q8_avx2's steps, 16 blocks at a time ----
+// Each block's max |x| is reduced in its own vector (the order of a max does not matter), then the 16 blocks'
+// d = max / 127 and id = 1 / d divide in one vector each where the AVX2 loop ran two scalar divisions a block
+// (most of its time); q = round(x id) halves away from zero as round_away_ps, the sum of the q exact.
+
+// roundf of every lane, exactly (round_away_ps with a mask register; the sign bits by integer ops, AVX-512F only)
+AVX512 static inline __m512 round_away_avx512(__m512 v) {
+    const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, t)), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+    const __m512i one = _mm512_castps_si512(_mm512_set1_ps(1.0f)), sign = _mm512_set1_epi32(INT32_MIN);
+    const __m512 step = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(v), sign), one));
+    return _mm512_mask_add_ps(t, up, t, step);
+}
+
+// nb <= 16 blocks of 32 floats at x: the values of block b to y + b * ystride + qs, its d to d[b], the sum of
+// its values to sum[b]
+AVX512 static inline void quant_blocks_q8_avx512(const float *x, int nb, uint8_t *y, size_t ystride, size_t qs,
+                                                 float *d, int *sum) {
+    float amax[16] = {0};
+    for (int b = 0; b < nb; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        amax[b] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    }
+    const __m512 vd = _mm512_div_ps(_mm512_loadu_ps(amax), _mm512_set1_ps(127.0f));
+    float id[16];
+    _mm512_storeu_ps(id, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(vd, _mm512_setzero_ps(), _CMP_NEQ_UQ),
+                                             _mm512_set1_ps(1.0f), vd));
+    _mm512_storeu_ps(d, vd);
+    for (int b = 0; b < nb; b++) {
+        const __m512 s = _mm512_set1_ps(id[b]);
+        const __m512i q0 = _mm512_cvtps_epi32(round_away_avx512(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), s)));
+        const __m512i q1 = _mm512_cvtps_epi32(round_away_avx512(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), s)));
+        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        uint8_t *o = y + b * ystride + qs;
+        _mm_storeu_si128((__m128i *)o, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtsepi32_epi8(q1));
+    }
+}
+
+AVX512 static void quant_q8_0_avx512(const float *x, void *vy, int64_t n) {
+    llmb_block_q8_0 *y = vy;
+    float d[16];
+    int sum[16];
+    for (int64_t i = 0; i < n / LLMB_QK; i += 16) {
+        const int nb = n / LLMB_QK - i < 16 ? (int)(n / LLMB_QK - i) : 16;
+        quant_blocks_q8_avx512(x + i * LLMB_QK, nb, (uint8_t *)(y + i), sizeof *y, offsetof(llmb_block_q8_0, qs), d, sum);
+        for (int b = 0; b < nb; b++) y[i + b].d = llmb_fp32_to_fp16(d[b]);
+    }
+}
+
+// the activations of Q4_1 / Q5_1 products: llmb_quant_q8_1_avx2's bytes
+AVX512 void llmb_quant_q8_1_avx512(const float *x, void *vy, int64_t n) {
+    llmb_block_q8_1 *y = vy;
+    float d[16];
+    int sum[16];
+    for (int64_t i = 0; i < n / LLMB_QK; i += 16) {
+        const int nb = n / LLMB_QK - i < 16 ? (int)(n / LLMB_QK - i) : 16;
+        quant_blocks_q8_avx512(x + i * LLMB_QK, nb, (uint8_t *)(y + i), sizeof *y, offsetof(llmb_block_q8_1, qs), d, sum);
+        for (int b = 0; b < nb; b++) y[i + b].d = d[b], y[i + b].s = sum[b] * d[b];
+    }
+}
 #endif // x86-64
 
 // ================================ AArch64 ================================
@@ -486,13 +550,14 @@ void llmb_quant_simd_install(llmb_simd_level lvl, llmb_quant_traits *t) {
         t[LLMB_TYPE_Q5_K].from_float = quant_q5_K_avx2;
         t[LLMB_TYPE_Q6_K].from_float = quant_q6_K_avx2;
         break;
-    case LLMB_SIMD_AVX512:   // quantizers: the AVX2 ones (installed first by quants.c)
+    case LLMB_SIMD_AVX512:   // quantizers: the AVX2 ones (installed first by quants.c) but Q8_0's
         t[LLMB_TYPE_F16].to_float = dequant_f16_avx512;
         t[LLMB_TYPE_F16].from_float = quant_f16_avx512;
         t[LLMB_TYPE_Q8_0].to_float = dequant_q8_0_avx512;
         t[LLMB_TYPE_Q4_0].to_float = dequant_q4_0_avx512;
         t[LLMB_TYPE_Q4_K].to_float = dequant_q4_K_avx512;
         t[LLMB_TYPE_Q6_K].to_float = dequant_q6_K_avx512;
+        t[LLMB_TYPE_Q8_0].from_float = quant_q8_0_avx512;
         break;
 #endif
 #if defined(__aarch64__)

@@ -209,8 +209,9 @@ void llmb_vec_dot_simd_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table)
 // Internal (vecdot_il8.c): the interleaved kernels of Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS (groups of 8 rows)
 // at AVX2 and AVX-512 VNNI, and of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_0 at AVX2
 void llmb_vec_dot_il8_install(llmb_simd_level lvl, llmb_vec_dot_kernels *table);
-// Internal (quants_simd.c): Q8_1 activations with AVX2, byte-identical to the reference
+// Internal (quants_simd.c): Q8_1 activations with AVX2 and with AVX-512, byte-identical to the reference
 void llmb_quant_q8_1_avx2(const float *x, void *xq, int64_t n);
+void llmb_quant_q8_1_avx512(const float *x, void *xq, int64_t n);
 
 #ifdef __cplusplus
 }

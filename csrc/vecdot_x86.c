@@ -63,8 +63,9 @@ void llmb_vd_x86_install(llmb_simd_level lvl, llmb_vec_dot_kernels *t) {
     if (lvl == LLMB_SIMD_AVX2) {
         SET_ALL(avx2);
         t[LLMB_TYPE_Q4_1].quant_x = t[LLMB_TYPE_Q5_1].quant_x = llmb_quant_q8_1_avx2;
-    } else if (lvl == LLMB_SIMD_AVX512 && llmb_cpu_has("avx512vnni")) {
-        SET_ALL(vnni);
+    } else if (lvl == LLMB_SIMD_AVX512) {
+        if (llmb_cpu_has("avx512vnni")) SET_ALL(vnni);
+        t[LLMB_TYPE_Q4_1].quant_x = t[LLMB_TYPE_Q5_1].quant_x = llmb_quant_q8_1_avx512;
     }
 }
 #else
