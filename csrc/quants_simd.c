@@ -352,9 +352,11 @@ AVX512 static inline void affine16_avx512(float *y, __m128i q, float d, float m)
 #undef QV
 
 // ---- 8-bit activation blocks on AVX-512: quant_block_q8_avx2's steps, 16 blocks at a time ----
-// Each block's max |x| is reduced in its own vector (the order of a max does not matter), then the 16 blocks'
-// d = max / 127 and id = 1 / d divide in one vector each where the AVX2 loop ran two scalar divisions a block
-// (most of its time); q = round(x id) halves away from zero as round_away_ps, the sum of the q exact.
+// The 16 blocks' max |x| (and later their sums of q) reduce together: a tree of shuffles leaves block b's in lane b
+// of one vector (no horizontal reduction a block, no scalars stored and loaded back as a vector, which stalled
+// on the failed store forwarding); then d = max / 127 and id = 1 / d divide in one vector each where the AVX2
+// loop ran two scalar divisions a block. The order of a max and of integer adds does not change them; q =
+// round(x id) halves away from zero as round_away_ps: the reference's bytes.
 
 // roundf of every lane, exactly (round_away_ps with a mask register; the sign bits by integer ops, AVX-512F only)
 AVX512 static inline __m512 round_away_avx512(__m512 v) {
@@ -365,51 +367,78 @@ AVX512 static inline __m512 round_away_avx512(__m512 v) {
     return _mm512_mask_add_ps(t, up, t, step);
 }
 
-// nb <= 16 blocks of 32 floats at x: the values of block b to y + b * ystride + qs, its d to d[b], the sum of
-// its values to sum[b]
-AVX512 static inline void quant_blocks_q8_avx512(const float *x, int nb, uint8_t *y, size_t ystride, size_t qs,
-                                                 float *d, int *sum) {
-    float amax[16] = {0};
-    for (int b = 0; b < nb; b++) {
-        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-        amax[b] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    }
-    const __m512 vd = _mm512_div_ps(_mm512_loadu_ps(amax), _mm512_set1_ps(127.0f));
+// v[b] (b < 16) reduced across its lanes by OP (max_ps, or add_epi32 on the bits), the result of v[b] in lane b:
+// halves of 8 lanes, then of 4 (128-bit lanes), 2 and 1 (within them); the tree leaves block b in lane
+// 4 (b % 4) + b / 4, which the last permute undoes. v is overwritten.
+#define REDUCE16(v, OP)                                                                                             \
+    do {                                                                                                            \
+        for (int i = 0; i < 8; i++)                                                                                 \
+            v[i] = OP(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE)); \
+        for (int i = 0; i < 4; i++)                                                                                 \
+            v[i] = OP(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x88), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xDD)); \
+        for (int i = 0; i < 2; i++)                                                                                 \
+            v[i] = OP(_mm512_shuffle_ps(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_ps(v[2 * i], v[2 * i + 1], 0xEE)); \
+        v[0] = OP(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));                      \
+        v[0] = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v[0]); \
+    } while (0)
+#define ADD_EPI32_PS(a, b) _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+
+// nb <= 16 blocks of 32 floats at x: the values of block b to y + b * ystride + qs; returns their d in the lanes
+// (lane b: block b's; lanes past nb unspecified), the sums of their values in *sum
+AVX512 static inline __m512 quant_blocks_q8_avx512(const float *x, int nb, uint8_t *y, size_t ystride, size_t qs,
+                                                   __m512i *sum) {
+    __m512 v[16];
+    for (int b = 0; b < 16; b++)
+        v[b] = b < nb ? _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * b)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b + 16)))
+                      : _mm512_setzero_ps();
+    REDUCE16(v, _mm512_max_ps);
+    const __m512 d = _mm512_div_ps(v[0], _mm512_set1_ps(127.0f));
     float id[16];
-    _mm512_storeu_ps(id, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(vd, _mm512_setzero_ps(), _CMP_NEQ_UQ),
-                                             _mm512_set1_ps(1.0f), vd));
-    _mm512_storeu_ps(d, vd);
-    for (int b = 0; b < nb; b++) {
+    _mm512_storeu_ps(id, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), d));
+    for (int b = 0; b < 16; b++) {
+        if (b >= nb) {
+            v[b] = _mm512_setzero_ps();
+            continue;
+        }
         const __m512 s = _mm512_set1_ps(id[b]);
         const __m512i q0 = _mm512_cvtps_epi32(round_away_avx512(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), s)));
         const __m512i q1 = _mm512_cvtps_epi32(round_away_avx512(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), s)));
-        sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        v[b] = _mm512_castsi512_ps(_mm512_add_epi32(q0, q1));
         uint8_t *o = y + b * ystride + qs;
         _mm_storeu_si128((__m128i *)o, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(o + 16), _mm512_cvtsepi32_epi8(q1));
     }
+    REDUCE16(v, ADD_EPI32_PS);
+    *sum = _mm512_castps_si512(v[0]);
+    return d;
 }
+#undef ADD_EPI32_PS
+#undef REDUCE16
 
 AVX512 static void quant_q8_0_avx512(const float *x, void *vy, int64_t n) {
     llmb_block_q8_0 *y = vy;
     float d[16];
-    int sum[16];
+    __m512i sum;
     for (int64_t i = 0; i < n / LLMB_QK; i += 16) {
         const int nb = n / LLMB_QK - i < 16 ? (int)(n / LLMB_QK - i) : 16;
-        quant_blocks_q8_avx512(x + i * LLMB_QK, nb, (uint8_t *)(y + i), sizeof *y, offsetof(llmb_block_q8_0, qs), d, sum);
+        _mm512_storeu_ps(d, quant_blocks_q8_avx512(x + i * LLMB_QK, nb, (uint8_t *)(y + i), sizeof *y,
+                                                   offsetof(llmb_block_q8_0, qs), &sum));
         for (int b = 0; b < nb; b++) y[i + b].d = llmb_fp32_to_fp16(d[b]);
     }
 }
 
-// the activations of Q4_1 / Q5_1 products: llmb_quant_q8_1_avx2's bytes
+// the activations of Q4_1 / Q5_1 products: llmb_quant_q8_1_avx2's bytes (s = the sum converted, times d)
 AVX512 void llmb_quant_q8_1_avx512(const float *x, void *vy, int64_t n) {
     llmb_block_q8_1 *y = vy;
-    float d[16];
-    int sum[16];
+    float d[16], s[16];
+    __m512i sum;
     for (int64_t i = 0; i < n / LLMB_QK; i += 16) {
         const int nb = n / LLMB_QK - i < 16 ? (int)(n / LLMB_QK - i) : 16;
-        quant_blocks_q8_avx512(x + i * LLMB_QK, nb, (uint8_t *)(y + i), sizeof *y, offsetof(llmb_block_q8_1, qs), d, sum);
-        for (int b = 0; b < nb; b++) y[i + b].d = d[b], y[i + b].s = sum[b] * d[b];
+        const __m512 vd = quant_blocks_q8_avx512(x + i * LLMB_QK, nb, (uint8_t *)(y + i), sizeof *y,
+                                                 offsetof(llmb_block_q8_1, qs), &sum);
+        _mm512_storeu_ps(d, vd);
+        _mm512_storeu_ps(s, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), vd));
+        for (int b = 0; b < nb; b++) y[i + b].d = d[b], y[i + b].s = s[b];
     }
 }
 #endif // x86-64
