@@ -62,6 +62,13 @@ struct llmb_backend {
     float *logits;       // [r][vocab]
     float *att_scratch;  // [threads][llmb_att_scratch_floats]: a unit's keys, values and scores as floats
     split_tile *split_tiles;   // [SPLIT_TILES(threads)]: a decode layer's tiles shared by the threads (attention_split)
+    // the last layer of a step whose logits rows are fewer than its tokens (rows_batch): each token's index among
+    // the rows' tokens or -1 ([n]), the rows' tokens ascending, their positions, slots and ids ([r] each), their
+    // sequences' first token, count and pos0 ([max_seqs] each); the kept sequences' block tables where some
+    // sequence has no row (grown as needed)
+    int32_t *row_at, *kept, *kept_pos, *kept_slots, *kept_tokens, *kept_q_start, *kept_q_len, *kept_pos0;
+    int32_t *kept_tables;
+    size_t kept_tables_cap;
     double *rope_f;               // (head_dim / 2) RoPE inverse frequencies (llmb_rope_freqs)
     double *rope_f_swa;           // (head_dim / 2) those of the sliding-window layers, or NULL
     llmb_matmul_ctx mm;
@@ -88,6 +95,8 @@ static void cpu_destroy(llmb_backend *b) {
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
     free(b->rope_f);
     free(b->split_tiles);
+    free(b->row_at);
+    free(b->kept_tables);
     free(b->rope_f_swa);
     free(b->mm.xq);
     free(b->mm.wtile);
@@ -206,6 +215,13 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
     ACT(att_scratch, (size_t)nt * llmb_att_scratch_floats(p->ctx, c->head_dim));
 #undef ACT
     b->split_tiles = xcalloc(SPLIT_TILES(nt), sizeof *b->split_tiles, &oom);
+    b->row_at = xcalloc((size_t)n + 4 * (size_t)p->max_rows + 3 * (size_t)p->max_seqs, sizeof(int32_t), &oom);
+    if (b->row_at) {
+        int32_t *a = b->row_at + n;
+        b->kept = a, b->kept_pos = a + p->max_rows, b->kept_slots = a + 2 * p->max_rows;
+        b->kept_tokens = a + 3 * p->max_rows, a += 4 * p->max_rows;
+        b->kept_q_start = a, b->kept_q_len = a + p->max_seqs, b->kept_pos0 = a + 2 * p->max_seqs;
+    }
     b->mm.row_cap = (llmb_matmul_row_cap(m) + 63) / 64 * 64;
     b->mm.xq = xcalloc((size_t)n * b->mm.row_cap, 1, &oom);
     b->mm.nthreads = nt;
@@ -230,6 +246,7 @@ static llmb_status cpu_create(const llmb_model *m, const llmb_backend_params *p,
                          (unsigned long long)m->weight_bytes);
     }
     b->scratch_bytes = fl * sizeof(float) + (size_t)n * b->mm.row_cap +
+                       ((size_t)n + 4 * (size_t)p->max_rows + 3 * (size_t)p->max_seqs) * sizeof(int32_t) +
                        (size_t)(c->swa_window ? 2 : 1) * c->head_dim / 2 * sizeof *b->rope_f;
     if (!oom) llmb_rope_freqs(b->rope_f, c->head_dim, c->rope_base);
     if (!oom && c->swa_window) llmb_rope_freqs(b->rope_f_swa, c->head_dim, c->rope_base_swa);
@@ -570,6 +587,66 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
             b->times.prof_ns[LLMB_PROF_MATMUL] += llmb_now_ns() - t_ - (b->times.prof_ns[LLMB_PROF_QUANT_X] - q_); \
     } while (0)
 
+// The last layer's output is read only at the logits rows: its keys and values are needed at every token (later
+// tokens attend to them), its queries, attention, output product and feed-forward only at the rows (llama.cpp
+// skips the same work). rows_batch makes the batch of the rows' tokens alone, in ascending order (each token's
+// operations are the same whatever else is in its batch, so the rows get the same bits), in *rb; NULL where every
+// token is a row, or where the kept sequences' block tables find no memory (the whole layer then runs).
+// the rows among sequence s's tokens (b->row_at), the index of its first in *first
+static int seq_rows(const llmb_backend *b, const llmb_batch *bt, int s, int *first) {
+    int count = 0;
+    for (int i = bt->q_start[s]; i < bt->q_start[s] + bt->q_len[s]; i++)
+        if (b->row_at[i] >= 0) *first = count++ ? *first : b->row_at[i];
+    return count;
+}
+
+static const llmb_batch *rows_batch(llmb_backend *b, const llmb_batch *bt, llmb_batch *rb) {
+    const int n = bt->n_tok;
+    if (bt->n_rows >= n) return NULL;
+    for (int i = 0; i < n; i++) b->row_at[i] = -1;
+    for (int r = 0; r < bt->n_rows; r++) b->row_at[bt->rows[r]] = 0;
+    int nk = 0;
+    for (int i = 0; i < n; i++)
+        if (b->row_at[i] >= 0) {
+            b->row_at[i] = nk, b->kept[nk] = i, b->kept_pos[nk] = bt->pos[i], b->kept_slots[nk] = bt->slots[i];
+            b->kept_tokens[nk++] = bt->tokens[i];
+        }
+    if (nk == n) return NULL;
+    int ns = 0, nd = 0, first = 0;
+    for (int s = 0; s < bt->n_seq; s++) {
+        const int count = seq_rows(b, bt, s, &first);
+        if (!count) continue;
+        b->kept_q_start[ns] = first, b->kept_q_len[ns] = count, b->kept_pos0[ns] = bt->pos0[s];
+        nd += s < bt->n_decode;
+        ns++;
+    }
+    const int32_t *tables = bt->block_tables;
+    if (ns < bt->n_seq) {   // the kept sequences' rows of the block tables
+        const size_t need = (size_t)ns * bt->max_blocks;
+        if (need > b->kept_tables_cap) {
+            int32_t *t = realloc(b->kept_tables, need * sizeof *t);
+            if (!t) return NULL;
+            b->kept_tables = t, b->kept_tables_cap = need;
+        }
+        for (int s = 0, k = 0; s < bt->n_seq; s++)
+            if (seq_rows(b, bt, s, &first))
+                memcpy(b->kept_tables + (size_t)k++ * bt->max_blocks, bt->block_tables + (size_t)s * bt->max_blocks,
+                       (size_t)bt->max_blocks * sizeof(int32_t));
+        tables = b->kept_tables;
+    }
+    *rb = (llmb_batch){.n_tok = nk, .tokens = b->kept_tokens, .pos = b->kept_pos, .slots = b->kept_slots, .n_seq = ns,
+                       .n_decode = nd, .q_start = b->kept_q_start, .q_len = b->kept_q_len, .pos0 = b->kept_pos0,
+                       .block_tables = tables, .max_blocks = bt->max_blocks};
+    return rb;
+}
+
+// n rows of `cols` floats at a: row kept[j] to row j, j ascending (kept ascends, so no row is overwritten before
+// it moves)
+static void compact_rows(float *a, int64_t cols, const int32_t *kept, int n) {
+    for (int j = 0; j < n; j++)
+        if (kept[j] != j) memmove(a + j * cols, a + (int64_t)kept[j] * cols, (size_t)cols * sizeof(float));
+}
+
 static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forward_out *out) {
     const uint64_t t0 = llmb_now_ns();
     const llmb_model *m = b->model;
@@ -592,7 +669,9 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         memset(b->times.prof_ns, 0, sizeof b->times.prof_ns);
         memset(b->times.prof_type_ns, 0, sizeof b->times.prof_type_ns);
     }
-    const int par = b->mm.nthreads > 1 && (int64_t)n * dim >= PAR_VALUES;
+    int par = b->mm.nthreads > 1 && (int64_t)n * dim >= PAR_VALUES;
+    llmb_batch rb;
+    const llmb_batch *last_bt = rows_batch(b, bt, &rb);   // the last layer's queries and outputs: the rows alone
     TIMED(LLMB_PROF_EMBED, PER_TOKEN(i, n, {
         eq->to_float((const char *)m->tok_embd.data + (size_t)bt->tokens[i] * m->tok_embd.row_bytes, b->x + i * dim, dim);
         if (c->embd_scale != 1.0f)
@@ -602,19 +681,33 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
     }));
     for (int l = 0; l < c->n_layer; l++) {
         const cpu_layer *L = &b->layers[l];
+        // the last layer of a step with rows_batch: keys and values of every token, the rest for the rows' tokens
+        // (kept) alone, moved to the first nq places of x, xn, q and k
+        const int last = last_bt && l == c->n_layer - 1, nq = last ? last_bt->n_tok : n;
+        const int32_t *kept = b->kept;
         // ---- attention ----
         TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->attn_norm, dim,
                                                            c->norm_eps)));
-        PRODUCT(llmb_matmul_n(mm, 3, (const llmb_cpu_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
-                              (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim}));
+        if (!last)
+            PRODUCT(llmb_matmul_n(mm, 3, (const llmb_cpu_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
+                                  (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim}));
+        else {
+            PRODUCT(llmb_matmul_n(mm, 2, (const llmb_cpu_weight *[]){&L->wk, &L->wv}, b->xn, dim, n,
+                                  (float *[]){b->k, b->v}, (int64_t[]){kv_dim, kv_dim}));
+            TIMED(LLMB_PROF_ELEMENTWISE, {
+                compact_rows(b->xn, dim, kept, nq);
+                compact_rows(b->x, dim, kept, nq);
+            });
+            if (nq) PRODUCT(llmb_matmul(mm, &L->wq, b->xn, dim, nq, b->q, q_dim));
+        }
         TIMED(LLMB_PROF_ELEMENTWISE, {
-            add_bias(b->q, L->m->bq, n, q_dim);
+            add_bias(b->q, L->m->bq, nq, q_dim);
             add_bias(b->k, L->m->bk, n, kv_dim);
             add_bias(b->v, L->m->bv, n, kv_dim);
         });
         if (L->m->attn_q_norm)   // gemma3: RMSNorm of every query and key head
             TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, {
-                for (int h = 0; h < c->n_head; h++)
+                for (int h = 0; h < c->n_head && i < nq; h++)
                     llmb_rmsnorm(b->q + i * q_dim + h * hd, b->q + i * q_dim + h * hd, L->m->attn_q_norm, hd, c->norm_eps);
                 for (int h = 0; h < c->n_head_kv; h++)
                     llmb_rmsnorm(b->k + i * kv_dim + h * hd, b->k + i * kv_dim + h * hd, L->m->attn_k_norm, hd,
@@ -622,33 +715,41 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
             }));
         const float *cs = L->m->swa && b->cs_swa ? b->cs_swa : b->cs;
         TIMED(LLMB_PROF_ROPE_KV, PER_TOKEN(i, n, {
-            llmb_rope(b->q + i * q_dim, c->n_head, hd, cs + i * hd, c->rope_neox);
+            if (i < nq) llmb_rope(b->q + i * q_dim, c->n_head, hd, cs + (last ? kept[i] : i) * hd, c->rope_neox);
             llmb_rope(b->k + i * kv_dim, c->n_head_kv, hd, cs + i * hd, c->rope_neox);
             for (int h = 0; h < c->n_head_kv; h++) store_value(b, bt, l, (int)i, h, b->v + i * kv_dim);
-            if (!paged_seq(b, bt, seq_of(bt, i)))   // a paged unit stores its keys itself (attend_unit)
+            // a paged unit stores its keys itself (attend_unit), but the last layer's units hold only the rows
+            if (last || !paged_seq(b, bt, seq_of(bt, i)))
                 for (int h = 0; h < c->n_head_kv; h++) store_key(b, bt, l, (int)i, h, b->k + i * kv_dim);
         }));
-        TIMED(LLMB_PROF_ATTENTION, attention(b, bt, l));
-        PRODUCT(llmb_matmul(mm, &L->wo, b->att, q_dim, n, b->proj, dim));
+        if (last) {   // the rows' tokens from here on (a paged unit of last_bt stores its keys again: the same bytes)
+            if (!nq) break;
+            compact_rows(b->k, kv_dim, kept, nq);
+            par = b->mm.nthreads > 1 && (int64_t)nq * dim >= PAR_VALUES;
+        }
+        TIMED(LLMB_PROF_ATTENTION, attention(b, last ? last_bt : bt, l));
+        PRODUCT(llmb_matmul(mm, &L->wo, b->att, q_dim, nq, b->proj, dim));
         if (L->m->post_attn_norm)
-            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->proj + i * dim, b->proj + i * dim, L->m->post_attn_norm,
-                                                               dim, c->norm_eps)));
-        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->proj[i]));
+            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, nq, llmb_rmsnorm(b->proj + i * dim, b->proj + i * dim, L->m->post_attn_norm,
+                                                                dim, c->norm_eps)));
+        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, nq * dim, b->x[i] += b->proj[i]));
         // ---- feed-forward ----
-        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->ffn_norm, dim,
-                                                           c->norm_eps)));
-        PRODUCT(llmb_matmul_n(mm, 2, (const llmb_cpu_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, n,
+        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, nq, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->ffn_norm, dim,
+                                                            c->norm_eps)));
+        PRODUCT(llmb_matmul_n(mm, 2, (const llmb_cpu_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, nq,
                               (float *[]){b->gate, b->up}, (int64_t[]){ff, ff}));
-        if (c->ffn_gelu) TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n, llmb_geglu(b->gate + i * ff, b->up + i * ff, ff)));
-        else TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff)));
-        PRODUCT(llmb_matmul(mm, &L->w_down, b->gate, ff, n, b->proj, dim));
+        if (c->ffn_gelu) TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, nq, llmb_geglu(b->gate + i * ff, b->up + i * ff, ff)));
+        else TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, nq, llmb_swiglu(b->gate + i * ff, b->up + i * ff, ff)));
+        PRODUCT(llmb_matmul(mm, &L->w_down, b->gate, ff, nq, b->proj, dim));
         if (L->m->post_ffn_norm)
-            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->proj + i * dim, b->proj + i * dim, L->m->post_ffn_norm,
-                                                               dim, c->norm_eps)));
-        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, n * dim, b->x[i] += b->proj[i]));
+            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, nq, llmb_rmsnorm(b->proj + i * dim, b->proj + i * dim, L->m->post_ffn_norm,
+                                                                dim, c->norm_eps)));
+        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, nq * dim, b->x[i] += b->proj[i]));
     }
-    TIMED(LLMB_PROF_NORM, for (int r = 0; r < n_rows; r++) llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)bt->rows[r] * dim,
-                                                                        m->output_norm, dim, c->norm_eps));
+    // a row's residual stream: at its token, or (rows_batch) at its place among the rows' tokens
+    TIMED(LLMB_PROF_NORM, for (int r = 0; r < n_rows; r++)
+                              llmb_rmsnorm(b->xl + r * dim, b->x + (int64_t)(last_bt ? b->row_at[bt->rows[r]] : bt->rows[r]) * dim,
+                                           m->output_norm, dim, c->norm_eps));
     if (n_rows) PRODUCT(llmb_matmul(mm, &b->output, b->xl, dim, n_rows, b->logits, c->vocab));
     out->logits = b->logits;
     const uint64_t t1 = llmb_now_ns();

@@ -170,6 +170,34 @@ def test_batch_invariance(stories):
     assert np.array_equal(stories.logits(target), small.logits(target))
 
 
+@pytest.mark.parametrize("mix", ["Q4_K_M", "Q4_1"])
+def test_last_layer_runs_the_rows_alone(mix):
+    """Where a step reads fewer logits rows than it has tokens, its last layer computes keys and values for every
+    token and the rest for the rows' tokens alone: the rows' log-probabilities are the bits of the whole layer's
+    (every row read), with one row, two, and beside sequences that read none (held prefixes, in the same steps)."""
+    llm = LLM(llmbench.dummy_model("tiny", mix), threads=2)
+    rng = np.random.default_rng(11)
+
+    def logprobs(ids, start, n, beside=()):
+        held = [llm.engine.add(p, max_tokens=0, hold=True) for p in beside]
+        s = llm.engine.add(ids, max_tokens=0, prompt_logprobs_from=start)
+        llm._run_to_idle()
+        try:
+            return llm.engine.prompt_logprobs(s, n)[0].tolist()
+        finally:
+            for h in (s, *held):
+                llm.engine.release(h)
+
+    for n in (2, 3, 9, 70, 300):
+        ids = rng.integers(3, llm.info["vocab"], n).tolist()
+        every = logprobs(ids, 0, n - 1)
+        assert logprobs(ids, n - 2, 1) == every[-1:], n
+        if n > 2:
+            assert logprobs(ids, n - 3, 2) == every[-2:], n
+        beside = [rng.integers(3, llm.info["vocab"], k).tolist() for k in (5, 40)]
+        assert logprobs(ids, n - 2, 1, beside) == every[-1:], n
+
+
 @pytest.mark.parametrize("wtype, act", [("Q4_K_M", "q8"), ("Q8_0", "q8"), ("F16", "bf16")])
 def test_batch_invariance_by_kernel(wtype, act):
     """Quantized weights: batched decode of 2..8 sequences runs the small-batch kernels, 64 the panels,

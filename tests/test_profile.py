@@ -19,12 +19,17 @@ from llmbench.perf.schema import validate  # noqa: E402
 
 def test_kinds_cover_the_forward_time(stories_path):
     # the kinds are timed inside the forward pass: they never exceed it, and the loop between them is
-    # small. A loaded machine can take the thread away between two operations now and then, so a run
-    # whose coverage is below 0.9 is measured again, three times at most: an operation left untimed
-    # would leave every run short
+    # small. A loaded machine can take the thread away between two operations now and then (or between a
+    # product's own clock and its kind's: 0.78 of decode's matmul typed once, 0.92-0.93 in quiet runs), so a
+    # run short on either is measured again, three times at most: an operation left untimed would leave
+    # every run short
+    def typed(r):
+        return sum(r["matmul_by_type_ns"].values())
+
     for attempt in range(3):
         p = profile.measure(str(stories_path), threads=1, pp=64, tg=8, reps=2, overhead=False)
-        if all(p[ph]["coverage"] >= 0.9 for ph in ("prefill", "decode")):
+        if all(p[ph]["coverage"] >= 0.9 and typed(p[ph]) >= 0.8 * p[ph]["kinds_ns"]["matmul"]
+               for ph in ("prefill", "decode")):
             break
     for ph, tokens in (("prefill", 128), ("decode", 14)):   # decode: tg - 1 steps after the prefill token
         r = p[ph]
@@ -32,8 +37,7 @@ def test_kinds_cover_the_forward_time(stories_path):
         assert set(r["kinds_ns"]) == set(profile.KINDS) and all(v >= 0 for v in r["kinds_ns"].values())
         assert 0.9 <= r["coverage"] <= 1.0 and r["other_ns"] == r["forward_ns"] - sum(r["kinds_ns"].values())
         assert r["kinds_ns"]["matmul"] > 0 and r["kinds_ns"]["attention"] > 0
-        typed = sum(r["matmul_by_type_ns"].values())
-        assert 0.8 * r["kinds_ns"]["matmul"] <= typed <= 1.02 * r["kinds_ns"]["matmul"]
+        assert 0.8 * r["kinds_ns"]["matmul"] <= typed(r) <= 1.02 * r["kinds_ns"]["matmul"]
     fig = plot.breakdown(p)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["prefill", "decode"]
 
