@@ -587,11 +587,6 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
             b->times.prof_ns[LLMB_PROF_MATMUL] += llmb_now_ns() - t_ - (b->times.prof_ns[LLMB_PROF_QUANT_X] - q_); \
     } while (0)
 
-// The last layer's output is read only at the logits rows: its keys and values are needed at every token (later
-// tokens attend to them), its queries, attention, output product and feed-forward only at the rows (llama.cpp
-// skips the same work). rows_batch makes the batch of the rows' tokens alone, in ascending order (each token's
-// operations are the same whatever else is in its batch, so the rows get the same bits), in *rb; NULL where every
-// token is a row, or where the kept sequences' block tables find no memory (the whole layer then runs).
 // the rows among sequence s's tokens (b->row_at), the index of its first in *first
 static int seq_rows(const llmb_backend *b, const llmb_batch *bt, int s, int *first) {
     int count = 0;
@@ -600,6 +595,11 @@ static int seq_rows(const llmb_backend *b, const llmb_batch *bt, int s, int *fir
     return count;
 }
 
+// The last layer's output is read only at the logits rows: its keys and values are needed at every token (later
+// tokens attend to them), its queries, attention, output product and feed-forward only at the rows (llama.cpp
+// skips the same work). rows_batch makes the batch of the rows' tokens alone, in ascending order (each token's
+// operations are the same whatever else is in its batch, so the rows get the same bits), in *rb; NULL where every
+// token is a row, or where the kept sequences' block tables find no memory (the whole layer then runs).
 static const llmb_batch *rows_batch(llmb_backend *b, const llmb_batch *bt, llmb_batch *rb) {
     const int n = bt->n_tok;
     if (bt->n_rows >= n) return NULL;
