@@ -147,15 +147,24 @@ void llmb_rope_table(float *cs, int hd, int64_t pos, float scale, const double *
     }
 }
 
-void llmb_rope(float *v, int n_heads, int hd, const float *cs, int neox) {
+// (one loop for each pairing, so that each vectorizes; every output element takes the same two products and
+// one add or subtract in any lane)
+LLMB_CLONES void llmb_rope(float *v, int n_heads, int hd, const float *cs, int neox) {
+    const int half = hd / 2;
     for (int h = 0; h < n_heads; h++) {
         float *x = v + (int64_t)h * hd;
-        for (int i = 0; i < hd / 2; i++) {
-            int a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
-            float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[a], x1 = x[b];
-            x[a] = x0 * c - x1 * s;
-            x[b] = x0 * s + x1 * c;
-        }
+        if (neox)
+            for (int i = 0; i < half; i++) {
+                const float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[i], x1 = x[i + half];
+                x[i] = x0 * c - x1 * s;
+                x[i + half] = x0 * s + x1 * c;
+            }
+        else
+            for (int i = 0; i < half; i++) {
+                const float c = cs[2 * i], s = cs[2 * i + 1], x0 = x[2 * i], x1 = x[2 * i + 1];
+                x[2 * i] = x0 * c - x1 * s;
+                x[2 * i + 1] = x0 * s + x1 * c;
+            }
     }
 }
 
