@@ -686,8 +686,9 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         const int last = last_bt && l == c->n_layer - 1, nq = last ? last_bt->n_tok : n;
         const int32_t *kept = b->kept;
         // ---- attention ----
-        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->attn_norm, dim,
-                                                           c->norm_eps)));
+        if (l == 0)   // later layers': with the residual add that ends the layer before
+            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, n, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->attn_norm, dim,
+                                                               c->norm_eps)));
         if (!last)
             PRODUCT(llmb_matmul_n(mm, 3, (const llmb_cpu_weight *[]){&L->wq, &L->wk, &L->wv}, b->xn, dim, n,
                                   (float *[]){b->q, b->k, b->v}, (int64_t[]){q_dim, kv_dim, kv_dim}));
@@ -732,10 +733,9 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         if (L->m->post_attn_norm)
             TIMED(LLMB_PROF_NORM, PER_TOKEN(i, nq, llmb_rmsnorm(b->proj + i * dim, b->proj + i * dim, L->m->post_attn_norm,
                                                                 dim, c->norm_eps)));
-        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, nq * dim, b->x[i] += b->proj[i]));
-        // ---- feed-forward ----
-        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, nq, llmb_rmsnorm(b->xn + i * dim, b->x + i * dim, L->m->ffn_norm, dim,
-                                                            c->norm_eps)));
+        // ---- feed-forward ---- (the residual add, then the norm, token by token)
+        TIMED(LLMB_PROF_NORM, PER_TOKEN(i, nq, llmb_add_rmsnorm(b->xn + i * dim, b->x + i * dim, b->proj + i * dim,
+                                                                L->m->ffn_norm, dim, c->norm_eps)));
         PRODUCT(llmb_matmul_n(mm, 2, (const llmb_cpu_weight *[]){&L->w_gate, &L->w_up}, b->xn, dim, nq,
                               (float *[]){b->gate, b->up}, (int64_t[]){ff, ff}));
         if (c->ffn_gelu) TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, nq, llmb_geglu(b->gate + i * ff, b->up + i * ff, ff)));
@@ -744,7 +744,10 @@ static llmb_status cpu_forward(llmb_backend *b, const llmb_batch *bt, llmb_forwa
         if (L->m->post_ffn_norm)
             TIMED(LLMB_PROF_NORM, PER_TOKEN(i, nq, llmb_rmsnorm(b->proj + i * dim, b->proj + i * dim, L->m->post_ffn_norm,
                                                                 dim, c->norm_eps)));
-        TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, nq * dim, b->x[i] += b->proj[i]));
+        if (l + 1 < c->n_layer)   // the residual add and the next layer's first norm
+            TIMED(LLMB_PROF_NORM, PER_TOKEN(i, nq, llmb_add_rmsnorm(b->xn + i * dim, b->x + i * dim, b->proj + i * dim,
+                                                                    b->layers[l + 1].m->attn_norm, dim, c->norm_eps)));
+        else TIMED(LLMB_PROF_ELEMENTWISE, PER_TOKEN(i, nq * dim, b->x[i] += b->proj[i]));
     }
     // a row's residual stream: at its token, or (rows_batch) at its place among the rows' tokens
     TIMED(LLMB_PROF_NORM, for (int r = 0; r < n_rows; r++)

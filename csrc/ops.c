@@ -134,6 +134,11 @@ LLMB_CLONES void llmb_rmsnorm(float *out, const float *x, const float *w, int64_
     for (i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
+LLMB_CLONES void llmb_add_rmsnorm(float *out, float *x, const float *add, const float *w, int64_t n, float eps) {
+    for (int64_t i = 0; i < n; i++) x[i] += add[i];
+    llmb_rmsnorm(out, x, w, n, eps);
+}
+
 void llmb_rope_freqs(double *f, int hd, float base) {
     for (int i = 0; i < hd / 2; i++) f[i] = pow((double)base, -2.0 * i / hd);
 }

@@ -49,6 +49,8 @@ void llmb_matmul_n(llmb_matmul_ctx *c, int count, const llmb_cpu_weight *const *
 
 
 void llmb_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+// x += add, then llmb_rmsnorm(out, x, ...): a residual add and the next norm in one pass over the token
+void llmb_add_rmsnorm(float *out, float *x, const float *add, const float *w, int64_t n, float eps);
 
 // Rotate `n_heads` heads of size hd in place with the cos/sin table of one position
 // (cs[2*i] = cos, cs[2*i+1] = sin of pair i).
