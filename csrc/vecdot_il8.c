@@ -403,6 +403,17 @@ typedef struct {
     }                                                                                                              \
     return r0;
 
+// One token on 512 bits over ng groups: PAIR(a, b) for group a = k beside group b = k + h (h = ng / 2 rounded up), so
+// that each of the two streams walks its half of the rows in memory order and its prefetch runs on into its next
+// group (adjacent groups side by side left the one ahead unasked and asked again for the one being read: llama-1b
+// Q2_K decode 0.75x; docs/engine-measurements.md#il16k-one); ALONE(h - 1), the middle group, where ng is odd
+#define IL16_HALVES(ng, PAIR, ALONE)                                                                               \
+    do {                                                                                                           \
+        const int h_ = ((ng) + 1) / 2;                                                                             \
+        for (int k_ = 0; k_ + h_ < (ng); k_++) PAIR(k_, k_ + h_);                                                  \
+        if ((ng) % 2) ALONE(h_ - 1);                                                                               \
+    } while (0)
+
 INLINE IL_T __m512i IL(il16_join)(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 INLINE IL_T __m512 IL(il16_joinf)(__m256 a, __m256 b) {
     return _mm512_castsi512_ps(IL(il16_join)(_mm256_castps_si256(a), _mm256_castps_si256(b)));
@@ -579,14 +590,16 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                         xd[c * bn + i] = _cvtsh_ss(hd);
                     }
 #if IL_VNNI
-            if (cn == 1 && !il8_signed(type)) {   // one token on 512 bits: group k beside group k + h, each stream
-                const int ng = nr / IL8_G, h = (ng + 1) / 2;   // walking its half of the rows (as il16k_q2_one)
-                for (int k = 0; k + h < ng; k++)
-                    IL(il16_one)(type, w + (size_t)(k * IL8_G) * ws, w + (size_t)((k + h) * IL8_G) * ws, nb, i0, bn, xc,
-                                 xsum, xd, y + c0 * ldy + k * IL8_G, y + c0 * ldy + (k + h) * IL8_G, i0 == 0, spf);
-                if (ng % 2)   // the middle group alone
-                    IL(il8_tile)(type, w + (size_t)((h - 1) * IL8_G) * ws, nb, NULL, i0, bn, xc, xs, xsum, xd, bn,
-                                 y + c0 * ldy + (h - 1) * IL8_G, ldy, i0 == 0, spf, 1);
+            if (cn == 1 && !il8_signed(type)) {   // one token on 512 bits, two groups at a time (IL16_HALVES)
+#define IL16_ONE(a, b)                                                                                              \
+    IL(il16_one)(type, w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, nb, i0, bn, xc, xsum, xd,    \
+                 y + c0 * ldy + (a) * IL8_G, y + c0 * ldy + (b) * IL8_G, i0 == 0, spf)
+#define IL8_ONE(a)                                                                                                  \
+    IL(il8_tile)(type, w + (size_t)((a) * IL8_G) * ws, nb, NULL, i0, bn, xc, xs, xsum, xd, bn, y + c0 * ldy + (a) * IL8_G, \
+                 ldy, i0 == 0, spf, 1)
+                IL16_HALVES(nr / IL8_G, IL16_ONE, IL8_ONE);
+#undef IL8_ONE
+#undef IL16_ONE
                 continue;
             }
 #endif
@@ -1127,23 +1140,18 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
 }
 
 // Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here, the rest (one token of Q3_K, small batches, a last
-// odd group) by the AVX2 kernel `avx2`; Q2_K's one token in il16k_q2_one, group k beside group k + h of the ng
-// (h = ng / 2 rounded up), so that each of the two streams walks its half of the rows in memory order and the
-// prefetch runs on into its next group (adjacent groups side by side left the one ahead unasked and asked again
-// for the one being read: llama-1b Q2_K decode 0.75x; docs/engine-measurements.md#il16k-one); a middle group
-// left alone (ng odd) by the AVX2 kernel
+// odd group) by the AVX2 kernel `avx2`; Q2_K's one token in il16k_q2_one, two groups at a time (IL16_HALVES), a
+// middle group left alone by the AVX2 kernel
+#define IL16K_Q2_ONE(a, b)                                                                                          \
+    IL(il16k_q2_one)((const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
+                     n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, il8_pf(stream))
+#define IL16K_Q2_ALONE(a)                                                                                           \
+    q2_K_il8_avx2(n, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws, ws, IL8_G, x, xs, 1, y + (a) * IL8_G, ldy, stream)
 #define IL16K_KERNEL(name, T)                                                                                       \
     IL_T static void IL(name##_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,  \
                                      float *y, int64_t ldy, int stream) {                                           \
         if (T == LLMB_TYPE_Q2_K && nc == 1) {                                                                       \
-            const int ng = nr / IL8_G, h = (ng + 1) / 2, pf = il8_pf(stream);                                       \
-            for (int k = 0; k + h < ng; k++)                                                                        \
-                IL(il16k_q2_one)((const uint8_t *)w + (size_t)(k * IL8_G) * ws,                                     \
-                                 (const uint8_t *)w + (size_t)((k + h) * IL8_G) * ws, n / LLMB_QK_K, x,             \
-                                 y + k * IL8_G, y + (k + h) * IL8_G, pf);                                           \
-            if (ng % 2)                                                                                             \
-                name##_il8_avx2(n, (const uint8_t *)w + (size_t)((h - 1) * IL8_G) * ws, ws, IL8_G, x, xs, 1,        \
-                                y + (h - 1) * IL8_G, ldy, stream);                                                  \
+            IL16_HALVES(nr / IL8_G, IL16K_Q2_ONE, IL16K_Q2_ALONE);                                                  \
             return;                                                                                                 \
         }                                                                                                           \
         const int done = nc > IL8_NC ? IL(il16k_pairs)(T, n, w, ws, nr, x, xs, nc, y, ldy) : 0;                     \
@@ -1154,6 +1162,8 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
 IL16K_KERNEL(q2_K, LLMB_TYPE_Q2_K)
 IL16K_KERNEL(q3_K, LLMB_TYPE_Q3_K)
 #undef IL16K_KERNEL
+#undef IL16K_Q2_ALONE
+#undef IL16K_Q2_ONE
 #endif
 
 
