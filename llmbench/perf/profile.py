@@ -4,11 +4,12 @@ The CPU engine, created with ``profile=True``, reads the clock around every oper
 thread that runs it (each operation ends at a barrier of its threads): embedding, RMSNorms (with the
 residual add before each, done in the same pass), activation quantization, the matrix products (split by
 weight type; a product fused over several matrices shares its time out by their rows), RoPE with the KV
-stores, attention, and the element-wise rest (biases, the last residual add, SwiGLU). ``measure`` runs a prefill of ``pp`` tokens and a decode of ``tg`` tokens
-``reps`` times each, with the stats reset between phases, and reports per phase the time of each kind,
-its share of the backend's forward time, the products by weight type, and ``coverage``: the kinds'
-sum over the forward time (what is left is the loop between operations; the tests hold it within 3%).
-The host's own phases (sampling, scheduling: the engine's clock) are given beside it.
+stores, attention, and the element-wise rest (biases, the last residual add, SwiGLU). ``measure`` runs a
+prefill of ``pp`` tokens and a decode of ``tg`` tokens ``reps`` times each, with the stats reset between
+phases, and reports per phase the time of each kind, its share of the backend's forward time, the products
+by weight type, and ``coverage``: the kinds' sum over the forward time (what is left is the loop between
+operations; the tests hold it within 3%). The host's own phases (sampling, scheduling: the engine's clock)
+are given beside it.
 
 The cost: two clock reads per operation, some 20 per layer. ``overhead`` compares the same runs on a
 second load of the model without profiling (warmed up the same way), alternated at least five times in
