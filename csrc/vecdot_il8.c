@@ -10,7 +10,8 @@
 // IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body); IQ4_NL and IQ4_XS at the
 // VNNI level too (the same steps, vpdpbusd for maddubs + madd). At the VNNI level prefill (more than IL8_NC tokens)
 // runs two groups at once on 512 bits: Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) in il16_pair, IQ4_XS in
-// il16x_pairs, Q2_K and Q3_K (whose small batches, and Q3_K's one token, run the AVX2 groups) in il16k_pairs; and
+// il16x_pair, Q2_K and Q3_K (whose small batches, and Q3_K's one token, run the AVX2 groups) in il16k_pair, the
+// pairs of groups as IL16_GROUPS makes them (batches' blocks prefetched as decoded); and
 // Q2_K's one token too, two groups decoded in registers (il16k_q2_one).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
@@ -60,6 +61,7 @@
 // simd_x86.h's far_pf does for the K types (docs/engine-measurements.md#il8-far)
 #define IL8_PF_AHEAD 4096
 #define IL8_FAR_AHEAD 16384
+#define IL8_PF_TOKENS 32   // up to this many tokens a range of blocks decoded for them is prefetched (IL16_GROUPS)
 _Static_assert(LLMB_IL8_TOKS >= IL8_DEC, "a chunk of the activation sums holds at least one token");
 
 // An empty asm on v: GCC's reassociation would otherwise turn each token's chain of 8 adds into a tree
@@ -385,23 +387,22 @@ typedef struct {
     __m512 d, m;
 } il16_dec;
 
-// The body of il16k_pairs / il16x_pairs (super-blocks of 256): for each pair of groups of nr rows (n, w, ws, nr),
-// ranges of NDEC super-blocks decoded by DECODE(g, i) (super-block i of the pair at g), then TILE(NC) for every
-// tile of the nc tokens (i0, bn, t0, r0 in scope); returns the rows done
-#define IL16_PAIRS(NDEC, DECODE, TILE)                                                                             \
-    const int64_t nb = n / LLMB_QK_K;                                                                              \
-    int r0 = 0;                                                                                                    \
-    for (; r0 + 2 * IL8_G <= nr; r0 += 2 * IL8_G) {                                                                \
-        const uint8_t *g = w + (size_t)r0 * ws;                                                                    \
-        for (int64_t i0 = 0; i0 < nb; i0 += NDEC) {                                                                \
-            const int64_t bn = nb - i0 < NDEC ? nb - i0 : NDEC;                                                    \
-            for (int64_t i = i0; i < i0 + bn; i++) DECODE(g, i);                                                   \
-            for (int t0 = 0; t0 < nc; t0 += IL8_NC) {                                                              \
-                IL8_TILES(nc - t0, TILE)                                                                           \
-            }                                                                                                      \
+// The body of il16k_pair / il16x_pair (super-blocks of 256): the groups at ga and gb (nb super-blocks of `bytes`
+// each, `tail` bytes after a group's last: il8_prefetch_from) for nc tokens, in ranges of NDEC super-blocks decoded
+// by DECODE(i) (super-block i of both groups, each prefetched as read where pf), then TILE(NC) for every tile of
+// the tokens (i0, bn, t0 in scope)
+#define IL16_PAIR_RANGES(NDEC, bytes, tail, DECODE, TILE)                                                           \
+    il8_pfs pa_ = il8_prefetch_from(ga, nb, bytes, tail, 0, pf), pb_ = il8_prefetch_from(gb, nb, bytes, tail, 0, pf); \
+    for (int64_t i0 = 0; i0 < nb; i0 += NDEC) {                                                                    \
+        const int64_t bn = nb - i0 < NDEC ? nb - i0 : NDEC;                                                        \
+        for (int64_t i = i0; i < i0 + bn; i++) {                                                                   \
+            if (pf) il8_prefetch_next(&pa_), il8_prefetch_next(&pb_);                                              \
+            DECODE(i);                                                                                             \
         }                                                                                                          \
-    }                                                                                                              \
-    return r0;
+        for (int t0 = 0; t0 < nc; t0 += IL8_NC) {                                                                  \
+            IL8_TILES(nc - t0, TILE)                                                                               \
+        }                                                                                                          \
+    }
 
 // One token on 512 bits over ng groups: PAIR(a, b) for group a = k beside group b = k + h (h = ng / 2 rounded up), so
 // that each of the two streams walks its half of the rows in memory order and its prefetch runs on into its next
@@ -412,6 +413,26 @@ typedef struct {
         const int h_ = ((ng) + 1) / 2;                                                                             \
         for (int k_ = 0; k_ + h_ < (ng); k_++) PAIR(k_, k_ + h_);                                                  \
         if ((ng) % 2) ALONE(h_ - 1);                                                                               \
+    } while (0)
+
+// Prefill and batches (nc tokens) on 512 bits over ng groups: up to IL8_PF_TOKENS tokens PAIR(a, b, pf) as IL16_HALVES
+// pairs them, pf = il8_pf(stream): a few tokens' work a block leaves the weights' latency bare, so each group's blocks
+// are prefetched as decoded (Q3_K 1536 x 768 x 8 tokens from DRAM 1.9x with it); past ~48 tokens the tiles between two
+// decodes evict what was asked for (IQ4_XS x 128 tokens 0.94x with it), so more tokens pair neighbours (whose tiles
+// store one vector a token) with a literal pf of 0, compiled with no prefetch in it (a pf of 0 at run time still cost
+// 0.91x there), ALONE(a) the last odd group (2 threads, Zen 5; docs/engine-measurements.md#il16-pf)
+#define IL16_GROUPS(ng, nc, stream, PAIR, ALONE)                                                                   \
+    do {                                                                                                           \
+        if ((nc) <= IL8_PF_TOKENS) {                                                                               \
+            const int pf_ = il8_pf(stream);                                                                        \
+            const int hh_ = ((ng) + 1) / 2;                                                                        \
+            for (int k_ = 0; k_ + hh_ < (ng); k_++) PAIR(k_, k_ + hh_, pf_);                                       \
+            if ((ng) % 2) ALONE(hh_ - 1);                                                                          \
+        } else {                                                                                                   \
+            int a_ = 0;                                                                                            \
+            for (; a_ + 1 < (ng); a_ += 2) PAIR(a_, a_ + 1, 0);                                                    \
+            if (a_ < (ng)) ALONE(a_);                                                                              \
+        }                                                                                                          \
     } while (0)
 
 INLINE IL_T __m512i IL(il16_join)(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
@@ -434,6 +455,15 @@ INLINE IL_T void IL(il16_halves)(const uint8_t *a, const uint8_t *b, __m512 *lo,
 INLINE IL_T void IL(il16_store2)(float *ya, float *yb, __m512 v) {
     _mm256_storeu_ps(ya, _mm512_castps512_ps256(v));
     _mm256_storeu_ps(yb, _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1)));
+}
+// The sums of a pair's 16 rows (ya: group a's 8, yb: group b's) as one vector, and back: one load or store where the
+// groups are neighbours (IL16_GROUPS' prefill; the compare folds where the call is inlined)
+INLINE IL_T __m512 IL(il16_load_y)(const float *ya, const float *yb) {
+    return yb == ya + IL8_G ? _mm512_loadu_ps(ya) : IL(il16_joinf)(_mm256_loadu_ps(ya), _mm256_loadu_ps(yb));
+}
+INLINE IL_T void IL(il16_store_y)(float *ya, float *yb, __m512 v) {
+    if (yb == ya + IL8_G) _mm512_storeu_ps(ya, v);
+    else IL(il16_store2)(ya, yb, v);
 }
 
 // block i of the groups at ga and gb (nb blocks each): il8_decode's steps on the two groups' words joined (every
@@ -511,29 +541,37 @@ INLINE IL_T void IL(il16_step)(const int type, const il16_dec *d, const uint8_t 
 }
 
 // 16 rows x NC tokens over the decoded blocks dec[0 .. bn - 1] (blocks i0 ..), il16_step block after block;
-// xsum[c * xss + i], xd[c * xss + i] as il8_step's; the sums start at 0 where first, else from y
+// xsum[c * xss + i], xd[c * xss + i] as il8_step's; the low 8 rows' sums to ya, the high 8's to yb, starting at 0
+// where first, else from ya, yb
 INLINE IL_T void IL(il16_tile)(const int type, const il16_dec *dec, int64_t i0, int64_t bn, const uint8_t *x,
-                               size_t xs, const int32_t *xsum, const float *xd, int64_t xss, float *y, int64_t ldy,
-                               const int first, const int NC) {
+                               size_t xs, const int32_t *xsum, const float *xd, int64_t xss, float *ya, float *yb,
+                               int64_t ldy, const int first, const int NC) {
     __m512 acc[IL8_NC];
-    for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : IL(il16_load_y)(ya + c * ldy, yb + c * ldy);
     for (int64_t i = 0; i < bn; i++) IL(il16_step)(type, dec + i, x, xs, i0 + i, xsum + i, xd + i, xss, acc, NC);
-    for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
+    for (int c = 0; c < NC; c++) IL(il16_store_y)(ya + c * ldy, yb + c * ldy, acc[c]);
 }
 
-// The groups at g and g + 8 ws over blocks i0 .. i0 + bn - 1 for cn tokens (il8_kernel's prefill), IL16_DEC blocks
-// decoded at a time
-INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *g, size_t ws, int64_t nb, int64_t i0, int64_t bn,
-                               const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int cn, float *y,
-                               int64_t ldy) {
+// The groups at ga and gb over blocks i0 .. i0 + bn - 1 for cn tokens (il8_kernel's prefill and batches, paired as
+// IL16_HALVES pairs them), into ya and yb: IL16_DEC blocks decoded at a time, each group's blocks prefetched as
+// they are decoded (pf: il8_pf). Batches of a few tokens read the weights from DRAM with little work a block:
+// without the prefetch Q4_1 1536 x 576 x 8 tokens ran 0.81x (2 threads, Zen 5; docs/engine-measurements.md#il16-pf).
+INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i0,
+                               int64_t bn, const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int cn,
+                               float *ya, float *yb, int64_t ldy, const int pf) {
+    const size_t bytes = (size_t)llmb_il8_words(type) * 32, tail = il8_dm(type) ? 0 : 2 * IL8_G;
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf);
     il16_dec dec[IL16_DEC];
     for (int64_t j0 = 0; j0 < bn; j0 += IL16_DEC) {
         const int64_t jn = bn - j0 < IL16_DEC ? bn - j0 : IL16_DEC;
-        for (int64_t j = 0; j < jn; j++) IL(il16_decode)(type, g, g + IL8_G * ws, nb, i0 + j0 + j, &dec[j]);
+        for (int64_t j = 0; j < jn; j++) {
+            if (pf) il8_prefetch_next(&pa), il8_prefetch_next(&pb);
+            IL(il16_decode)(type, ga, gb, nb, i0 + j0 + j, &dec[j]);
+        }
         for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
 #define IL16_RUN(NC)                                                                                                \
     IL(il16_tile)(type, dec, i0 + j0, jn, x + t0 * xs, xs, xsum + t0 * bn + j0, xd + t0 * bn + j0, bn,             \
-                  y + t0 * ldy, ldy, i0 + j0 == 0, NC)
+                  ya + t0 * ldy, yb + t0 * ldy, ldy, i0 + j0 == 0, NC)
             IL8_TILES(cn - t0, IL16_RUN)
 #undef IL16_RUN
         }
@@ -556,7 +594,34 @@ INLINE IL_T void IL(il16_one)(const int type, const uint8_t *ga, const uint8_t *
     }
     IL(il16_store2)(ya, yb, acc);
 }
+
 #endif
+
+// The group at g over blocks i0 .. i0 + bn - 1 for cn tokens (il8_kernel's, xsum and xd its table) into y: where
+// they run several token tiles (and the values are unsigned) the range decoded once into dec, else each block
+// decoded in registers as the first tile streams it; either way prefetched as read (spf: il8_pf)
+INLINE IL_T void IL(il8_group)(const int type, const uint8_t *g, int64_t nb, int64_t i0, int64_t bn, const uint8_t *x,
+                               size_t xs, const int32_t *xsum, const float *xd, int cn, float *y, int64_t ldy,
+                               const int spf, il8_dec *dec) {
+    const il8_dec *d = NULL;
+    if (cn > IL8_NC && !il8_signed(type)) {
+        il8_pfs ps = il8_prefetch_from(g, nb, (size_t)llmb_il8_words(type) * 32, il8_dm(type) ? 0 : 2 * IL8_G, i0,
+                                       cn <= IL8_PF_TOKENS ? spf : 0);
+        for (int64_t i = 0; i < bn; i++) {
+            il8_prefetch_next(&ps);
+            IL(il8_decode)(type, g, nb, i0 + i, &dec[i]);
+        }
+        d = dec;
+    }
+    for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
+        const int pf = !d && t0 == 0 ? spf : 0;
+#define IL8_RUN(NC)                                                                                                 \
+    IL(il8_tile)(type, g, nb, d, i0, bn, x + t0 * xs, xs, xsum + t0 * bn, xd + t0 * bn, bn, y + t0 * ldy, ldy, i0 == 0, \
+                 pf, NC)
+        IL8_TILES(cn - t0, IL8_RUN)
+#undef IL8_RUN
+    }
+}
 
 // nr rows (groups of 8, ws bytes a row) x nc tokens. Blocks in ranges of IL8_DEC (up to IL8_NC tokens: as many
 // as the table holds, one stream a group), tokens in chunks whose activation sums and d fit the table (Q4_0 /
@@ -603,33 +668,22 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                 continue;
             }
 #endif
-            for (int r0 = 0; r0 < nr; r0 += IL8_G) {
-                const uint8_t *g = w + (size_t)r0 * ws;
-                float *yc = y + c0 * ldy + r0;
-                const int first = i0 == 0;
-                const il8_dec *d = NULL;
+            // group a's cn tokens: the range decoded once where they run several token tiles
+#define IL8_GROUP(a)                                                                                                \
+    IL(il8_group)(type, w + (size_t)((a) * IL8_G) * ws, nb, i0, bn, xc, xs, xsum, xd, cn, y + c0 * ldy + (a) * IL8_G,   \
+                  ldy, spf, dec)
 #if IL_VNNI
-                if (cn > IL8_NC && !il8_signed(type) && r0 + 2 * IL8_G <= nr) {   // prefill: two groups on 512 bits
-                    IL(il16_pair)(type, g, ws, nb, i0, bn, xc, xs, xsum, xd, cn, yc, ldy);
-                    r0 += IL8_G;
-                    continue;
-                }
-#endif
-                if (cn > IL8_NC && !il8_signed(type)) {   // several token tiles: the range decoded once
-                    for (int64_t i = 0; i < bn; i++) IL(il8_decode)(type, g, nb, i0 + i, &dec[i]);
-                    d = dec;
-                }
-                for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
-                    const uint8_t *xt = xc + t0 * xs;
-                    const int32_t *st = xsum + t0 * bn;
-                    const float *sd = xd + t0 * bn;
-                    float *yt = yc + t0 * ldy;
-                    const int pf = !d && t0 == 0 ? spf : 0;
-#define IL8_RUN(NC) IL(il8_tile)(type, g, nb, d, i0, bn, xt, xs, st, sd, bn, yt, ldy, first, pf, NC)
-                    IL8_TILES(cn - t0, IL8_RUN)
-#undef IL8_RUN
-                }
+            if (cn > IL8_NC && !il8_signed(type)) {   // prefill and batches: two groups on 512 bits
+#define IL16_PAIR(a, b, pf)                                                                                         \
+    IL(il16_pair)(type, w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, nb, i0, bn, xc, xs, xsum, xd, cn, \
+                  y + c0 * ldy + (a) * IL8_G, y + c0 * ldy + (b) * IL8_G, ldy, pf)
+                IL16_GROUPS(nr / IL8_G, cn, stream, IL16_PAIR, IL8_GROUP);
+#undef IL16_PAIR
+                continue;
             }
+#endif
+            for (int a = 0; a < nr / IL8_G; a++) IL8_GROUP(a);
+#undef IL8_GROUP
         }
     }
 }
@@ -1021,11 +1075,13 @@ INLINE IL_T void IL(il16k_decode)(const int type, const uint8_t *ga, const uint8
     o->dmin = type == LLMB_TYPE_Q2_K ? IL(il16_joinf)(a.dmin, b.dmin) : _mm512_setzero_ps();
 }
 
-// 16 rows x NC tokens over the decoded super-blocks dec[0 .. bn - 1] (i0 ..): il8k_tile's steps; from y where !first
+// 16 rows x NC tokens over the decoded super-blocks dec[0 .. bn - 1] (i0 ..): il8k_tile's steps; the low 8 rows'
+// sums to ya, the high 8's to yb, from ya, yb where !first
 INLINE IL_T void IL(il16k_tile)(const int type, const il16k_dec *dec, int64_t i0, int64_t bn, const uint8_t *x,
-                                size_t xs, float *y, int64_t ldy, const int first, const int NC) {
+                                size_t xs, float *ya, float *yb, int64_t ldy, const int first, const int NC) {
     __m512 acc[IL8_NC];
-    for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    for (int c = 0; c < NC; c++)
+        acc[c] = first ? _mm512_setzero_ps() : IL(il16_load_y)(ya + c * ldy, yb + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
         const il16k_dec *o = dec + i;
         const llmb_block_q8_K *xb[IL8_NC];
@@ -1063,16 +1119,17 @@ INLINE IL_T void IL(il16k_tile)(const int type, const il16k_dec *dec, int64_t i0
             }
         }
     }
-    for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
+    for (int c = 0; c < NC; c++) IL(il16_store_y)(ya + c * ldy, yb + c * ldy, acc[c]);
 }
 
-// The pairs of groups of nr rows (groups of 8) x nc tokens on 512 bits; returns the rows done (as il16x_pairs)
-INLINE IL_T int IL(il16k_pairs)(const int type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
-                                size_t xs, int nc, float *y, int64_t ldy) {
+// The groups at ga and gb (nb super-blocks each) x nc tokens on 512 bits into ya and yb (pf: il8_pf)
+__attribute__((noinline)) static IL_T void IL(il16k_pair)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x,
+                                size_t xs, int nc, float *ya, float *yb, int64_t ldy, const int pf) {
     il16k_dec dec[IL16K_DEC];
-#define IL16K_DECODE(g, i) IL(il16k_decode)(type, g, g + IL8_G * ws, nb, i, &dec[(i) - i0])
-#define IL16K_TILE(NC) IL(il16k_tile)(type, dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
-    IL16_PAIRS(IL16K_DEC, IL16K_DECODE, IL16K_TILE)
+#define IL16K_DECODE(i) IL(il16k_decode)(type, ga, gb, nb, i, &dec[(i) - i0])
+#define IL16K_TILE(NC)                                                                                              \
+    IL(il16k_tile)(type, dec, i0, bn, x + t0 * xs, xs, ya + t0 * ldy, yb + t0 * ldy, ldy, i0 == 0, NC)
+    IL16_PAIR_RANGES(IL16K_DEC, il8k_bytes(type), type == LLMB_TYPE_Q3_K ? 2 * IL8_G : 0, IL16K_DECODE, IL16K_TILE)
 #undef IL16K_TILE
 #undef IL16K_DECODE
 }
@@ -1139,30 +1196,35 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
     IL(il16_store2)(ya, yb, acc);
 }
 
-// Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here, the rest (one token of Q3_K, small batches, a last
-// odd group) by the AVX2 kernel `avx2`; Q2_K's one token in il16k_q2_one, two groups at a time (IL16_HALVES), a
-// middle group left alone by the AVX2 kernel
+// Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here (IL16_GROUPS), the rest (one token of Q3_K, small
+// batches, a group left alone) by the AVX2 kernel `avx2`; Q2_K's one token in il16k_q2_one, two groups at a
+// time (IL16_HALVES), a middle group left alone by the AVX2 kernel
 #define IL16K_Q2_ONE(a, b)                                                                                          \
     IL(il16k_q2_one)((const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
                      n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, il8_pf(stream))
-#define IL16K_Q2_ALONE(a)                                                                                           \
-    q2_K_il8_avx2(n, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws, ws, IL8_G, x, xs, 1, y + (a) * IL8_G, ldy, stream)
-#define IL16K_KERNEL(name, T)                                                                                       \
+#define IL16K_PAIR(a, b, pf)                                                                                        \
+    IL(il16k_pair)(type, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
+                   n / LLMB_QK_K, x, xs, nc, y + (a) * IL8_G, y + (b) * IL8_G, ldy, pf)
+#define IL16K_ALONE(name, a)                                                                                        \
+    name##_il8_avx2(n, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws, ws, IL8_G, x, xs, nc, y + (a) * IL8_G, ldy,  \
+                    stream)
+#define IL16K_Q2_ALONE(a) IL16K_ALONE(q2_K, a)
+#define IL16K_Q3_ALONE(a) IL16K_ALONE(q3_K, a)
+#define IL16K_KERNEL(name, T, ALONE)                                                                                \
     IL_T static void IL(name##_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,  \
                                      float *y, int64_t ldy, int stream) {                                           \
-        if (T == LLMB_TYPE_Q2_K && nc == 1) {                                                                       \
-            IL16_HALVES(nr / IL8_G, IL16K_Q2_ONE, IL16K_Q2_ALONE);                                                  \
-            return;                                                                                                 \
-        }                                                                                                           \
-        const int done = nc > IL8_NC ? IL(il16k_pairs)(T, n, w, ws, nr, x, xs, nc, y, ldy) : 0;                     \
-        if (done < nr)                                                                                              \
-            name##_il8_avx2(n, (const uint8_t *)w + (size_t)done * ws, ws, nr - done, x, xs, nc, y + done, ldy,      \
-                            stream);                                                                                \
+        const int type = T;                                                                                         \
+        if (type == LLMB_TYPE_Q2_K && nc == 1) IL16_HALVES(nr / IL8_G, IL16K_Q2_ONE, ALONE);                        \
+        else if (nc > IL8_NC) IL16_GROUPS(nr / IL8_G, nc, stream, IL16K_PAIR, ALONE);                               \
+        else name##_il8_avx2(n, w, ws, nr, x, xs, nc, y, ldy, stream);                                              \
     }
-IL16K_KERNEL(q2_K, LLMB_TYPE_Q2_K)
-IL16K_KERNEL(q3_K, LLMB_TYPE_Q3_K)
+IL16K_KERNEL(q2_K, LLMB_TYPE_Q2_K, IL16K_Q2_ALONE)
+IL16K_KERNEL(q3_K, LLMB_TYPE_Q3_K, IL16K_Q3_ALONE)
 #undef IL16K_KERNEL
+#undef IL16K_Q3_ALONE
 #undef IL16K_Q2_ALONE
+#undef IL16K_ALONE
+#undef IL16K_PAIR
 #undef IL16K_Q2_ONE
 #endif
 
@@ -1374,11 +1436,13 @@ INLINE IL_T void IL(il16x_decode)(const uint8_t *ga, const uint8_t *gb, int64_t 
     }
 }
 
-// 16 rows x NC tokens over the decoded super-blocks dec[0 .. bn - 1] (i0 ..); from y where !first
-INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, const uint8_t *x, size_t xs, float *y,
-                                int64_t ldy, const int first, const int NC) {
+// 16 rows x NC tokens over the decoded super-blocks dec[0 .. bn - 1] (i0 ..); the low 8 rows' sums to ya, the high
+// 8's to yb, from ya, yb where !first
+INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, const uint8_t *x, size_t xs, float *ya,
+                                float *yb, int64_t ldy, const int first, const int NC) {
     __m512 acc[IL8_NC];
-    for (int c = 0; c < NC; c++) acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    for (int c = 0; c < NC; c++)
+        acc[c] = first ? _mm512_setzero_ps() : IL(il16_load_y)(ya + c * ldy, yb + c * ldy);
     for (int64_t i = 0; i < bn; i++) {
         const il16x_dec *d = dec + i;
         const llmb_block_q8_K *xb[IL8_NC];
@@ -1401,17 +1465,16 @@ INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, co
                 acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_mul_ps(dd[c], d->ls[j]), _mm512_cvtepi32_ps(s[c])));
         }
     }
-    for (int c = 0; c < NC; c++) _mm512_storeu_ps(y + c * ldy, acc[c]);
+    for (int c = 0; c < NC; c++) IL(il16_store_y)(ya + c * ldy, yb + c * ldy, acc[c]);
 }
 
-// The pairs of groups of nr rows (groups of 8) x nc tokens on 512 bits; returns the rows done (a last odd group is
-// left to the caller)
-INLINE IL_T int IL(il16x_pairs)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nc,
-                                float *y, int64_t ldy) {
+// The groups at ga and gb (nb super-blocks each) x nc tokens on 512 bits into ya and yb (pf: il8_pf)
+__attribute__((noinline)) static IL_T void IL(il16x_pair)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, size_t xs, int nc,
+                                float *ya, float *yb, int64_t ldy, const int pf) {
     il16x_dec dec[IL16X_DEC];
-#define IL16X_DECODE(g, i) IL(il16x_decode)(g, g + IL8_G * ws, i, &dec[(i) - i0])
-#define IL16X_TILE(NC) IL(il16x_tile)(dec, i0, bn, x + t0 * xs, xs, y + t0 * ldy + r0, ldy, i0 == 0, NC)
-    IL16_PAIRS(IL16X_DEC, IL16X_DECODE, IL16X_TILE)
+#define IL16X_DECODE(i) IL(il16x_decode)(ga, gb, i, &dec[(i) - i0])
+#define IL16X_TILE(NC) IL(il16x_tile)(dec, i0, bn, x + t0 * xs, xs, ya + t0 * ldy, yb + t0 * ldy, ldy, i0 == 0, NC)
+    IL16_PAIR_RANGES(IL16X_DEC, sizeof(llmb_il8_iq4_xs), 0, IL16X_DECODE, IL16X_TILE)
 #undef IL16X_TILE
 #undef IL16X_DECODE
 }
@@ -1420,16 +1483,9 @@ INLINE IL_T int IL(il16x_pairs)(int64_t n, const uint8_t *w, size_t ws, int nr, 
 // tokens a chunk of IQ4_XS prefill: their activations (n = 768: 28 KB) stay in L1 while all groups run over them
 // (3072 x 768 x 512 tokens, 1 thread, Zen 3: 93 GOP/s all tokens at once, 105 / 104 / 104 chunks of 16 / 32 / 64)
 #define IL8X_TC 32
-IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
-                                float *y, int64_t ldy, int stream) {
-    const uint8_t *w = vw, *x = vx;
-#if IL_VNNI
-    if (nc > IL8_NC) {   // prefill: two groups on 512 bits, a last odd group below
-        const int done = IL(il16x_pairs)(n, w, ws, nr, x, xs, nc, y, ldy);
-        if (done == nr) return;
-        w += (size_t)done * ws, y += done, nr -= done;
-    }
-#endif
+// IQ4_XS in groups of 8 rows (the AVX2 level, and the VNNI level's one token, small batches and a middle group)
+INLINE IL_T void IL(iq4_xs_groups)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nc,
+                                   float *y, int64_t ldy, int stream) {
     const int pf = il8_pf(stream);
     // ranges of super-blocks: one token's |x| in ax; several tiles: few, so that a group's stay in L1 while the
     // tiles run over them; otherwise all (one stream a group)
@@ -1456,6 +1512,24 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                 }
             }
     }
+}
+
+IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
+                                float *y, int64_t ldy, int stream) {
+    const uint8_t *w = vw, *x = vx;
+#if IL_VNNI
+    if (nc > IL8_NC) {   // prefill: two groups on 512 bits (IL16_GROUPS), a group alone
+#define IL16X_PAIR(a, b, pf)                                                                                        \
+    IL(il16x_pair)(w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, n / LLMB_QK_K, x, xs, nc, y + (a) * IL8_G, \
+                   y + (b) * IL8_G, ldy, pf)
+#define IL8X_ALONE(a) IL(iq4_xs_groups)(n, w + (size_t)((a) * IL8_G) * ws, ws, IL8_G, x, xs, nc, y + (a) * IL8_G, ldy, stream)
+        IL16_GROUPS(nr / IL8_G, nc, stream, IL16X_PAIR, IL8X_ALONE);
+#undef IL8X_ALONE
+#undef IL16X_PAIR
+        return;
+    }
+#endif
+    IL(iq4_xs_groups)(n, w, ws, nr, x, xs, nc, y, ldy, stream);
 }
 
 #define IL8_KERNEL(name, T)                                                                                         \
