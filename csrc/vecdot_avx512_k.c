@@ -504,9 +504,11 @@ INLINE VNNI512 void q6i_vals4(const __m512i *v, __m512i q[4]) {
                             _mm512_set1_epi8((char)0xFC));
 }
 
-INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf, q6r_dec *o) {
+INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf, const int l1, q6r_dec *o) {
     const __m512i *v = (const __m512i *)(g + i * IL6_SB);
     if (pf) prefetch_l2((const uint8_t *)v + STREAM_PF_AHEAD, IL6_SB);
+    if (l1)
+        for (size_t b = 0; b < IL6_SB; b += 64) pf_line((const uint8_t *)v + b, 1);
     for (int hf = 0; hf < 2; hf++)   // vector 32 hf + 8 m + t holds values 128 hf + 32 m + 4t ..
         for (int t = 0; t < 8; t++) {
             __m512i q[4];
@@ -600,7 +602,7 @@ INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, si
     }
     for (int64_t i = 0; i < nsb; i++) {
         q6r_dec o;
-        q6i_decode(g, nsb, i, pf, &o);
+        q6i_decode(g, nsb, i, pf, pf != 0, &o);
         const llmb_block_q8_K *xb[Q6R_NC];
         for (int c = 0; c < NC; c++) xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i;
         q6r_sb(&o, xb, acc, NC);
@@ -629,7 +631,7 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
         if (r0 + IL16_G < nr) q6i_prefetch_next_d(g, ws, nsb);
         if (keep) {
             q6r_dec dec[PANEL_MAX_SB];
-            for (int64_t i = 0; i < nsb; i++) q6i_decode(g, nsb, i, 1, &dec[i]);
+            for (int64_t i = 0; i < nsb; i++) q6i_decode(g, nsb, i, 1, nc <= 64, &dec[i]);
             for (int c0 = 0; c0 < nc; c0 += Q6R_NC) {
                 const uint8_t *xc = x + c0 * xs;
                 float *yc = y + c0 * ldy + r0;
@@ -666,6 +668,10 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
 // one token 2 groups side by side and prefetch every line as the Q4_K / Q6_K kernels do (pf_line: 4 KiB
 // ahead into L1, 16 KiB into L2), besides the page-wise prefetch (docs/engine-measurements.md#q8i_ng1_far).
 #define Q8I_NG1_FAR 2
+// Up to this many tokens the first tile also asks for every line LINE_PF_AHEAD ahead into L1: batches read the
+// weights from DRAM with little work a block (49,152 x 576, SmolLM2's output matrix, x 16 tokens 1.26x, 4,096 x 576
+// x 16 / 32 / 64 tokens 1.19x / 1.12x / 1.14x; 2 threads, Zen 5; docs/engine-measurements.md#il16-pf)
+#define Q8I_PF_TOKENS 64
 #ifndef LLMB_Q8I_TOKS   // (token, block) entries of the q8i_tok table on the stack (the C tests: 256, so that
 #define LLMB_Q8I_TOKS (128 * 1024 / 8)   // their rows and tokens run several chunks and ranges)
 #endif
@@ -690,7 +696,8 @@ INLINE VNNI512 void q8i_toks(const uint8_t *x, size_t xs, int nc, int64_t i0, in
 }
 
 // NG groups (gs bytes apart) x NC tokens over blocks i0 .. i0 + bn - 1 of nb, from y where !first; pf: 0 no
-// prefetch, 1 one token page-wise (more tokens: every line into L2), 2 one token, every line too (pf_line)
+// prefetch, 1 one token page-wise (more tokens: every line into L2), 2 one token, every line too (pf_line), 3 more
+// tokens, every line into L2 and into L1 too (pf_line)
 INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0, int64_t bn, const uint8_t *x,
                              size_t xs, const q8i_tok *xt, float *y, int64_t ldy, const int first, const int pf,
                              const int NG, const int NC) {
@@ -715,6 +722,7 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
             for (int q = 0; q < NG; q++) {
                 wv[q] = _mm512_loadu_si512(v + q * gs + 64 * k);
                 if (pf == 2) pf_line(v + q * gs + 64 * k, 2);   // one token from DRAM: every line too (Q8I_NG1_FAR)
+                else if (pf == 3) pf_line(v + q * gs + 64 * k, 1);   // a batch: every line into L1 too (Q8I_PF_TOKENS)
             }
             for (int c = 0; c < NC; c++) {
                 int32_t a;
@@ -762,7 +770,7 @@ VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
                     const uint8_t *xc = x + (c0 + t0) * xs;
                     const q8i_tok *xtc = xt + t0 * bn;
                     float *yc = y + (c0 + t0) * ldy + r0;
-                    const int first = i0 == 0, pf = t0 == 0 ? 1 + far : 0;   // q8i_body's pf
+                    const int first = i0 == 0, pf = t0 ? 0 : cn == 1 ? 1 + far : cn <= Q8I_PF_TOKENS ? 3 : 1;   // q8i_body's
                     if (k == 4) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 4, 1);
                     else if (k == 2) {
 #define Q8I_RUN2(t) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 2, t)
