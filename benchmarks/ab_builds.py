@@ -13,8 +13,8 @@ the same machine.
 Each build's extension module is loaded from its file; this checkout's Python code drives both, so the
 two must share the extension's Python API (any two builds of nearby commits do). An engine is created
 while its build is the module llmbench.llm and llmbench.models.gguf call. Kernel mode also checks that the two
-builds give the same bits. LLMBENCH_PREFETCH=MODE (page, lines, far) sets both builds' decode prefetch, as it
-sets the imported build's.
+builds give the same bits. LLMBENCH_PREFETCH=MODE (page, lines, far) sets both builds' decode prefetch, and
+LLMBENCH_SIMD=LEVEL both builds' SIMD level, as they set the imported build's.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def load_build(path: str):
         spec = importlib.util.spec_from_file_location("llmbench._core", copy)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        if os.environ.get("LLMBENCH_PREFETCH"):   # (as `import llmbench` sets its own build's)
-            mod.prefetch_set(os.environ["LLMBENCH_PREFETCH"].strip().lower())
+        for var, setter in (("LLMBENCH_PREFETCH", mod.prefetch_set), ("LLMBENCH_SIMD", mod.simd_set)):
+            if os.environ.get(var):   # (as `import llmbench` sets its own build's)
+                setter(os.environ[var].strip().lower())
     finally:   # (loading an extension puts it in sys.modules: the package keeps its own build)
         if saved is not None:
             sys.modules["llmbench._core"] = saved

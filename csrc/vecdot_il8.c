@@ -719,6 +719,8 @@ INLINE size_t il8k_bytes(const int type) {   // bytes of a group's super-block (
            : type == LLMB_TYPE_Q3_K ? sizeof(llmb_il8_q3_K)
                                     : sizeof(llmb_il8_q6_K);
 }
+// bytes of a group's tail (the d of its super-blocks after its last: Q3_K, Q6_K), 0 where none
+INLINE int il8k_tail(const int type) { return type == LLMB_TYPE_Q3_K || type == LLMB_TYPE_Q6_K ? 2 * IL8_G : 0; }
 // 1 for the types of 16 sub-blocks of 16 (Q2_K, Q3_K, Q6_K: pairs of sub-blocks against the bsums), 0 for Q4_K
 // and Q5_K (8 sub-blocks of 32)
 INLINE int il8k_16(const int type) { return type != LLMB_TYPE_Q4_K && type != LLMB_TYPE_Q5_K; }
@@ -929,8 +931,7 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
     const size_t bytes = il8k_bytes(type);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    const int tail = type == LLMB_TYPE_Q3_K || type == LLMB_TYPE_Q6_K ? 2 * IL8_G : 0;
-    il8_pfs ps = il8_prefetch_from(g, nb, bytes, tail, i0, dec ? 0 : pf);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8k_tail(type), i0, dec ? 0 : pf);
     for (int64_t i = 0; i < bn; i++) {
         il8k_dec head;
         const il8k_dec *o = dec ? dec + i : &head;
@@ -1006,8 +1007,10 @@ INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, si
         for (int r0 = 0; r0 < nr; r0 += IL8_G) {
             const uint8_t *g = w + (size_t)r0 * ws;
             const il8k_dec *d = NULL;
-            if (nc > IL8_NC) {   // several token tiles: the range decoded once
+            if (nc > IL8_NC) {   // several token tiles: the range decoded once (a batch's prefetched: IL8_PF_TOKENS)
+                il8_pfs ps = il8_prefetch_from(g, nb, il8k_bytes(type), il8k_tail(type), i0, nc <= IL8_PF_TOKENS ? spf : 0);
                 for (int64_t i = 0; i < bn; i++) {
+                    il8_prefetch_next(&ps);
                     IL(il8k_head)(type, g, nb, i0 + i, &dec[i]);
                     for (int j = 0; j < parts; j++) IL(il8k_part)(type, g, i0 + i, j, dec[i].q + pv * j);
                 }
@@ -1129,7 +1132,7 @@ __attribute__((noinline)) static IL_T void IL(il16k_pair)(const int type, const 
 #define IL16K_DECODE(i) IL(il16k_decode)(type, ga, gb, nb, i, &dec[(i) - i0])
 #define IL16K_TILE(NC)                                                                                              \
     IL(il16k_tile)(type, dec, i0, bn, x + t0 * xs, xs, ya + t0 * ldy, yb + t0 * ldy, ldy, i0 == 0, NC)
-    IL16_PAIR_RANGES(IL16K_DEC, il8k_bytes(type), type == LLMB_TYPE_Q3_K ? 2 * IL8_G : 0, IL16K_DECODE, IL16K_TILE)
+    IL16_PAIR_RANGES(IL16K_DEC, il8k_bytes(type), il8k_tail(type), IL16K_DECODE, IL16K_TILE)
 #undef IL16K_TILE
 #undef IL16K_DECODE
 }
