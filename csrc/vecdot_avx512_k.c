@@ -24,6 +24,12 @@
 // (broadcast), 64 products per instruction. The products of one 32-value sub-block sum to at most
 // 32 * 31 * 128 in magnitude, so its scale is applied with a 32-bit multiply (vpmulld), exact. Q4_K
 // keeps its 4-bit values packed (split per use); Q5_K's are decoded to bytes with their fifth bit.
+
+// Up to this many tokens the interleaved Q8_0 and Q6_K groups also ask for every line LINE_PF_AHEAD ahead into L1 as
+// they first read it: batches read the weights from DRAM with little work a block (Q8_0 49,152 x 576, SmolLM2's
+// output matrix, x 16 tokens 1.26x; Q6_K 1536 x 768 x 4-32 tokens 1.03-1.14x; 2 threads, Zen 5;
+// docs/engine-measurements.md#il16-pf)
+#define BATCH_PF_TOKENS 64
 #define K_PANEL_R 16   // rows per Q4_K / Q5_K / Q6_K panel call (one row per 32-bit lane)
 #define K_PANEL_NC 5   // tokens per Q4_K / Q5_K register tile (the fastest of 3 to 6: docs/engine-measurements.md#register-tiles)
 
@@ -631,7 +637,7 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
         if (r0 + IL16_G < nr) q6i_prefetch_next_d(g, ws, nsb);
         if (keep) {
             q6r_dec dec[PANEL_MAX_SB];
-            for (int64_t i = 0; i < nsb; i++) q6i_decode(g, nsb, i, 1, nc <= 64, &dec[i]);
+            for (int64_t i = 0; i < nsb; i++) q6i_decode(g, nsb, i, 1, nc <= BATCH_PF_TOKENS, &dec[i]);
             for (int c0 = 0; c0 < nc; c0 += Q6R_NC) {
                 const uint8_t *xc = x + c0 * xs;
                 float *yc = y + c0 * ldy + r0;
@@ -668,10 +674,6 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
 // one token 2 groups side by side and prefetch every line as the Q4_K / Q6_K kernels do (pf_line: 4 KiB
 // ahead into L1, 16 KiB into L2), besides the page-wise prefetch (docs/engine-measurements.md#q8i_ng1_far).
 #define Q8I_NG1_FAR 2
-// Up to this many tokens the first tile also asks for every line LINE_PF_AHEAD ahead into L1: batches read the
-// weights from DRAM with little work a block (49,152 x 576, SmolLM2's output matrix, x 16 tokens 1.26x, 4,096 x 576
-// x 16 / 32 / 64 tokens 1.19x / 1.12x / 1.14x; 2 threads, Zen 5; docs/engine-measurements.md#il16-pf)
-#define Q8I_PF_TOKENS 64
 #ifndef LLMB_Q8I_TOKS   // (token, block) entries of the q8i_tok table on the stack (the C tests: 256, so that
 #define LLMB_Q8I_TOKS (128 * 1024 / 8)   // their rows and tokens run several chunks and ranges)
 #endif
@@ -722,7 +724,7 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
             for (int q = 0; q < NG; q++) {
                 wv[q] = _mm512_loadu_si512(v + q * gs + 64 * k);
                 if (pf == 2) pf_line(v + q * gs + 64 * k, 2);   // one token from DRAM: every line too (Q8I_NG1_FAR)
-                else if (pf == 3) pf_line(v + q * gs + 64 * k, 1);   // a batch: every line into L1 too (Q8I_PF_TOKENS)
+                else if (pf == 3) pf_line(v + q * gs + 64 * k, 1);   // a batch: into L1 too (BATCH_PF_TOKENS)
             }
             for (int c = 0; c < NC; c++) {
                 int32_t a;
@@ -770,7 +772,8 @@ VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
                     const uint8_t *xc = x + (c0 + t0) * xs;
                     const q8i_tok *xtc = xt + t0 * bn;
                     float *yc = y + (c0 + t0) * ldy + r0;
-                    const int first = i0 == 0, pf = t0 ? 0 : cn == 1 ? 1 + far : cn <= Q8I_PF_TOKENS ? 3 : 1;   // q8i_body's
+                    const int first = i0 == 0;   // q8i_body's pf, below
+                    const int pf = t0 ? 0 : cn == 1 ? 1 + far : cn <= BATCH_PF_TOKENS ? 3 : 1;
                     if (k == 4) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 4, 1);
                     else if (k == 2) {
 #define Q8I_RUN2(t) q8i_body(g, gs, nb, i0, bn, xc, xs, xtc, yc, ldy, first, pf, 2, t)

@@ -553,9 +553,9 @@ INLINE IL_T void IL(il16_tile)(const int type, const il16_dec *dec, int64_t i0, 
 }
 
 // The groups at ga and gb over blocks i0 .. i0 + bn - 1 for cn tokens (il8_kernel's prefill and batches, paired as
-// IL16_HALVES pairs them), into ya and yb: IL16_DEC blocks decoded at a time, each group's blocks prefetched as
-// they are decoded (pf: il8_pf). Batches of a few tokens read the weights from DRAM with little work a block:
-// without the prefetch Q4_1 1536 x 576 x 8 tokens ran 0.81x (2 threads, Zen 5; docs/engine-measurements.md#il16-pf).
+// IL16_GROUPS pairs them), into ya and yb: IL16_DEC blocks decoded at a time, each group's blocks prefetched as
+// they are decoded where pf (il8_pf). Batches of a few tokens read the weights from DRAM with little work a block:
+// with the prefetch Q4_1 1536 x 576 x 8 tokens ran 1.21x (2 threads, Zen 5; docs/engine-measurements.md#il16-pf).
 INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i0,
                                int64_t bn, const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int cn,
                                float *ya, float *yb, int64_t ldy, const int pf) {
@@ -594,7 +594,6 @@ INLINE IL_T void IL(il16_one)(const int type, const uint8_t *ga, const uint8_t *
     }
     IL(il16_store2)(ya, yb, acc);
 }
-
 #endif
 
 // The group at g over blocks i0 .. i0 + bn - 1 for cn tokens (il8_kernel's, xsum and xd its table) into y: where
@@ -616,8 +615,8 @@ INLINE IL_T void IL(il8_group)(const int type, const uint8_t *g, int64_t nb, int
     for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
         const int pf = !d && t0 == 0 ? spf : 0;
 #define IL8_RUN(NC)                                                                                                 \
-    IL(il8_tile)(type, g, nb, d, i0, bn, x + t0 * xs, xs, xsum + t0 * bn, xd + t0 * bn, bn, y + t0 * ldy, ldy, i0 == 0, \
-                 pf, NC)
+    IL(il8_tile)(type, g, nb, d, i0, bn, x + t0 * xs, xs, xsum + t0 * bn, xd + t0 * bn, bn, y + t0 * ldy, ldy,         \
+                 i0 == 0, pf, NC)
         IL8_TILES(cn - t0, IL8_RUN)
 #undef IL8_RUN
     }
@@ -670,13 +669,13 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
 #endif
             // group a's cn tokens: the range decoded once where they run several token tiles
 #define IL8_GROUP(a)                                                                                                \
-    IL(il8_group)(type, w + (size_t)((a) * IL8_G) * ws, nb, i0, bn, xc, xs, xsum, xd, cn, y + c0 * ldy + (a) * IL8_G,   \
-                  ldy, spf, dec)
+    IL(il8_group)(type, w + (size_t)((a) * IL8_G) * ws, nb, i0, bn, xc, xs, xsum, xd, cn,                              \
+                  y + c0 * ldy + (a) * IL8_G, ldy, spf, dec)
 #if IL_VNNI
             if (cn > IL8_NC && !il8_signed(type)) {   // prefill and batches: two groups on 512 bits
 #define IL16_PAIR(a, b, pf)                                                                                         \
-    IL(il16_pair)(type, w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, nb, i0, bn, xc, xs, xsum, xd, cn, \
-                  y + c0 * ldy + (a) * IL8_G, y + c0 * ldy + (b) * IL8_G, ldy, pf)
+    IL(il16_pair)(type, w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, nb, i0, bn, xc, xs, xsum,      \
+                  xd, cn, y + c0 * ldy + (a) * IL8_G, y + c0 * ldy + (b) * IL8_G, ldy, pf)
                 IL16_GROUPS(nr / IL8_G, cn, stream, IL16_PAIR, IL8_GROUP);
 #undef IL16_PAIR
                 continue;
@@ -1008,7 +1007,8 @@ INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, si
             const uint8_t *g = w + (size_t)r0 * ws;
             const il8k_dec *d = NULL;
             if (nc > IL8_NC) {   // several token tiles: the range decoded once (a batch's prefetched: IL8_PF_TOKENS)
-                il8_pfs ps = il8_prefetch_from(g, nb, il8k_bytes(type), il8k_tail(type), i0, nc <= IL8_PF_TOKENS ? spf : 0);
+                il8_pfs ps = il8_prefetch_from(g, nb, il8k_bytes(type), il8k_tail(type), i0,
+                                               nc <= IL8_PF_TOKENS ? spf : 0);
                 for (int64_t i = 0; i < bn; i++) {
                     il8_prefetch_next(&ps);
                     IL(il8k_head)(type, g, nb, i0 + i, &dec[i]);
@@ -1125,9 +1125,12 @@ INLINE IL_T void IL(il16k_tile)(const int type, const il16k_dec *dec, int64_t i0
     for (int c = 0; c < NC; c++) IL(il16_store_y)(ya + c * ldy, yb + c * ldy, acc[c]);
 }
 
-// The groups at ga and gb (nb super-blocks each) x nc tokens on 512 bits into ya and yb (pf: il8_pf)
-__attribute__((noinline)) static IL_T void IL(il16k_pair)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x,
-                                size_t xs, int nc, float *ya, float *yb, int64_t ldy, const int pf) {
+// The groups at ga and gb (nb super-blocks each) x nc tokens on 512 bits into ya and yb (pf: il8_pf). Out of line as
+// il16x_pair, whose inlined copies slowed prefill (IQ4_XS x 128 tokens 0.91x: docs/engine-measurements.md#il16-pf);
+// GCC clones this one by type, pf at run time (Q2_K, Q3_K x 512 tokens 0.99-1.05 against the inlined pairs before)
+__attribute__((noinline)) static IL_T void IL(il16k_pair)(const int type, const uint8_t *ga, const uint8_t *gb,
+                                                          int64_t nb, const uint8_t *x, size_t xs, int nc, float *ya,
+                                                          float *yb, int64_t ldy, const int pf) {
     il16k_dec dec[IL16K_DEC];
 #define IL16K_DECODE(i) IL(il16k_decode)(type, ga, gb, nb, i, &dec[(i) - i0])
 #define IL16K_TILE(NC)                                                                                              \
@@ -1206,8 +1209,9 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
     IL(il16k_q2_one)((const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
                      n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, il8_pf(stream))
 #define IL16K_PAIR(a, b, pf)                                                                                        \
-    IL(il16k_pair)(type, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
-                   n / LLMB_QK_K, x, xs, nc, y + (a) * IL8_G, y + (b) * IL8_G, ldy, pf)
+    IL(il16k_pair)(type, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws,                                              \
+                   (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, n / LLMB_QK_K, x, xs, nc, y + (a) * IL8_G,         \
+                   y + (b) * IL8_G, ldy, pf)
 #define IL16K_ALONE(name, a)                                                                                        \
     name##_il8_avx2(n, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws, ws, IL8_G, x, xs, nc, y + (a) * IL8_G, ldy,  \
                     stream)
@@ -1471,9 +1475,12 @@ INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, co
     for (int c = 0; c < NC; c++) IL(il16_store_y)(ya + c * ldy, yb + c * ldy, acc[c]);
 }
 
-// The groups at ga and gb (nb super-blocks each) x nc tokens on 512 bits into ya and yb (pf: il8_pf)
-__attribute__((noinline)) static IL_T void IL(il16x_pair)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, size_t xs, int nc,
-                                float *ya, float *yb, int64_t ldy, const int pf) {
+// The groups at ga and gb (nb super-blocks each) x nc tokens on 512 bits into ya and yb (pf: il8_pf). Out of line, so
+// that GCC compiles the calls with a literal pf of 0 (IL16_GROUPS' prefill) apart, with no prefetch in them: inlined,
+// the kernel held both copies and the prefill slowed (x 128 tokens 0.91x: docs/engine-measurements.md#il16-pf)
+__attribute__((noinline)) static IL_T void IL(il16x_pair)(const uint8_t *ga, const uint8_t *gb, int64_t nb,
+                                                          const uint8_t *x, size_t xs, int nc, float *ya, float *yb,
+                                                          int64_t ldy, const int pf) {
     il16x_dec dec[IL16X_DEC];
 #define IL16X_DECODE(i) IL(il16x_decode)(ga, gb, i, &dec[(i) - i0])
 #define IL16X_TILE(NC) IL(il16x_tile)(dec, i0, bn, x + t0 * xs, xs, ya + t0 * ldy, yb + t0 * ldy, ldy, i0 == 0, NC)
@@ -1523,9 +1530,10 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
 #if IL_VNNI
     if (nc > IL8_NC) {   // prefill: two groups on 512 bits (IL16_GROUPS), a group alone
 #define IL16X_PAIR(a, b, pf)                                                                                        \
-    IL(il16x_pair)(w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, n / LLMB_QK_K, x, xs, nc, y + (a) * IL8_G, \
-                   y + (b) * IL8_G, ldy, pf)
-#define IL8X_ALONE(a) IL(iq4_xs_groups)(n, w + (size_t)((a) * IL8_G) * ws, ws, IL8_G, x, xs, nc, y + (a) * IL8_G, ldy, stream)
+    IL(il16x_pair)(w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, n / LLMB_QK_K, x, xs, nc,           \
+                   y + (a) * IL8_G, y + (b) * IL8_G, ldy, pf)
+#define IL8X_ALONE(a)                                                                                                  \
+    IL(iq4_xs_groups)(n, w + (size_t)((a) * IL8_G) * ws, ws, IL8_G, x, xs, nc, y + (a) * IL8_G, ldy, stream)
         IL16_GROUPS(nr / IL8_G, nc, stream, IL16X_PAIR, IL8X_ALONE);
 #undef IL8X_ALONE
 #undef IL16X_PAIR
