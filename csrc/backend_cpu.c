@@ -612,27 +612,31 @@ static const llmb_batch *rows_batch(llmb_backend *b, const llmb_batch *bt, llmb_
             b->kept_tokens[nk++] = bt->tokens[i];
         }
     if (nk == n) return NULL;
+    // the kept sequences; from the first without a row on, their rows of the block tables copied (the ones before
+    // it are the tables' first rows as they are)
+    const int32_t *tables = bt->block_tables;
+    const size_t mb = (size_t)bt->max_blocks;
     int ns = 0, nd = 0, first = 0;
     for (int s = 0; s < bt->n_seq; s++) {
         const int count = seq_rows(b, bt, s, &first);
-        if (!count) continue;
+        if (!count) {
+            if (tables == bt->block_tables) {
+                const size_t need = (size_t)bt->n_seq * mb;
+                if (need > b->kept_tables_cap) {
+                    int32_t *t = realloc(b->kept_tables, need * sizeof *t);
+                    if (!t) return NULL;
+                    b->kept_tables = t, b->kept_tables_cap = need;
+                }
+                memcpy(b->kept_tables, bt->block_tables, (size_t)ns * mb * sizeof(int32_t));
+                tables = b->kept_tables;
+            }
+            continue;
+        }
         b->kept_q_start[ns] = first, b->kept_q_len[ns] = count, b->kept_pos0[ns] = bt->pos0[s];
+        if (tables != bt->block_tables)
+            memcpy(b->kept_tables + (size_t)ns * mb, bt->block_tables + (size_t)s * mb, mb * sizeof(int32_t));
         nd += s < bt->n_decode;
         ns++;
-    }
-    const int32_t *tables = bt->block_tables;
-    if (ns < bt->n_seq) {   // the kept sequences' rows of the block tables
-        const size_t need = (size_t)ns * bt->max_blocks;
-        if (need > b->kept_tables_cap) {
-            int32_t *t = realloc(b->kept_tables, need * sizeof *t);
-            if (!t) return NULL;
-            b->kept_tables = t, b->kept_tables_cap = need;
-        }
-        for (int s = 0, k = 0; s < bt->n_seq; s++)
-            if (seq_rows(b, bt, s, &first))
-                memcpy(b->kept_tables + (size_t)k++ * bt->max_blocks, bt->block_tables + (size_t)s * bt->max_blocks,
-                       (size_t)bt->max_blocks * sizeof(int32_t));
-        tables = b->kept_tables;
     }
     *rb = (llmb_batch){.n_tok = nk, .tokens = b->kept_tokens, .pos = b->kept_pos, .slots = b->kept_slots, .n_seq = ns,
                        .n_decode = nd, .q_start = b->kept_q_start, .q_len = b->kept_q_len, .pos0 = b->kept_pos0,
