@@ -173,14 +173,17 @@ def test_batch_invariance(stories):
 @pytest.mark.parametrize("mix", ["Q4_K_M", "Q4_1"])
 def test_last_layer_runs_the_rows_alone(mix):
     """Where a step reads fewer logits rows than it has tokens, its last layer computes keys and values for every
-    token and the rest for the rows' tokens alone: the rows' log-probabilities are the bits of the whole layer's
-    (every row read), with one row, two, and beside sequences that read none (held prefixes, in the same steps)."""
-    llm = LLM(llmbench.dummy_model("tiny", mix), threads=2)
+    token and the rest for the rows' tokens alone: the rows' log-probabilities are the bits of a run reading every
+    score, with one row, two, and beside sequences that read none (held prefixes, in the same steps). Prefill runs
+    in steps of 64 tokens, so the 300-token prompt's first 256 scores come from steps whose every token is a row,
+    the whole last layer: rows read alone there are checked against them too."""
+    llm = LLM(llmbench.dummy_model("tiny", mix), threads=2, max_batch_tokens=64)
     rng = np.random.default_rng(11)
 
-    def logprobs(ids, start, n, beside=()):
-        held = [llm.engine.add(p, max_tokens=0, hold=True) for p in beside]
+    def logprobs(ids, start, n, beside=()):   # (held prefixes before and after it in the step's sequences)
+        held = [llm.engine.add(p, max_tokens=0, hold=True) for p in beside[:1]]
         s = llm.engine.add(ids, max_tokens=0, prompt_logprobs_from=start)
+        held += [llm.engine.add(p, max_tokens=0, hold=True) for p in beside[1:]]
         llm._run_to_idle()
         try:
             return llm.engine.prompt_logprobs(s, n)[0].tolist()
@@ -196,6 +199,8 @@ def test_last_layer_runs_the_rows_alone(mix):
             assert logprobs(ids, n - 3, 2) == every[-2:], n
         beside = [rng.integers(3, llm.info["vocab"], k).tolist() for k in (5, 40)]
         assert logprobs(ids, n - 2, 1, beside) == every[-1:], n
+        for k in (10, 63, 64, 200) if n == 300 else ():   # against the whole layer's steps
+            assert logprobs(ids[:k + 2], k, 1) == every[k:k + 1], k
 
 
 @pytest.mark.parametrize("wtype, act", [("Q4_K_M", "q8"), ("Q8_0", "q8"), ("F16", "bf16")])
