@@ -97,6 +97,9 @@ INLINE int il8_offset(const int type) {
 // pf of the tile that reads a group's blocks first from memory: 2 where its weights stream from DRAM and far
 // prefetch is on, else 1
 INLINE int il8_pf(const int stream) { return stream && llmb_prefetch_mode() == LLMB_PREFETCH_FAR ? 2 : 1; }
+// pf of a range of blocks decoded once for nc tokens (the 256-bit groups): spf (il8_pf) up to IL8_PF_TOKENS, else 0
+// (IL16_GROUPS: why)
+INLINE int il8_pf_batch(const int spf, const int nc) { return nc <= IL8_PF_TOKENS ? spf : 0; }
 
 // The prefetch of a group's blocks as they are read one after the other (il8_prefetch_from, il8_prefetch_next):
 // the lines that start in each block, IL8_PF_AHEAD ahead into L1 and with pf 2 IL8_FAR_AHEAD ahead into L2 (each line
@@ -605,7 +608,7 @@ INLINE IL_T void IL(il8_group)(const int type, const uint8_t *g, int64_t nb, int
     const il8_dec *d = NULL;
     if (cn > IL8_NC && !il8_signed(type)) {
         il8_pfs ps = il8_prefetch_from(g, nb, (size_t)llmb_il8_words(type) * 32, il8_dm(type) ? 0 : 2 * IL8_G, i0,
-                                       cn <= IL8_PF_TOKENS ? spf : 0);
+                                       il8_pf_batch(spf, cn));
         for (int64_t i = 0; i < bn; i++) {
             il8_prefetch_next(&ps);
             IL(il8_decode)(type, g, nb, i0 + i, &dec[i]);
@@ -1007,8 +1010,7 @@ INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, si
             const uint8_t *g = w + (size_t)r0 * ws;
             const il8k_dec *d = NULL;
             if (nc > IL8_NC) {   // several token tiles: the range decoded once (a batch's prefetched: IL8_PF_TOKENS)
-                il8_pfs ps = il8_prefetch_from(g, nb, il8k_bytes(type), il8k_tail(type), i0,
-                                               nc <= IL8_PF_TOKENS ? spf : 0);
+                il8_pfs ps = il8_prefetch_from(g, nb, il8k_bytes(type), il8k_tail(type), i0, il8_pf_batch(spf, nc));
                 for (int64_t i = 0; i < bn; i++) {
                     il8_prefetch_next(&ps);
                     IL(il8k_head)(type, g, nb, i0 + i, &dec[i]);
