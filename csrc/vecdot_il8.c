@@ -120,12 +120,17 @@ typedef struct {
     int n;              // distances asked for: 0 (none), 1 or 2
 } il8_pfs;
 
-// from block i0 of the group at g (nb blocks, only read where the blocks have a tail), pf distances (il8_pf; 0: none)
-INLINE il8_pfs il8_prefetch_from(const uint8_t *g, int64_t nb, size_t bytes, size_t tail, int64_t i0, const int pf) {
+// from block i0 of the group at g (nb blocks, only read where the blocks have a tail), pf distances (il8_pf; 0: none).
+// One token (one) of blocks with a tail rounds the L1 distance up to whole groups, so that each block and tail entry
+// asks for its twin in a later group: from DRAM Q4_0 8192 x 2048 1.08x, IQ4_NL 1.12x, Q5_0 1.08x, Q3_K 1.11x, where
+// longer distances that were not whole groups gained less or lost; batches keep IL8_PF_AHEAD (Q5_0 8192 x 2048 x 8
+// tokens lost 0.95x with the twins; 2 threads, Zen 5: docs/engine-measurements.md#il8-twin-pf)
+INLINE il8_pfs il8_prefetch_from(const uint8_t *g, int64_t nb, size_t bytes, size_t tail, int64_t i0, const int pf,
+                                  const int one) {
     il8_pfs s = {.bytes = bytes, .tail = tail, .bq = (size_t)nb * bytes, .bt = (size_t)nb * tail, .n = pf};
     const size_t gs = s.bq + s.bt;
     for (int k = 0; k < pf; k++) {
-        const size_t ahead = k ? IL8_FAR_AHEAD : IL8_PF_AHEAD;
+        const size_t ahead = k ? IL8_FAR_AHEAD : tail && one ? (IL8_PF_AHEAD + s.bq - 1) / s.bq * s.bq : IL8_PF_AHEAD;
         il8_pf_at *a = &s.at[k];
         a->q = g + (size_t)i0 * bytes + ahead;
         if (!tail) continue;
@@ -364,7 +369,7 @@ INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, cons
     const size_t bytes = (size_t)llmb_il8_words(type) * 32;
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8_dm(type) ? 0 : 2 * IL8_G, i0, dec ? 0 : pf);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8_dm(type) ? 0 : 2 * IL8_G, i0, dec ? 0 : pf, NC == 1);
     for (int64_t i = 0; i < bn; i++) {
         il8_dec one;
         if (!dec) {
@@ -395,7 +400,7 @@ typedef struct {
 // by DECODE(i) (super-block i of both groups, each prefetched as read where pf), then TILE(NC) for every tile of
 // the tokens (i0, bn, t0 in scope)
 #define IL16_PAIR_RANGES(NDEC, bytes, tail, DECODE, TILE)                                                           \
-    il8_pfs pa_ = il8_prefetch_from(ga, nb, bytes, tail, 0, pf), pb_ = il8_prefetch_from(gb, nb, bytes, tail, 0, pf); \
+    il8_pfs pa_ = il8_prefetch_from(ga, nb, bytes, tail, 0, pf, 0), pb_ = il8_prefetch_from(gb, nb, bytes, tail, 0, pf, 0); \
     for (int64_t i0 = 0; i0 < nb; i0 += NDEC) {                                                                    \
         const int64_t bn = nb - i0 < NDEC ? nb - i0 : NDEC;                                                        \
         for (int64_t i = i0; i < i0 + bn; i++) {                                                                   \
@@ -563,7 +568,7 @@ INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *ga, const uint8_t 
                                int64_t bn, const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int cn,
                                float *ya, float *yb, int64_t ldy, const int pf) {
     const size_t bytes = (size_t)llmb_il8_words(type) * 32, tail = il8_dm(type) ? 0 : 2 * IL8_G;
-    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf);
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf, 0), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf, 0);
     il16_dec dec[IL16_DEC];
     for (int64_t j0 = 0; j0 < bn; j0 += IL16_DEC) {
         const int64_t jn = bn - j0 < IL16_DEC ? bn - j0 : IL16_DEC;
@@ -587,7 +592,7 @@ INLINE IL_T void IL(il16_one)(const int type, const uint8_t *ga, const uint8_t *
                               const uint8_t *x, const int32_t *xsum, const float *xd, float *ya, float *yb,
                               const int first, const int pf) {
     const size_t bytes = (size_t)llmb_il8_words(type) * 32, tail = il8_dm(type) ? 0 : 2 * IL8_G;
-    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf);
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf, 1);
     __m512 acc = first ? _mm512_setzero_ps() : IL(il16_joinf)(_mm256_loadu_ps(ya), _mm256_loadu_ps(yb));
     for (int64_t i = 0; i < bn; i++) {
         il8_prefetch_next(&pa), il8_prefetch_next(&pb);
@@ -608,7 +613,7 @@ INLINE IL_T void IL(il8_group)(const int type, const uint8_t *g, int64_t nb, int
     const il8_dec *d = NULL;
     if (cn > IL8_NC && !il8_signed(type)) {
         il8_pfs ps = il8_prefetch_from(g, nb, (size_t)llmb_il8_words(type) * 32, il8_dm(type) ? 0 : 2 * IL8_G, i0,
-                                       il8_pf_batch(spf, cn));
+                                       il8_pf_batch(spf, cn), 0);
         for (int64_t i = 0; i < bn; i++) {
             il8_prefetch_next(&ps);
             IL(il8_decode)(type, g, nb, i0 + i, &dec[i]);
@@ -933,7 +938,7 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
     const size_t bytes = il8k_bytes(type);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8k_tail(type), i0, dec ? 0 : pf);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8k_tail(type), i0, dec ? 0 : pf, NC == 1);
     for (int64_t i = 0; i < bn; i++) {
         il8k_dec head;
         const il8k_dec *o = dec ? dec + i : &head;
@@ -1010,7 +1015,7 @@ INLINE IL_T void IL(il8k_kernel)(const int type, int64_t n, const uint8_t *w, si
             const uint8_t *g = w + (size_t)r0 * ws;
             const il8k_dec *d = NULL;
             if (nc > IL8_NC) {   // several token tiles: the range decoded once (a batch's prefetched: IL8_PF_TOKENS)
-                il8_pfs ps = il8_prefetch_from(g, nb, il8k_bytes(type), il8k_tail(type), i0, il8_pf_batch(spf, nc));
+                il8_pfs ps = il8_prefetch_from(g, nb, il8k_bytes(type), il8k_tail(type), i0, il8_pf_batch(spf, nc), 0);
                 for (int64_t i = 0; i < bn; i++) {
                     il8_prefetch_next(&ps);
                     IL(il8k_head)(type, g, nb, i0 + i, &dec[i]);
@@ -1158,7 +1163,7 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
                                   float *yb, const int pf) {
     const size_t bytes = il8k_bytes(LLMB_TYPE_Q2_K);
     const __m512i k03 = _mm512_set1_epi8(0x03), k0f = _mm512_set1_epi16(0x0F);
-    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, 0, 0, pf), pb = il8_prefetch_from(gb, nb, bytes, 0, 0, pf);
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, 0, 0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, 0, 0, pf, 1);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *va = ga + (size_t)i * bytes, *vb = gb + (size_t)i * bytes;
@@ -1308,7 +1313,7 @@ INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t
     const size_t bytes = LLMB_IL_WORDS(llmb_rc_q4_0) * 32;
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    il8_pfs ps = il8_prefetch_from(g, nb, bytes, 2 * IL8_G, i0, pf);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, 2 * IL8_G, i0, pf, NC == 1);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
         if (pf) il8_prefetch_next(&ps);
@@ -1393,7 +1398,7 @@ INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const u
     const size_t bytes = sizeof(llmb_il8_iq4_xs);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    il8_pfs ps = il8_prefetch_from(g, 0, bytes, 0, i0, pf);
+    il8_pfs ps = il8_prefetch_from(g, 0, bytes, 0, i0, pf, NC == 1);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
         if (pf) il8_prefetch_next(&ps);
