@@ -80,9 +80,9 @@ static inline AMX_T void amx_decode(const int type, const uint8_t *g0, const uin
     const __m512i off = _mm512_set1_epi8(dm || iq ? 0 : q5 ? 16 : 8);
     const __m512i kv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
     for (int64_t i = 0; i < bn; i++) {
-        const size_t at = (size_t)(i0 + i) * words * 32;
+        const size_t at = (size_t)(i0 + i) * llmb_il8_stride(type);
         const uint8_t *v0 = g0 + at, *v1 = g1 + at;
-        for (size_t o = 0; o < (size_t)words * 32; o += 64) {   // (few tokens wait for the weights, not the tiles)
+        for (size_t o = 0; o < llmb_il8_stride(type); o += 64) {   // (few tokens wait for the weights, not the tiles)
             _mm_prefetch((const char *)v0 + AMX_PF + o, _MM_HINT_T0);
             _mm_prefetch((const char *)v1 + AMX_PF + o, _MM_HINT_T0);
         }
@@ -107,8 +107,9 @@ static inline AMX_T void amx_decode(const int type, const uint8_t *g0, const uin
             _mm512_storeu_ps(d + 16 * i, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
             _mm512_storeu_ps(m + 16 * i, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16))));
             v0 += 32, v1 += 32;
-        } else {    // the tail after the group's last block: 8 halves a block
-            const size_t t = (size_t)nb * words * 32 + (size_t)(i0 + i) * 16;
+        } else {    // 8 halves after the block's words (llmb_il_inline_tail), or after the group's last block
+            const size_t t = llmb_il_inline_tail(type, 8) ? at + (size_t)words * 32
+                                                          : (size_t)nb * words * 32 + (size_t)(i0 + i) * 16;
             const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(g0 + t))),
                                                       _mm_loadu_si128((const __m128i *)(g1 + t)), 1);
             _mm512_storeu_ps(d + 16 * i, _mm512_cvtph_ps(h));

@@ -23,8 +23,8 @@
 // contract). The plain rows' kernel (vecdot_x86_body.h, legacy_body) does the same per row.
 //
 // Layout of a group's block (vecdot_layout.h: llmb_il8_*; word k of row r at word 8 k + r) after the recoding
-// of vecdot.c (legacy_recode): Q4_0 qs, then d as the tail; Q4_1 d m, qs; Q5_0 qh', qs, then d; Q5_1 d m,
-// qh', qs. qh' holds the fifth bits so that a shift and an AND put them in place for each word k of qs:
+// of vecdot.c (legacy_recode): Q4_0 qs, then the 8 rows' d (llmb_il_inline_tail; il8_d); Q4_1 d m, qs; Q5_0 qh',
+// qs, then d; Q5_1 d m, qh', qs. qh' holds the fifth bits so that a shift and an AND put them in place for each word k of qs:
 // bit 8 b + k is the fifth bit of value 4 k + b (low nibble of byte 4 k + b), bit 8 b + 4 + k that of
 // value 16 + 4 k + b (its high nibble), for b, k in 0..3.
 //
@@ -86,12 +86,22 @@ typedef struct {
 
 // 1 where the kernel takes |w| against x sign(w) (signed values: Q8_0), 0 for unsigned values u
 INLINE int il8_signed(const int type) { return type == LLMB_TYPE_Q8_0; }
-// 1 where a group's block starts with d and m (Q4_1, Q5_1), 0 where d is the tail
+// 1 where a group's block starts with d and m (Q4_1, Q5_1), 0 where d follows it or the group (il8_d)
 INLINE int il8_dm(const int type) { return type == LLMB_TYPE_Q4_1 || type == LLMB_TYPE_Q5_1; }
 // 1 where the activations are Q8_0 (d a half, values from byte 2), 0 for Q8_1 (Q4_1, Q5_1)
 INLINE int il8_x8(const int type) { return !il8_dm(type); }
 INLINE int il8_offset(const int type) {
     return type == LLMB_TYPE_Q4_0 ? 8 : type == LLMB_TYPE_Q5_0 ? 16 : type == LLMB_TYPE_IQ4_NL ? 128 : 0;
+}
+
+// bytes of a block's d after the group's last block (vecdot_layout.h): Q8_0's; Q4_0, Q5_0 and IQ4_NL keep theirs
+// after each block's words (llmb_il_inline_tail), Q4_1 and Q5_1 theirs in word 0
+INLINE size_t il8_tail(const int type) { return type == LLMB_TYPE_Q8_0 ? 2 * IL8_G : 0; }
+// the 8 rows' d (halves) of block i of the group at g (nb blocks), for the types without an m
+INLINE const uint8_t *il8_d(const int type, const uint8_t *g, int64_t nb, int64_t i) {
+    const size_t words = (size_t)llmb_il8_words(type) * 32;
+    return llmb_il_inline_tail(type, IL8_G) ? g + (size_t)i * llmb_il8_stride(type) + words
+                                            : g + (size_t)nb * words + (size_t)i * 16;
 }
 
 // pf of the tile that reads a group's blocks first from memory: 2 where its weights stream from DRAM and far
@@ -105,9 +115,8 @@ INLINE int il8_pf_batch(const int spf, const int nc) { return nc <= IL8_PF_TOKEN
 // the lines that start in each block, IL8_PF_AHEAD ahead into L1 and with pf 2 IL8_FAR_AHEAD ahead into L2 (each line
 // once: one prefetch per 64 bytes of a 144-byte Q4_0 block asked for a third of them twice, and Q4_0 one token from
 // DRAM read 24.4-24.9 GB/s against 29.2-29.5 then: docs/engine-measurements.md#il8-decode-gap). Where the blocks
-// have a tail (their d after the group's last block: Q4_0, Q5_0, IQ4_NL, Q8_0, Q3_K, Q6_K; vecdot_layout.h) a group
-// is two streams, and each is asked for as many blocks ahead: the blocks past a group's last one in the next
-// group's blocks, the tail in the next group's tail (a plain distance landed in the tail, leaving the next group's
+// have a tail (their d after the group's last block: Q8_0, Q3_K, Q6_K; vecdot_layout.h) a group is two streams,
+// and each is asked for as many blocks ahead: the blocks past a group's last one in the next group's blocks, the tail in the next group's tail (a plain distance landed in the tail, leaving the next group's
 // first bytes to the hardware, and never asked for the tail in time: docs/engine-measurements.md#il8-tail-pf).
 typedef struct {
     const uint8_t *q, *qend;   // the blocks' next bytes to ask for; the end of their group's blocks
@@ -122,9 +131,10 @@ typedef struct {
 
 // from block i0 of the group at g (nb blocks, only read where the blocks have a tail), pf distances (il8_pf; 0: none).
 // One token (one) of blocks with a tail rounds the L1 distance up to whole groups, so that each block and tail entry
-// asks for its twin in a later group: from DRAM Q4_0 8192 x 2048 1.08x, IQ4_NL 1.12x, Q5_0 1.08x, Q3_K 1.11x, where
-// longer distances that were not whole groups gained less or lost; batches keep IL8_PF_AHEAD (Q5_0 8192 x 2048 x 8
-// tokens lost 0.95x with the twins; 2 threads, Zen 5: docs/engine-measurements.md#il8-twin-pf)
+// asks for its twin in a later group: from DRAM Q3_K 8192 x 2048 1.11x, Q6_K (the AVX2 level) 1.11x, and Q4_0 1.08x
+// while its d were a tail, where longer distances that were not whole groups gained less or lost; batches keep
+// IL8_PF_AHEAD (Q5_0 8192 x 2048 x 8 tokens lost 0.95x with the twins; 2 threads, Zen 5:
+// docs/engine-measurements.md#il8-twin-pf)
 INLINE il8_pfs il8_prefetch_from(const uint8_t *g, int64_t nb, size_t bytes, size_t tail, int64_t i0, const int pf,
                                   const int one) {
     il8_pfs s = {.bytes = bytes, .tail = tail, .bq = (size_t)nb * bytes, .bt = (size_t)nb * tail, .n = pf};
@@ -244,15 +254,15 @@ INLINE IL_T __m256i IL(il8n_table)(const int plus) {
 
 // block i of a group (nb blocks) unpacked
 INLINE IL_T void IL(il8_decode)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8_dec *o) {
-    const int words = llmb_il8_words(type), q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
+    const int q5 = type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_Q5_1;
     const int dm = il8_dm(type);
-    const uint8_t *v = g + (size_t)i * words * 32;
+    const uint8_t *v = g + (size_t)i * llmb_il8_stride(type);
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     if (dm) {   // word 0: d and m of each row
         IL(il8_halves)(v, &o->d, &o->m);
         v += 32;
-    } else {   // the tail
-        o->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * words * 32 + (size_t)i * 16)));
+    } else {   // d after the words (il8_d)
+        o->d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)il8_d(type, g, nb, i)));
         o->m = _mm256_setzero_ps();
     }
     if (type == LLMB_TYPE_Q8_0) {   // values + 128 (vecdot.c, q8_0_recode)
@@ -366,10 +376,10 @@ INLINE IL_T void IL(il8_step)(const int type, const il8_dec *d, const uint8_t *x
 INLINE IL_T void IL(il8_tile)(const int type, const uint8_t *g, int64_t nb, const il8_dec *dec, int64_t i0, int64_t bn,
                               const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int64_t xss, float *y,
                               int64_t ldy, const int first, const int pf, const int NC) {
-    const size_t bytes = (size_t)llmb_il8_words(type) * 32;
+    const size_t bytes = llmb_il8_stride(type);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8_dm(type) ? 0 : 2 * IL8_G, i0, dec ? 0 : pf, NC == 1);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8_tail(type), i0, dec ? 0 : pf, NC == 1);
     for (int64_t i = 0; i < bn; i++) {
         il8_dec one;
         if (!dec) {
@@ -478,16 +488,15 @@ INLINE IL_T void IL(il16_store_y)(float *ya, float *yb, __m512 v) {
 // one lane-local), once for 16 rows
 INLINE IL_T void IL(il16_decode)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i,
                                  il16_dec *o) {
-    const size_t bytes = (size_t)llmb_il8_words(type) * 32;
+    const size_t bytes = llmb_il8_stride(type);
     const uint8_t *va = ga + i * bytes, *vb = gb + i * bytes;
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     if (il8_dm(type)) {   // word 0: d and m of each row
         IL(il16_halves)(va, vb, &o->d, &o->m);
         va += 32, vb += 32;
-    } else {   // the tails
-        const size_t t = (size_t)nb * bytes + (size_t)i * 16;
-        o->d = IL(il16_joinf)(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ga + t))),
-                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gb + t))));
+    } else {   // d after the words (il8_d)
+        o->d = IL(il16_joinf)(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)il8_d(type, ga, nb, i))),
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)il8_d(type, gb, nb, i))));
         o->m = _mm512_setzero_ps();
     }
     if (type == LLMB_TYPE_IQ4_NL) {   // u = v + 128
@@ -567,7 +576,7 @@ INLINE IL_T void IL(il16_tile)(const int type, const il16_dec *dec, int64_t i0, 
 INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i0,
                                int64_t bn, const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int cn,
                                float *ya, float *yb, int64_t ldy, const int pf) {
-    const size_t bytes = (size_t)llmb_il8_words(type) * 32, tail = il8_dm(type) ? 0 : 2 * IL8_G;
+    const size_t bytes = llmb_il8_stride(type), tail = il8_tail(type);
     il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf, 0), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf, 0);
     il16_dec dec[IL16_DEC];
     for (int64_t j0 = 0; j0 < bn; j0 += IL16_DEC) {
@@ -591,7 +600,7 @@ INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *ga, const uint8_t 
 INLINE IL_T void IL(il16_one)(const int type, const uint8_t *ga, const uint8_t *gb, int64_t nb, int64_t i0, int64_t bn,
                               const uint8_t *x, const int32_t *xsum, const float *xd, float *ya, float *yb,
                               const int first, const int pf) {
-    const size_t bytes = (size_t)llmb_il8_words(type) * 32, tail = il8_dm(type) ? 0 : 2 * IL8_G;
+    const size_t bytes = llmb_il8_stride(type), tail = il8_tail(type);
     il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf, 1);
     __m512 acc = first ? _mm512_setzero_ps() : IL(il16_joinf)(_mm256_loadu_ps(ya), _mm256_loadu_ps(yb));
     for (int64_t i = 0; i < bn; i++) {
@@ -612,7 +621,7 @@ INLINE IL_T void IL(il8_group)(const int type, const uint8_t *g, int64_t nb, int
                                const int spf, il8_dec *dec) {
     const il8_dec *d = NULL;
     if (cn > IL8_NC && !il8_signed(type)) {
-        il8_pfs ps = il8_prefetch_from(g, nb, (size_t)llmb_il8_words(type) * 32, il8_dm(type) ? 0 : 2 * IL8_G, i0,
+        il8_pfs ps = il8_prefetch_from(g, nb, llmb_il8_stride(type), il8_tail(type), i0,
                                        il8_pf_batch(spf, cn), 0);
         for (int64_t i = 0; i < bn; i++) {
             il8_prefetch_next(&ps);
@@ -1310,16 +1319,16 @@ INLINE IL_T void IL(il8n_abs)(const int8_t *xq, size_t bs, int64_t cnt, uint8_t 
 INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t bn, const uint8_t *x, size_t xs,
                                const uint8_t *ax, const float *dx, float *y, int64_t ldy, const int first,
                                const int pf, const int NC) {
-    const size_t bytes = LLMB_IL_WORDS(llmb_rc_q4_0) * 32;
+    const size_t bytes = llmb_il8_stride(LLMB_TYPE_IQ4_NL);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    il8_pfs ps = il8_prefetch_from(g, nb, bytes, 2 * IL8_G, i0, pf, NC == 1);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8_tail(LLMB_TYPE_IQ4_NL), i0, pf, NC == 1);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
         if (pf) il8_prefetch_next(&ps);
         __m256i q[8];
         IL(il8n_values)(v, IL(il8n_table)(0), q);
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + (size_t)nb * bytes + (size_t)(i0 + i) * 16)));
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)il8_d(LLMB_TYPE_IQ4_NL, g, nb, i0 + i)));
         const int8_t *xq[IL8_NC];
         __m256i s[IL8_NC];
         for (int c = 0; c < NC; c++) xq[c] = (const int8_t *)(x + c * xs + (size_t)(i0 + i) * sizeof(llmb_block_q8_0) + 2);
