@@ -714,9 +714,9 @@ static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
 // of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row, or where
-// llmb_il_inline_tail (Q4_0, Q5_0, IQ4_NL in groups of 8) each block's G right after its words. Q6_K's,
-// Q3_K's, Q5_K's, Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode, q3_K_recode,
-// q5_K_recode, q8_0_recode, legacy_recode).
+// llmb_il_inline_tail (Q4_0, Q5_0, IQ4_NL in groups of 8, Q8_0 of 16) each block's G right after its words.
+// Q6_K's, Q3_K's, Q5_K's, Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode,
+// q3_K_recode, q5_K_recode, q8_0_recode, legacy_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
     const llmb_type_traits *tt = llmb_type_traits_get(wtype);
     assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);

@@ -658,13 +658,14 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
 }
 
 // Interleaved Q8_0 (vecdot.c: q8_0_recode, then groups of 16 rows): block i of a group is 8 vectors,
-// lane r of vector k the values 4k .. 4k + 3 of row r plus 128, and after the group's last block the
-// blocks' d, 16 halves a block. vpdpbusd of vector k against token x's values 4k .. 4k + 3 (broadcast),
+// lane r of vector k the values 4k .. 4k + 3 of row r plus 128, then the block's d, 16 halves
+// (llmb_il_inline_tail). vpdpbusd of vector k against token x's values 4k .. 4k + 3 (broadcast),
 // starting from -128 sum x (q8i_tok, made once per token and block for all the call's groups), leaves
 // lane r with the exact sum w x of the block; then sum += (float)isum * (d_w * d_x) as q8_0_body does, so
 // 1 conversion and 3 float operations per 8 vpdpbusd (the dot's bits). Tiles of NG groups x NC tokens.
 #define Q8I_G 16
 #define Q8I_BLK sizeof(llmb_il16_q8_0)   // bytes of a block's words in a group
+#define Q8I_STRIDE (Q8I_BLK + 2 * Q8I_G)   // bytes from one block of a group to the next (its words, its d)
 #define Q8I_NC 6                        // tokens per register tile
 // One token runs 4 groups side by side (4 streams) and prefetches the first line of each page 32 KiB
 // ahead (prefetch_stream): the best of the layouts and distances tried (docs/engine-measurements.md#q8i_pf_ahead).
@@ -707,11 +708,11 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
     for (int q = 0; q < NG; q++)
         for (int c = 0; c < NC; c++) acc[q][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy + Q8I_G * q);
     for (int64_t i = 0; i < bn; i++) {
-        const uint8_t *v = g + (i0 + i) * Q8I_BLK;
+        const uint8_t *v = g + (i0 + i) * Q8I_STRIDE;
         if (pf)   // one token: page-wise, Q8I_PF_AHEAD ahead (prefetch_stream); more: every line
             for (int q = 0; q < NG; q++) {
-                if (NC == 1) prefetch_stream(v + q * gs + Q8I_PF_AHEAD, Q8I_BLK);
-                else prefetch_l2(v + q * gs + STREAM_PF_AHEAD, Q8I_BLK);
+                if (NC == 1) prefetch_stream(v + q * gs + Q8I_PF_AHEAD, Q8I_STRIDE);
+                else prefetch_l2(v + q * gs + STREAM_PF_AHEAD, Q8I_STRIDE);
             }
         __m512i s[4][Q8I_NC], u[4][2];   // NC <= 2: the odd vectors' sums apart (two chains of 4 vpdpbusd)
         for (int c = 0; c < NC; c++)
@@ -739,7 +740,7 @@ INLINE VNNI512 void q8i_body(const uint8_t *g, size_t gs, int64_t nb, int64_t i0
         for (int c = 0; c < NC && NC <= 2; c++)
             for (int q = 0; q < NG; q++) s[q][c] = _mm512_add_epi32(s[q][c], u[q][c]);
         for (int q = 0; q < NG; q++) {
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + q * gs + nb * Q8I_BLK) + i0 + i));
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + q * gs + Q8I_BLK)));
             for (int c = 0; c < NC; c++)
                 acc[q][c] = _mm512_add_ps(acc[q][c], _mm512_mul_ps(_mm512_cvtepi32_ps(s[q][c]),
                                                                    _mm512_mul_ps(dw, _mm512_set1_ps(xt[c * bn + i].d))));

@@ -24,8 +24,8 @@
 //
 // Layout of a group's block (vecdot_layout.h: llmb_il8_*; word k of row r at word 8 k + r) after the recoding
 // of vecdot.c (legacy_recode): Q4_0 qs, then the 8 rows' d (llmb_il_inline_tail; il8_d); Q4_1 d m, qs; Q5_0 qh',
-// qs, then d; Q5_1 d m, qh', qs. qh' holds the fifth bits so that a shift and an AND put them in place for each word k of qs:
-// bit 8 b + k is the fifth bit of value 4 k + b (low nibble of byte 4 k + b), bit 8 b + 4 + k that of
+// qs, then d; Q5_1 d m, qh', qs. qh' holds the fifth bits so that a shift and an AND put them in place for each
+// word k of qs: bit 8 b + k is the fifth bit of value 4 k + b (low nibble of byte 4 k + b), bit 8 b + 4 + k that of
 // value 16 + 4 k + b (its high nibble), for b, k in 0..3.
 //
 // Prefill decodes up to IL8_DEC blocks of a group into unpacked bytes once and runs the call's tokens
@@ -116,8 +116,9 @@ INLINE int il8_pf_batch(const int spf, const int nc) { return nc <= IL8_PF_TOKEN
 // once: one prefetch per 64 bytes of a 144-byte Q4_0 block asked for a third of them twice, and Q4_0 one token from
 // DRAM read 24.4-24.9 GB/s against 29.2-29.5 then: docs/engine-measurements.md#il8-decode-gap). Where the blocks
 // have a tail (their d after the group's last block: Q8_0, Q3_K, Q6_K; vecdot_layout.h) a group is two streams,
-// and each is asked for as many blocks ahead: the blocks past a group's last one in the next group's blocks, the tail in the next group's tail (a plain distance landed in the tail, leaving the next group's
-// first bytes to the hardware, and never asked for the tail in time: docs/engine-measurements.md#il8-tail-pf).
+// and each is asked for as many blocks ahead: the blocks past a group's last one in the next group's blocks, the
+// tail in the next group's tail (a plain distance landed in the tail, leaving the next group's first bytes to the
+// hardware, and never asked for the tail in time: docs/engine-measurements.md#il8-tail-pf).
 typedef struct {
     const uint8_t *q, *qend;   // the blocks' next bytes to ask for; the end of their group's blocks
     const uint8_t *t, *tend;   // the tail's next entry to ask for; the end of its group's tail
@@ -410,7 +411,8 @@ typedef struct {
 // by DECODE(i) (super-block i of both groups, each prefetched as read where pf), then TILE(NC) for every tile of
 // the tokens (i0, bn, t0 in scope)
 #define IL16_PAIR_RANGES(NDEC, bytes, tail, DECODE, TILE)                                                           \
-    il8_pfs pa_ = il8_prefetch_from(ga, nb, bytes, tail, 0, pf, 0), pb_ = il8_prefetch_from(gb, nb, bytes, tail, 0, pf, 0); \
+    il8_pfs pa_ = il8_prefetch_from(ga, nb, bytes, tail, 0, pf, 0);                                                \
+    il8_pfs pb_ = il8_prefetch_from(gb, nb, bytes, tail, 0, pf, 0);                                                \
     for (int64_t i0 = 0; i0 < nb; i0 += NDEC) {                                                                    \
         const int64_t bn = nb - i0 < NDEC ? nb - i0 : NDEC;                                                        \
         for (int64_t i = i0; i < i0 + bn; i++) {                                                                   \
@@ -577,7 +579,8 @@ INLINE IL_T void IL(il16_pair)(const int type, const uint8_t *ga, const uint8_t 
                                int64_t bn, const uint8_t *x, size_t xs, const int32_t *xsum, const float *xd, int cn,
                                float *ya, float *yb, int64_t ldy, const int pf) {
     const size_t bytes = llmb_il8_stride(type), tail = il8_tail(type);
-    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf, 0), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf, 0);
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf, 0);
+    il8_pfs pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf, 0);
     il16_dec dec[IL16_DEC];
     for (int64_t j0 = 0; j0 < bn; j0 += IL16_DEC) {
         const int64_t jn = bn - j0 < IL16_DEC ? bn - j0 : IL16_DEC;
@@ -601,7 +604,8 @@ INLINE IL_T void IL(il16_one)(const int type, const uint8_t *ga, const uint8_t *
                               const uint8_t *x, const int32_t *xsum, const float *xd, float *ya, float *yb,
                               const int first, const int pf) {
     const size_t bytes = llmb_il8_stride(type), tail = il8_tail(type);
-    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf, 1);
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, i0, pf, 1);
+    il8_pfs pb = il8_prefetch_from(gb, nb, bytes, tail, i0, pf, 1);
     __m512 acc = first ? _mm512_setzero_ps() : IL(il16_joinf)(_mm256_loadu_ps(ya), _mm256_loadu_ps(yb));
     for (int64_t i = 0; i < bn; i++) {
         il8_prefetch_next(&pa), il8_prefetch_next(&pb);

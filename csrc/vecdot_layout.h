@@ -4,9 +4,10 @@
 // A repacked matrix is a run of groups of G rows. For each block i of its rows, a group holds the G
 // blocks' whole 32-bit words as a words x G matrix: word k of row r at word[k][r], so one vector load
 // brings word k of every row of the group, one row per lane. After all its blocks come the blocks'
-// trailing bytes (type_size % 4: the d of Q8_0, Q6_K, Q3_K), block after block, row after row; in groups of 8,
-// Q4_0's, Q5_0's and IQ4_NL's d follow each block's words instead (llmb_il_inline_tail). Some types' blocks are first recoded (vecdot.c) so that the kernels find whole values in reading
-// order and the d where it is a tail: llmb_rc_* below. Q4_1, Q4_K keep their plain block.
+// trailing bytes (type_size % 4: the d of Q8_0, Q6_K, Q3_K), block after block, row after row; Q4_0's, Q5_0's and
+// IQ4_NL's d in groups of 8, and Q8_0's in groups of 16, follow each block's words instead (llmb_il_inline_tail). Some types' blocks are
+// first recoded (vecdot.c) so that the kernels find whole values in reading order and the d where it is a tail:
+// llmb_rc_* below. Q4_1, Q4_K keep their plain block.
 #ifndef LLMB_VECDOT_LAYOUT_H
 #define LLMB_VECDOT_LAYOUT_H
 
@@ -96,10 +97,12 @@ static inline int llmb_il8_words(int type) {
 }
 
 // 1 where a group of G rows keeps each block's trailing bytes right after that block's words, 0 where they follow
-// the group's last block: Q4_0, Q5_0 and IQ4_NL in groups of 8. Read one token at a time from DRAM, a group's d
-// apart were a second stream, and Q4_0 read 0.82x of Q4_1's bytes/s (docs/engine-measurements.md#il8-inline-d)
+// the group's last block: Q4_0, Q5_0 and IQ4_NL in groups of 8, Q8_0 in groups of 16. Read one token at a time
+// from DRAM, a group's d apart were a second stream, and Q4_0 read 0.82x of Q4_1's bytes/s
+// (docs/engine-measurements.md#il8-inline-d)
 static inline int llmb_il_inline_tail(int type, int G) {
-    return G == 8 && (type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_IQ4_NL);
+    return G == 8 ? type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_IQ4_NL
+                  : G == 16 && type == LLMB_TYPE_Q8_0;
 }
 // bytes from one block of a group of 8 to the next: its words, and its 8 d where they follow them
 static inline size_t llmb_il8_stride(int type) {
