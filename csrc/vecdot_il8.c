@@ -424,14 +424,15 @@ typedef struct {
         }                                                                                                          \
     }
 
-// One token on 512 bits over ng groups: PAIR(a, b) for group a = k beside group b = k + h (h = ng / 2 rounded up), so
-// that each of the two streams walks its half of the rows in memory order and its prefetch runs on into its next
-// group (adjacent groups side by side left the one ahead unasked and asked again for the one being read: llama-1b
-// Q2_K decode 0.75x; docs/engine-measurements.md#il16k-one); ALONE(h - 1), the middle group, where ng is odd
-#define IL16_HALVES(ng, PAIR, ALONE)                                                                               \
+// Two groups at a time on 512 bits over ng groups: PAIR(a, b, pf) for group a = k beside group b = k + h (h = ng / 2
+// rounded up), so that each of the two streams walks its half of the rows in memory order and its prefetch runs on
+// into its next group (adjacent groups side by side left the one ahead unasked and asked again for the one being
+// read: llama-1b Q2_K decode 0.75x; docs/engine-measurements.md#il16k-one); ALONE(h - 1), the middle group, where ng
+// is odd; one token (pf: il8_pf) and IL16_GROUPS' batches
+#define IL16_HALVES(ng, pf, PAIR, ALONE)                                                                           \
     do {                                                                                                           \
         const int h_ = ((ng) + 1) / 2;                                                                             \
-        for (int k_ = 0; k_ + h_ < (ng); k_++) PAIR(k_, k_ + h_);                                                  \
+        for (int k_ = 0; k_ + h_ < (ng); k_++) PAIR(k_, k_ + h_, pf);                                              \
         if ((ng) % 2) ALONE(h_ - 1);                                                                               \
     } while (0)
 
@@ -444,10 +445,7 @@ typedef struct {
 #define IL16_GROUPS(ng, nc, stream, PAIR, ALONE)                                                                   \
     do {                                                                                                           \
         if ((nc) <= IL8_PF_TOKENS) {                                                                               \
-            const int pf_ = il8_pf(stream);                                                                        \
-            const int hh_ = ((ng) + 1) / 2;                                                                        \
-            for (int k_ = 0; k_ + hh_ < (ng); k_++) PAIR(k_, k_ + hh_, pf_);                                       \
-            if ((ng) % 2) ALONE(hh_ - 1);                                                                          \
+            IL16_HALVES(ng, il8_pf(stream), PAIR, ALONE);                                                          \
         } else {                                                                                                   \
             int a_ = 0;                                                                                            \
             for (; a_ + 1 < (ng); a_ += 2) PAIR(a_, a_ + 1, 0);                                                    \
@@ -676,13 +674,13 @@ INLINE IL_T void IL(il8_kernel)(const int type, int64_t n, const uint8_t *w, siz
                     }
 #if IL_VNNI
             if (cn == 1 && !il8_signed(type)) {   // one token on 512 bits, two groups at a time (IL16_HALVES)
-#define IL16_ONE(a, b)                                                                                              \
+#define IL16_ONE(a, b, pf)                                                                                          \
     IL(il16_one)(type, w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, nb, i0, bn, xc, xsum, xd,    \
-                 y + c0 * ldy + (a) * IL8_G, y + c0 * ldy + (b) * IL8_G, i0 == 0, spf)
+                 y + c0 * ldy + (a) * IL8_G, y + c0 * ldy + (b) * IL8_G, i0 == 0, pf)
 #define IL8_ONE(a)                                                                                                  \
     IL(il8_tile)(type, w + (size_t)((a) * IL8_G) * ws, nb, NULL, i0, bn, xc, xs, xsum, xd, bn, y + c0 * ldy + (a) * IL8_G, \
                  ldy, i0 == 0, spf, 1)
-                IL16_HALVES(nr / IL8_G, IL16_ONE, IL8_ONE);
+                IL16_HALVES(nr / IL8_G, spf, IL16_ONE, IL8_ONE);
 #undef IL8_ONE
 #undef IL16_ONE
                 continue;
@@ -1225,9 +1223,9 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
 // Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here (IL16_GROUPS), the rest (one token of Q3_K, small
 // batches, a group left alone) by the AVX2 kernel `avx2`; Q2_K's one token in il16k_q2_one, two groups at a
 // time (IL16_HALVES), a middle group left alone by the AVX2 kernel
-#define IL16K_Q2_ONE(a, b)                                                                                          \
+#define IL16K_Q2_ONE(a, b, pf)                                                                                      \
     IL(il16k_q2_one)((const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
-                     n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, il8_pf(stream))
+                     n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, pf)
 #define IL16K_PAIR(a, b, pf)                                                                                        \
     IL(il16k_pair)(type, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws,                                              \
                    (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, n / LLMB_QK_K, x, xs, nc, y + (a) * IL8_G,         \
@@ -1241,7 +1239,8 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
     IL_T static void IL(name##_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,  \
                                      float *y, int64_t ldy, int stream) {                                           \
         const int type = T;                                                                                         \
-        if (type == LLMB_TYPE_Q2_K && nc == 1) IL16_HALVES(nr / IL8_G, IL16K_Q2_ONE, ALONE);                        \
+        if (type == LLMB_TYPE_Q2_K && nc == 1)                                                                      \
+            IL16_HALVES(nr / IL8_G, il8_pf(stream), IL16K_Q2_ONE, ALONE);                                          \
         else if (nc > IL8_NC) IL16_GROUPS(nr / IL8_G, nc, stream, IL16K_PAIR, ALONE);                               \
         else name##_il8_avx2(n, w, ws, nr, x, xs, nc, y, ldy, stream);                                              \
     }
