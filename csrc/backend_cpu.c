@@ -568,8 +568,11 @@ static void add_bias(float *y, const float *bias, int n, int64_t dim) {
 // Per-token steps (embedding, norms, RoPE and the KV stores, SwiGLU, residual adds) run on the
 // engine's threads once a batch holds PAR_VALUES activations (below, waking the threads costs more than
 // the step, and the loop runs here outside any OpenMP region: LLMB_PAR_FOR): each token's operations are
-// the same on any thread. Uses cpu_forward's b and par.
-#define PAR_VALUES (1 << 16)
+// the same on any thread. Uses cpu_forward's b and par. Their inputs are products' outputs, each row half
+// written on the other core, and their outputs are read there next: on one core all those lines crossed
+// between the cores through it, and a batch-16 step's norms took 2.7x their one-thread time
+// (docs/engine-measurements.md#par-values).
+#define PAR_VALUES (1 << 13)
 #define PER_TOKEN(i, n, ...) LLMB_PAR_FOR(par, b->mm.nthreads, i, n, __VA_ARGS__)
 // the statements, their time added to operation kind `kind` (LLMB_PROF_*) where the backend profiles
 #define TIMED(kind, ...)                                                        \
