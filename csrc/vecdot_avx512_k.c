@@ -668,9 +668,12 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
 #define Q8I_STRIDE (Q8I_BLK + 2 * Q8I_G)   // bytes from one block of a group to the next (its words, its d)
 #define Q8I_NC 6                        // tokens per register tile
 // One token runs 4 groups side by side (4 streams) and prefetches the first line of each page 32 KiB
-// ahead (prefetch_stream): the best of the layouts and distances tried (docs/engine-measurements.md#q8i_pf_ahead).
+// ahead (prefetch_stream): the best of the layouts and distances tried (docs/engine-measurements.md#q8i_pf_ahead),
+// on the AMD EPYC Zen 4 host while the d were a second stream. Under LLMB_PREFETCH_LINES (AMD from Zen 5 on),
+// with the d inline, one group (one stream) a thread read 1.10-1.25x the bytes/s of 4 (docs/engine-measurements.md#q8i-ng1-lines).
 #define Q8I_PF_AHEAD 32768
-#define Q8I_NG1 4   // groups side by side at one token
+#define Q8I_NG1 4         // groups side by side at one token
+#define Q8I_NG1_LINES 1   // and under LLMB_PREFETCH_LINES
 // Weights streaming from DRAM under LLMB_PREFETCH_FAR (llmb_prefetch_mode; the default on Intel CPUs) run
 // one token 2 groups side by side and prefetch every line as the Q4_K / Q6_K kernels do (pf_line: 4 KiB
 // ahead into L1, 16 KiB into L2), besides the page-wise prefetch (docs/engine-measurements.md#q8i_ng1_far).
@@ -759,7 +762,8 @@ VNNI512 static void q8_0_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
     const uint8_t *w = vw, *x = vx;
     const int64_t nb = n / LLMB_QK, br = nb < Q8I_TOKS ? nb : Q8I_TOKS;
     const size_t gs = Q8I_G * ws;
-    const int tc = (int)(Q8I_TOKS / br), ng = nc > LLMB_SMALL_TOKENS ? 2 : nc == 1 ? (far ? Q8I_NG1_FAR : Q8I_NG1) : 1;
+    const int ng1 = far ? Q8I_NG1_FAR : llmb_prefetch_mode() == LLMB_PREFETCH_LINES ? Q8I_NG1_LINES : Q8I_NG1;
+    const int tc = (int)(Q8I_TOKS / br), ng = nc > LLMB_SMALL_TOKENS ? 2 : nc == 1 ? ng1 : 1;
     q8i_tok xt[Q8I_TOKS];
     for (int c0 = 0; c0 < nc; c0 += tc) {
         const int cn = nc - c0 < tc ? nc - c0 : tc;
