@@ -10,9 +10,9 @@
 // IQ4_NL's blocks, then the reference's (d_w d_x ls_j) s_j per sub-block, as iq4_xs_body); IQ4_NL and IQ4_XS at the
 // VNNI level too (the same steps, vpdpbusd for maddubs + madd). At the VNNI level prefill (more than IL8_NC tokens)
 // runs two groups at once on 512 bits: Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) in il16_pair, IQ4_XS in
-// il16x_pair, Q2_K and Q3_K (whose small batches, and Q3_K's one token, run the AVX2 groups) in il16k_pair, the
+// il16x_pair, Q2_K and Q3_K (whose small batches run the AVX2 groups) in il16k_pair, the
 // pairs of groups as IL16_GROUPS makes them (batches' blocks prefetched as decoded); and
-// Q2_K's one token too, two groups decoded in registers (il16k_q2_one).
+// Q2_K's and Q3_K's one token too, two groups decoded in registers (il16k_q2_one, il16k_q3_one).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -1220,11 +1220,94 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
     IL(il16_store2)(ya, yb, acc);
 }
 
-// Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here (IL16_GROUPS), the rest (one token of Q3_K, small
-// batches, a group left alone) by the AVX2 kernel `avx2`; Q2_K's one token in il16k_q2_one, two groups at a
-// time (IL16_HALVES), a middle group left alone by the AVX2 kernel
+// ---- Q3_K one token at the VNNI level: il16k_q2_one's way, two groups side by side on 512 bits ----
+// il8k_tile's one-token steps for Q3_K (il8k_head's kmask unpacking, il8k_part's values, il8k_sums' runs of 4
+// maddubs a sub-block, M from the bsums, S - 4 M and the float step) on the 16 rows of two groups, the values
+// decoded in registers: the same exact S and M, the same float steps per lane, so the same bits. The AVX2 groups'
+// one token was bound by its arithmetic (1 thread: 33 GB/s from L2 as from DRAM, where Q4_0 reads 65 from L2);
+// docs/engine-measurements.md#il16k-q3-one.
+
+// One token over the groups at ga and gb (nb super-blocks each) into ya (ga's 8 rows) and yb
+INLINE IL_T void IL(il16k_q3_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
+                                  float *yb, const int pf) {
+    const size_t bytes = il8k_bytes(LLMB_TYPE_Q3_K), tail = (size_t)il8k_tail(LLMB_TYPE_Q3_K);
+    const __m512i k0f = _mm512_set1_epi8(0x0F), k03 = _mm512_set1_epi8(0x03), k07 = _mm512_set1_epi8(0x07);
+    const __m512i k04 = _mm512_set1_epi8(0x04), k32 = _mm512_set1_epi16(32);
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, 0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, tail, 0, pf, 1);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *va = ga + (size_t)i * bytes, *vb = gb + (size_t)i * bytes;
+        il8_prefetch_next(&pa), il8_prefetch_next(&pb);
+        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+        // il8k_head: byte b of a[w] is scale 4 w + b plus 32; M against the pairs of bsums
+        const __m512i s0 = IL(il16_load2)(va + 24 * 32, vb + 24 * 32), s1 = IL(il16_load2)(va + 25 * 32, vb + 25 * 32);
+        const __m512i s2 = IL(il16_load2)(va + 26 * 32, vb + 26 * 32);
+        const __m512i a[4] = {
+            _mm512_or_si512(_mm512_and_si512(s0, k0f), _mm512_slli_epi16(_mm512_and_si512(s2, k03), 4)),
+            _mm512_or_si512(_mm512_and_si512(s1, k0f), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(s2, 2), k03), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s0, 4), k0f),
+                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(s2, 4), k03), 4)),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s1, 4), k0f),
+                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(s2, 6), k03), 4))};
+        __m512i sc[16], M = _mm512_setzero_si512(), S = _mm512_setzero_si512();
+        for (int w = 0; w < 4; w++) {
+            for (int b = 0; b < 4; b++) sc[4 * w + b] = _mm512_sub_epi16(IL(il16k_pick)(a[w], b, b, 0), k32);
+            for (int b = 0; b < 4; b += 2) {
+                int32_t p;
+                memcpy(&p, xb->bsums + 2 * (2 * w + b / 2), 4);
+                M = _mm512_add_epi32(M, _mm512_madd_epi16(_mm512_sub_epi16(IL(il16k_pick)(a[w], b, b + 1, 0), k32),
+                                                          _mm512_set1_epi32(p)));
+            }
+        }
+        // il8k_part's values: words 12 j + 3 p .. + 2 hold those of t = 2 p, 2 p + 1 (value 128 j + 32 m + 4 t of
+        // the super-block: sub-block 8 j + 2 m + t / 4); sub-block by sub-block, il8k_sums' run of 4
+        for (int j = 0; j < 2; j++)
+            for (int hq = 0; hq < 2; hq++) {   // t = 4 hq .. 4 hq + 3
+                __m512i q[4][4];               // q[m][t % 4]
+                for (int pp = 0; pp < 2; pp++) {
+                    const size_t o = 32 * (12 * j + 3 * (2 * hq + pp));
+                    const __m512i av = IL(il16_load2)(va + o, vb + o), bv = IL(il16_load2)(va + o + 32, vb + o + 32);
+                    const __m512i cv = IL(il16_load2)(va + o + 64, vb + o + 64);
+                    const int k0 = 2 * pp, k1 = 2 * pp + 1;   // t % 4 of t = 2 p, 2 p + 1
+                    q[0][k0] = _mm512_and_si512(av, k07);
+                    q[1][k0] = _mm512_and_si512(_mm512_srli_epi16(av, 3), k07);
+                    q[2][k0] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(av, 6), k03),
+                                               _mm512_and_si512(_mm512_srli_epi16(cv, 4), k04));
+                    q[3][k0] = _mm512_and_si512(cv, k07);
+                    q[0][k1] = _mm512_and_si512(bv, k07);
+                    q[1][k1] = _mm512_and_si512(_mm512_srli_epi16(bv, 3), k07);
+                    q[2][k1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bv, 6), k03),
+                                               _mm512_and_si512(_mm512_srli_epi16(cv, 5), k04));
+                    q[3][k1] = _mm512_and_si512(_mm512_srli_epi16(cv, 3), k07);
+                }
+                for (int m = 0; m < 4; m++) {
+                    __m512i h16 = _mm512_setzero_si512();
+                    for (int k = 0; k < 4; k++) {
+                        int32_t xa;
+                        memcpy(&xa, xb->qs + 128 * j + 32 * m + 4 * (4 * hq + k), 4);
+                        h16 = _mm512_add_epi16(h16, _mm512_maddubs_epi16(q[m][k], _mm512_set1_epi32(xa)));
+                        IL16_KEEP(h16);
+                    }
+                    S = _mm512_add_epi32(S, _mm512_madd_epi16(h16, sc[8 * j + 2 * m + hq]));
+                }
+            }
+        const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(ga + (size_t)nb * bytes + (size_t)i * tail))),
+            _mm_loadu_si128((const __m128i *)(gb + (size_t)nb * bytes + (size_t)i * tail)), 1));
+        const __m512i s4 = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 2));   // S - 4 M
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s4), acc);
+    }
+    IL(il16_store2)(ya, yb, acc);
+}
+
+// Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here (IL16_GROUPS), the rest (small batches, a group left
+// alone) by the AVX2 kernel `avx2`; one token in il16k_q2_one / il16k_q3_one, two groups at a time (IL16_HALVES), a
+// middle group left alone by the AVX2 kernel
 #define IL16K_Q2_ONE(a, b, pf)                                                                                      \
     IL(il16k_q2_one)((const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
+                     n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, pf)
+#define IL16K_Q3_ONE(a, b, pf)                                                                                      \
+    IL(il16k_q3_one)((const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
                      n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, pf)
 #define IL16K_PAIR(a, b, pf)                                                                                        \
     IL(il16k_pair)(type, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws,                                              \
@@ -1241,6 +1324,8 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
         const int type = T;                                                                                         \
         if (type == LLMB_TYPE_Q2_K && nc == 1)                                                                      \
             IL16_HALVES(nr / IL8_G, il8_pf(stream), IL16K_Q2_ONE, ALONE);                                          \
+        else if (type == LLMB_TYPE_Q3_K && nc == 1)                                                                 \
+            IL16_HALVES(nr / IL8_G, il8_pf(stream), IL16K_Q3_ONE, ALONE);                                          \
         else if (nc > IL8_NC) IL16_GROUPS(nr / IL8_G, nc, stream, IL16K_PAIR, ALONE);                               \
         else name##_il8_avx2(n, w, ws, nr, x, xs, nc, y, ldy, stream);                                              \
     }
@@ -1251,6 +1336,7 @@ IL16K_KERNEL(q3_K, LLMB_TYPE_Q3_K, IL16K_Q3_ALONE)
 #undef IL16K_Q2_ALONE
 #undef IL16K_ALONE
 #undef IL16K_PAIR
+#undef IL16K_Q3_ONE
 #undef IL16K_Q2_ONE
 #endif
 
