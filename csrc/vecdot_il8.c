@@ -12,7 +12,8 @@
 // runs two groups at once on 512 bits: Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) in il16_pair, IQ4_XS in
 // il16x_pair, Q2_K and Q3_K (whose small batches run the AVX2 groups) in il16k_pair, the
 // pairs of groups as IL16_GROUPS makes them (batches' blocks prefetched as decoded); and
-// Q2_K's and Q3_K's one token too, two groups decoded in registers (il16k_q2_one, il16k_q3_one).
+// Q2_K's, Q3_K's and IQ4_XS's one token too, two groups decoded in registers (il16k_q2_one, il16k_q3_one,
+// il16x_one).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -1580,6 +1581,41 @@ INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, co
     for (int c = 0; c < NC; c++) IL(il16_store_y)(ya + c * ldy, yb + c * ldy, acc[c]);
 }
 
+// One token over the groups at ga and gb (nb super-blocks each) into ya (ga's 8 rows) and yb, decoded in registers:
+// il16x_decode's values (u = v + 128), il16x_tile's exact s_j and float steps, so il8x_tile's bits. il8x_tile's one
+// token on 256 bits was bound by its arithmetic (1 thread: 35 GB/s from L2 as from DRAM;
+// docs/engine-measurements.md#il16x-one)
+INLINE IL_T void IL(il16x_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
+                               float *yb, const int pf) {
+    const size_t bytes = sizeof(llmb_il8_iq4_xs);
+    const __m512i kv = _mm512_broadcast_i64x4(IL(il8n_table)(128)), m4 = _mm512_set1_epi8(0x0F);
+    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, 0, 0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, 0, 0, pf, 1);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *va = ga + (size_t)i * bytes, *vb = gb + (size_t)i * bytes;
+        il8_prefetch_next(&pa), il8_prefetch_next(&pb);
+        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
+        __m256 da, db, la[8], lb[8];
+        IL(il8x_head)(va, &da, la);
+        IL(il8x_head)(vb, &db, lb);
+        const __m512 dd = _mm512_mul_ps(IL(il16_joinf)(da, db), _mm512_set1_ps(xb->d));   // d4d8 = d_w d_x
+        for (int j = 0; j < 8; j++) {
+            __m512i sj = _mm512_set1_epi32(-128 * (xb->bsums[2 * j] + xb->bsums[2 * j + 1]));
+            for (int k = 0; k < 4; k++) {   // word k's low nibbles against x values 32 j + 4 k .., its high 16 on
+                const __m512i raw = IL(il16_load2)(va + 32 * (2 + 4 * j + k), vb + 32 * (2 + 4 * j + k));
+                int32_t a0, a1;
+                memcpy(&a0, xb->qs + 32 * j + 4 * k, 4);
+                memcpy(&a1, xb->qs + 32 * j + 4 * k + 16, 4);
+                sj = _mm512_dpbusd_epi32(sj, _mm512_shuffle_epi8(kv, _mm512_and_si512(raw, m4)), _mm512_set1_epi32(a0));
+                sj = _mm512_dpbusd_epi32(sj, _mm512_shuffle_epi8(kv, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4)),
+                                         _mm512_set1_epi32(a1));
+            }
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(dd, IL(il16_joinf)(la[j], lb[j])), _mm512_cvtepi32_ps(sj)));
+        }
+    }
+    IL(il16_store2)(ya, yb, acc);
+}
+
 // The groups at ga and gb (nb super-blocks each) x nc tokens on 512 bits into ya and yb (pf: il8_pf). Out of line, so
 // that GCC compiles the calls with a literal pf of 0 (IL16_GROUPS' prefill) apart, with no prefetch in them: inlined,
 // the kernel held both copies and the prefill slowed (x 128 tokens 0.91x: docs/engine-measurements.md#il16-pf)
@@ -1640,6 +1676,14 @@ IL_T static void IL(iq4_xs_il8)(int64_t n, const void *vw, size_t ws, int nr, co
 #define IL8X_ALONE(a)                                                                                                  \
     IL(iq4_xs_groups)(n, w + (size_t)((a) * IL8_G) * ws, ws, IL8_G, x, xs, nc, y + (a) * IL8_G, ldy, stream)
         IL16_GROUPS(nr / IL8_G, nc, stream, IL16X_PAIR, IL8X_ALONE);
+        return;
+    }
+    if (nc == 1) {   // one token: two groups on 512 bits from the halves of the rows (IL16_HALVES), a middle one alone
+#define IL16X_ONE(a, b, pf)                                                                                         \
+    IL(il16x_one)(w + (size_t)((a) * IL8_G) * ws, w + (size_t)((b) * IL8_G) * ws, n / LLMB_QK_K, x, y + (a) * IL8_G,    \
+                  y + (b) * IL8_G, pf)
+        IL16_HALVES(nr / IL8_G, il8_pf(stream), IL16X_ONE, IL8X_ALONE);
+#undef IL16X_ONE
 #undef IL8X_ALONE
 #undef IL16X_PAIR
         return;
