@@ -11,9 +11,10 @@
 // VNNI level too (the same steps, vpdpbusd for maddubs + madd). At the VNNI level prefill (more than IL8_NC tokens)
 // runs two groups at once on 512 bits: Q4_0 .. Q5_1 and IQ4_NL (as Q4_0 with u = v + 128) in il16_pair, IQ4_XS in
 // il16x_pair, Q2_K and Q3_K (whose small batches run the AVX2 groups) in il16k_pair, the
-// pairs of groups as IL16_GROUPS makes them (batches' blocks prefetched as decoded); and
-// Q2_K's, Q3_K's and IQ4_XS's one token too, two groups decoded in registers (il16k_q2_one, il16k_q3_one,
-// il16x_one).
+// pairs of groups as IL16_GROUPS makes them (batches' blocks prefetched as decoded); and one token too, two groups
+// decoded in registers: Q4_0 .. Q5_1 and IQ4_NL in il16_one, Q2_K in il16k_q2_one, Q3_K in il16k_q3_one, IQ4_XS in
+// il16x_one (the 256-bit groups' |x| against v sign(x) then serves IQ4_NL's and IQ4_XS's small batches, and one
+// token's middle group where a thread has an odd count).
 //
 // Per output and block the reference takes the block's exact integer sum s = sum q x and adds one float
 // term, block after block: Q4_0 (s d_w) d_x, Q5_0 (d_w d_x) s, Q4_1 / Q5_1 (d_w d_x) s + m_w s_x. Here the
@@ -1433,8 +1434,10 @@ INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t
 IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, const void *vx, size_t xs, int nc,
                                 float *y, int64_t ldy, int stream) {
     const uint8_t *w = vw, *x = vx;
-#if IL_VNNI   // prefill: as Q4_0 with u = v + 128 (il8_decode), two groups on 512 bits (il16_pair)
-    if (nc > IL8_NC) {
+#if IL_VNNI   // prefill and one token: as Q4_0 with u = v + 128 (il8_decode), two groups on 512 bits (il16_pair,
+              // il16_one), where il8n_tile's one token on 256 bits was bound by its arithmetic
+              // (docs/engine-measurements.md#iq4nl-il16-one)
+    if (nc > IL8_NC || nc == 1) {
         IL(il8_kernel)(LLMB_TYPE_IQ4_NL, n, w, ws, nr, x, xs, nc, y, ldy, stream);
         return;
     }
