@@ -57,9 +57,10 @@ LLMB_API const char *llmb_cpu_features(void);        // e.g. "sse4.2 avx avx2 fm
 // How the AVX-512 one-token decode kernels (interleaved Q4_K / Q6_K) prefetch their weight stream:
 // LLMB_PREFETCH_PAGE ("page"): the first line of each 4 KiB page far ahead, into L2, leaving the rest to
 // the hardware prefetchers (best on the AMD EPYC, Zen 4, host); LLMB_PREFETCH_LINES ("lines"): that and
-// every line 4 KiB ahead into L1; LLMB_PREFETCH_FAR ("far"): as lines, and where the weights stream from
-// DRAM (llmb_matmul_part.stream) every line 16 KiB ahead into L2 too, and interleaved Q8_0 from DRAM
-// every line as well (best on the Intel Xeon host).
+// every line 4 KiB ahead into L1, and interleaved Q8_0's one token reads one group a thread, not 4 (best
+// on the Zen 5 host); LLMB_PREFETCH_FAR ("far"): as lines, and where the weights stream from DRAM
+// (llmb_matmul_part.stream) every line 16 KiB ahead into L2 too, and interleaved Q8_0 from DRAM every
+// line as well (best on the Intel Xeon host).
 // Default: far on Intel CPUs, lines on AMD from Zen 5 (family 0x1A) on, else page. Results are bit-identical.
 enum { LLMB_PREFETCH_PAGE = 0, LLMB_PREFETCH_LINES = 1, LLMB_PREFETCH_FAR = 2 };
 LLMB_API int llmb_prefetch_mode(void);
