@@ -761,6 +761,21 @@ INLINE IL_T __m256i IL(il8k_pick)(__m256i v, int b0, int b1, int hi) {
     return _mm256_shuffle_epi8(v, IL(il8k_pick_ctl)(b0, b1, hi));
 }
 
+#ifndef IL8K_Q3_SCALES
+// Q3_K's 16 scales from a super-block's 3 words of them (s0, s1, s2) on W bits (256: il8k_head, 512: il16k_q3_one),
+// ggml's kmask unpacking lane by lane: byte b of A[w] is scale 4 w + b plus 32
+#define IL8K_Q3_SCALES(W, s0, s1, s2, A)                                                                            \
+    const __m##W##i A##_0f = _mm##W##_set1_epi8(0x0F), A##_03 = _mm##W##_set1_epi8(0x03);                          \
+    const __m##W##i A[4] = {                                                                                        \
+        _mm##W##_or_si##W(_mm##W##_and_si##W(s0, A##_0f), _mm##W##_slli_epi16(_mm##W##_and_si##W(s2, A##_03), 4)),  \
+        _mm##W##_or_si##W(_mm##W##_and_si##W(s1, A##_0f),                                                          \
+                          _mm##W##_slli_epi16(_mm##W##_and_si##W(_mm##W##_srli_epi16(s2, 2), A##_03), 4)),         \
+        _mm##W##_or_si##W(_mm##W##_and_si##W(_mm##W##_srli_epi16(s0, 4), A##_0f),                                  \
+                          _mm##W##_slli_epi16(_mm##W##_and_si##W(_mm##W##_srli_epi16(s2, 4), A##_03), 4)),         \
+        _mm##W##_or_si##W(_mm##W##_and_si##W(_mm##W##_srli_epi16(s1, 4), A##_0f),                                  \
+                          _mm##W##_slli_epi16(_mm##W##_and_si##W(_mm##W##_srli_epi16(s2, 6), A##_03), 4))}
+#endif
+
 // the scales, mins, d and dmin of the group's super-block i at g (Q4_K, Q5_K: ggml's kmask unpacking, lane by lane)
 INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int64_t i, il8k_dec *o) {
     const uint8_t *v = g + (size_t)i * il8k_bytes(type);
@@ -779,14 +794,8 @@ INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int
         const __m256i s0 = _mm256_loadu_si256((const __m256i *)(v + 24 * 32));
         const __m256i s1 = _mm256_loadu_si256((const __m256i *)(v + 25 * 32));
         const __m256i s2 = _mm256_loadu_si256((const __m256i *)(v + 26 * 32));
-        const __m256i k0f = _mm256_set1_epi8(0x0F), k03 = _mm256_set1_epi8(0x03), k32 = _mm256_set1_epi16(32);
-        const __m256i a[4] = {
-            _mm256_or_si256(_mm256_and_si256(s0, k0f), _mm256_slli_epi16(_mm256_and_si256(s2, k03), 4)),
-            _mm256_or_si256(_mm256_and_si256(s1, k0f), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(s2, 2), k03), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s0, 4), k0f),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(s2, 4), k03), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s1, 4), k0f),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(s2, 6), k03), 4))};
+        const __m256i k32 = _mm256_set1_epi16(32);
+        IL8K_Q3_SCALES(256, s0, s1, s2, a);
         for (int w = 0; w < 4; w++) {
             for (int b = 0; b < 4; b++) o->sc[4 * w + b] = _mm256_sub_epi16(IL(il8k_pick)(a[w], b, b, 0), k32);
             for (int b = 0; b < 4; b += 2) o->mn[2 * w + b / 2] = _mm256_sub_epi16(IL(il8k_pick)(a[w], b, b + 1, 0), k32);
@@ -1233,8 +1242,8 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
 INLINE IL_T void IL(il16k_q3_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
                                   float *yb, const int pf) {
     const size_t bytes = il8k_bytes(LLMB_TYPE_Q3_K), tail = (size_t)il8k_tail(LLMB_TYPE_Q3_K);
-    const __m512i k0f = _mm512_set1_epi8(0x0F), k03 = _mm512_set1_epi8(0x03), k07 = _mm512_set1_epi8(0x07);
-    const __m512i k04 = _mm512_set1_epi8(0x04), k32 = _mm512_set1_epi16(32);
+    const __m512i k03 = _mm512_set1_epi8(0x03), k07 = _mm512_set1_epi8(0x07), k04 = _mm512_set1_epi8(0x04);
+    const __m512i k32 = _mm512_set1_epi16(32);
     il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, 0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, tail, 0, pf, 1);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -1244,13 +1253,7 @@ INLINE IL_T void IL(il16k_q3_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
         // il8k_head: byte b of a[w] is scale 4 w + b plus 32; M against the pairs of bsums
         const __m512i s0 = IL(il16_load2)(va + 24 * 32, vb + 24 * 32), s1 = IL(il16_load2)(va + 25 * 32, vb + 25 * 32);
         const __m512i s2 = IL(il16_load2)(va + 26 * 32, vb + 26 * 32);
-        const __m512i a[4] = {
-            _mm512_or_si512(_mm512_and_si512(s0, k0f), _mm512_slli_epi16(_mm512_and_si512(s2, k03), 4)),
-            _mm512_or_si512(_mm512_and_si512(s1, k0f), _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(s2, 2), k03), 4)),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s0, 4), k0f),
-                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(s2, 4), k03), 4)),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(s1, 4), k0f),
-                            _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(s2, 6), k03), 4))};
+        IL8K_Q3_SCALES(512, s0, s1, s2, a);
         __m512i sc[16], M = _mm512_setzero_si512(), S = _mm512_setzero_si512();
         for (int w = 0; w < 4; w++) {
             for (int b = 0; b < 4; b++) sc[4 * w + b] = _mm512_sub_epi16(IL(il16k_pick)(a[w], b, b, 0), k32);
