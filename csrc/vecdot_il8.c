@@ -1235,8 +1235,8 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
 // il8k_tile's one-token steps for Q3_K (il8k_head's kmask unpacking, il8k_part's values, il8k_sums' runs of 4
 // maddubs a sub-block, M from the bsums, S - 4 M and the float step) on the 16 rows of two groups, the values
 // decoded in registers: the same exact S and M, the same float steps per lane, so the same bits. The AVX2 groups'
-// one token was bound by its arithmetic (1 thread: 33 GB/s from L2 as from DRAM, where Q4_0 reads 65 from L2);
-// docs/engine-measurements.md#il16k-q3-one.
+// one token was bound by its arithmetic (1 thread: 33 GB/s from L2, where Q4_0 reads 65; from DRAM 0.64x Q4_0's
+// bytes/s on 2 threads); docs/engine-measurements.md#il16k-q3-one.
 
 // One token over the groups at ga and gb (nb super-blocks each) into ya (ga's 8 rows) and yb
 INLINE IL_T void IL(il16k_q3_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
