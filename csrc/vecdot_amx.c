@@ -79,10 +79,11 @@ static inline AMX_T void amx_decode(const int type, const uint8_t *g0, const uin
     const int words = llmb_il8_words(type), q5 = amx_q5(type), dm = amx_dm(type), iq = amx_iq(type);
     const __m512i off = _mm512_set1_epi8(dm || iq ? 0 : q5 ? 16 : 8);
     const __m512i kv = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)llmb_kvalues_iq4nl));
+    const size_t stride = llmb_il8_stride(type);   // a block's words, and its d where they follow them
     for (int64_t i = 0; i < bn; i++) {
-        const size_t at = (size_t)(i0 + i) * llmb_il8_stride(type);
+        const size_t at = (size_t)(i0 + i) * stride;
         const uint8_t *v0 = g0 + at, *v1 = g1 + at;
-        for (size_t o = 0; o < llmb_il8_stride(type); o += 64) {   // (few tokens wait for the weights, not the tiles)
+        for (size_t o = 0; o < stride; o += 64) {   // (few tokens wait for the weights, not the tiles)
             _mm_prefetch((const char *)v0 + AMX_PF + o, _MM_HINT_T0);
             _mm_prefetch((const char *)v1 + AMX_PF + o, _MM_HINT_T0);
         }

@@ -1180,55 +1180,68 @@ INLINE IL_T __m512i IL(il16k_pick)(__m512i v, int b0, int b1, int hi) {
     return _mm512_shuffle_epi8(v, _mm512_broadcast_i64x4(IL(il8k_pick_ctl)(b0, b1, hi)));
 }
 
-// One token over the groups at ga and gb (nb super-blocks each) into ya (ga's 8 rows) and yb
-INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
-                                  float *yb, const int pf) {
-    const size_t bytes = il8k_bytes(LLMB_TYPE_Q2_K);
+// The frame of one token over the groups at ga and gb (nb super-blocks each, `bytes` of words a super-block in a
+// group, `tail` bytes of d after the group's last: il8_prefetch_from) into ya (ga's 8 rows) and yb: for super-block i,
+// SB adds its term to acc with va, vb its words in the two groups (each prefetched as read, pf) and xb the token's
+// block (il16k_q2_one, il16k_q3_one, il16x_one; ga, gb, nb, x, ya, yb and pf in scope)
+#define IL16_ONE_FRAME(bytes, tail, SB)                                                                             \
+    do {                                                                                                           \
+        il8_pfs pa_ = il8_prefetch_from(ga, nb, bytes, tail, 0, pf, 1);                                            \
+        il8_pfs pb_ = il8_prefetch_from(gb, nb, bytes, tail, 0, pf, 1);                                            \
+        __m512 acc = _mm512_setzero_ps();                                                                          \
+        for (int64_t i = 0; i < nb; i++) {                                                                         \
+            const uint8_t *va = ga + (size_t)i * (bytes), *vb = gb + (size_t)i * (bytes);                          \
+            il8_prefetch_next(&pa_), il8_prefetch_next(&pb_);                                                      \
+            const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;                                            \
+            SB;                                                                                                    \
+        }                                                                                                          \
+        IL(il16_store2)(ya, yb, acc);                                                                              \
+    } while (0)
+
+// Super-block i's term of one token over two groups (IL16_ONE_FRAME), added to acc
+INLINE IL_T __m512 IL(il16k_q2_sb)(const uint8_t *va, const uint8_t *vb, const llmb_block_q8_K *xb, __m512 acc) {
     const __m512i k03 = _mm512_set1_epi8(0x03), k0f = _mm512_set1_epi16(0x0F);
-    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, 0, 0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, 0, 0, pf, 1);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *va = ga + (size_t)i * bytes, *vb = gb + (size_t)i * bytes;
-        il8_prefetch_next(&pa), il8_prefetch_next(&pb);
-        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-        __m512i sc[16], M = _mm512_setzero_si512(), S = _mm512_setzero_si512();
-        for (int w = 0; w < 4; w++) {   // il8k_head's Q2_K scales and mins, and M against the bsums
-            const __m512i sv = IL(il16_load2)(va + 32 * w, vb + 32 * w);
-            for (int b = 0; b < 4; b++) sc[4 * w + b] = _mm512_and_si512(IL(il16k_pick)(sv, b, b, 0), k0f);
-            for (int b = 0; b < 4; b += 2) {
-                int32_t p;
-                memcpy(&p, xb->bsums + 2 * (2 * w + b / 2), 4);
-                M = _mm512_add_epi32(M, _mm512_madd_epi16(_mm512_srli_epi16(IL(il16k_pick)(sv, b, b + 1, 0), 4),
-                                                          _mm512_set1_epi32(p)));
+    __m512i sc[16], M = _mm512_setzero_si512(), S = _mm512_setzero_si512();
+    for (int w = 0; w < 4; w++) {   // il8k_head's Q2_K scales and mins, and M against the bsums
+        const __m512i sv = IL(il16_load2)(va + 32 * w, vb + 32 * w);
+        for (int b = 0; b < 4; b++) sc[4 * w + b] = _mm512_and_si512(IL(il16k_pick)(sv, b, b, 0), k0f);
+        for (int b = 0; b < 4; b += 2) {
+            int32_t p;
+            memcpy(&p, xb->bsums + 2 * (2 * w + b / 2), 4);
+            M = _mm512_add_epi32(M, _mm512_madd_epi16(_mm512_srli_epi16(IL(il16k_pick)(sv, b, b + 1, 0), 4),
+                                                      _mm512_set1_epi32(p)));
+        }
+    }
+    for (int j = 0; j < 2; j++)   // il8k_q2_half
+        for (int h = 0; h < 2; h++) {
+            __m512i raw[4];
+            for (int t = 0; t < 4; t++) {
+                const size_t o = 32 * (4 + 8 * j + 4 * h + t);
+                raw[t] = IL(il16_load2)(va + o, vb + o);
+            }
+            for (int m = 0; m < 4; m++) {
+                __m512i h16 = _mm512_setzero_si512();
+                for (int t = 0; t < 4; t++) {
+                    const __m512i q = _mm512_and_si512(m ? _mm512_srli_epi16(raw[t], 2 * m) : raw[t], k03);
+                    int32_t a;
+                    memcpy(&a, xb->qs + 128 * j + 32 * m + 4 * (4 * h + t), 4);
+                    h16 = _mm512_add_epi16(h16, _mm512_maddubs_epi16(q, _mm512_set1_epi32(a)));
+                    IL16_KEEP(h16);
+                }
+                S = _mm512_add_epi32(S, _mm512_madd_epi16(h16, sc[8 * j + 2 * m + h]));
             }
         }
-        for (int j = 0; j < 2; j++)   // il8k_q2_half
-            for (int h = 0; h < 2; h++) {
-                __m512i raw[4];
-                for (int t = 0; t < 4; t++) {
-                    const size_t o = 32 * (4 + 8 * j + 4 * h + t);
-                    raw[t] = IL(il16_load2)(va + o, vb + o);
-                }
-                for (int m = 0; m < 4; m++) {
-                    __m512i h16 = _mm512_setzero_si512();
-                    for (int t = 0; t < 4; t++) {
-                        const __m512i q = _mm512_and_si512(m ? _mm512_srli_epi16(raw[t], 2 * m) : raw[t], k03);
-                        int32_t a;
-                        memcpy(&a, xb->qs + 128 * j + 32 * m + 4 * (4 * h + t), 4);
-                        h16 = _mm512_add_epi16(h16, _mm512_maddubs_epi16(q, _mm512_set1_epi32(a)));
-                        IL16_KEEP(h16);
-                    }
-                    S = _mm512_add_epi32(S, _mm512_madd_epi16(h16, sc[8 * j + 2 * m + h]));
-                }
-            }
-        __m512 d, dmin;
-        IL(il16_halves)(va + 20 * 32, vb + 20 * 32, &d, &dmin);
-        const __m512 dx = _mm512_set1_ps(xb->d);   // dall S - dmin M, then the sum
-        const __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(S)),
-                                       _mm512_mul_ps(_mm512_mul_ps(dx, dmin), _mm512_cvtepi32_ps(M)));
-        acc = _mm512_add_ps(acc, t);
-    }
-    IL(il16_store2)(ya, yb, acc);
+    __m512 d, dmin;
+    IL(il16_halves)(va + 20 * 32, vb + 20 * 32, &d, &dmin);
+    const __m512 dx = _mm512_set1_ps(xb->d);   // dall S - dmin M, then the sum
+    const __m512 t = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(S)),
+                                   _mm512_mul_ps(_mm512_mul_ps(dx, dmin), _mm512_cvtepi32_ps(M)));
+    return _mm512_add_ps(acc, t);
+}
+
+INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
+                                  float *yb, const int pf) {
+    IL16_ONE_FRAME(il8k_bytes(LLMB_TYPE_Q2_K), 0, acc = IL(il16k_q2_sb)(va, vb, xb, acc));
 }
 
 // ---- Q3_K one token at the VNNI level: il16k_q2_one's way, two groups side by side on 512 bits ----
@@ -1238,71 +1251,69 @@ INLINE IL_T void IL(il16k_q2_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
 // one token was bound by its arithmetic (1 thread: 33 GB/s from L2, where Q4_0 reads 65; from DRAM 0.64x Q4_0's
 // bytes/s on 2 threads); docs/engine-measurements.md#il16k-q3-one.
 
-// One token over the groups at ga and gb (nb super-blocks each) into ya (ga's 8 rows) and yb
+// Super-block i's term (IL16_ONE_FRAME), its d at da and db (each group's tail)
+INLINE IL_T __m512 IL(il16k_q3_sb)(const uint8_t *va, const uint8_t *vb, const uint8_t *da, const uint8_t *db,
+                                   const llmb_block_q8_K *xb, __m512 acc) {
+    const __m512i k03 = _mm512_set1_epi8(0x03), k07 = _mm512_set1_epi8(0x07), k04 = _mm512_set1_epi8(0x04);
+    const __m512i k32 = _mm512_set1_epi16(32);
+    // il8k_head: byte b of a[w] is scale 4 w + b plus 32; M against the pairs of bsums
+    const __m512i s0 = IL(il16_load2)(va + 24 * 32, vb + 24 * 32), s1 = IL(il16_load2)(va + 25 * 32, vb + 25 * 32);
+    const __m512i s2 = IL(il16_load2)(va + 26 * 32, vb + 26 * 32);
+    IL8K_Q3_SCALES(512, s0, s1, s2, a);
+    __m512i sc[16], M = _mm512_setzero_si512(), S = _mm512_setzero_si512();
+    for (int w = 0; w < 4; w++) {
+        for (int b = 0; b < 4; b++) sc[4 * w + b] = _mm512_sub_epi16(IL(il16k_pick)(a[w], b, b, 0), k32);
+        for (int b = 0; b < 4; b += 2) {
+            int32_t p;
+            memcpy(&p, xb->bsums + 2 * (2 * w + b / 2), 4);
+            M = _mm512_add_epi32(M, _mm512_madd_epi16(_mm512_sub_epi16(IL(il16k_pick)(a[w], b, b + 1, 0), k32),
+                                                      _mm512_set1_epi32(p)));
+        }
+    }
+    // il8k_part's values: words 12 j + 3 p .. + 2 hold those of t = 2 p, 2 p + 1 (value 128 j + 32 m + 4 t of
+    // the super-block: sub-block 8 j + 2 m + t / 4); sub-block by sub-block, il8k_sums' run of 4
+    for (int j = 0; j < 2; j++)
+        for (int hq = 0; hq < 2; hq++) {   // t = 4 hq .. 4 hq + 3
+            __m512i q[4][4];               // q[m][t % 4]
+            for (int pp = 0; pp < 2; pp++) {
+                const size_t o = 32 * (12 * j + 3 * (2 * hq + pp));
+                const __m512i av = IL(il16_load2)(va + o, vb + o), bv = IL(il16_load2)(va + o + 32, vb + o + 32);
+                const __m512i cv = IL(il16_load2)(va + o + 64, vb + o + 64);
+                const int k0 = 2 * pp, k1 = 2 * pp + 1;   // t % 4 of t = 2 p, 2 p + 1
+                q[0][k0] = _mm512_and_si512(av, k07);
+                q[1][k0] = _mm512_and_si512(_mm512_srli_epi16(av, 3), k07);
+                q[2][k0] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(av, 6), k03),
+                                           _mm512_and_si512(_mm512_srli_epi16(cv, 4), k04));
+                q[3][k0] = _mm512_and_si512(cv, k07);
+                q[0][k1] = _mm512_and_si512(bv, k07);
+                q[1][k1] = _mm512_and_si512(_mm512_srli_epi16(bv, 3), k07);
+                q[2][k1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bv, 6), k03),
+                                           _mm512_and_si512(_mm512_srli_epi16(cv, 5), k04));
+                q[3][k1] = _mm512_and_si512(_mm512_srli_epi16(cv, 3), k07);
+            }
+            for (int m = 0; m < 4; m++) {
+                __m512i h16 = _mm512_setzero_si512();
+                for (int k = 0; k < 4; k++) {
+                    int32_t xa;
+                    memcpy(&xa, xb->qs + 128 * j + 32 * m + 4 * (4 * hq + k), 4);
+                    h16 = _mm512_add_epi16(h16, _mm512_maddubs_epi16(q[m][k], _mm512_set1_epi32(xa)));
+                    IL16_KEEP(h16);
+                }
+                S = _mm512_add_epi32(S, _mm512_madd_epi16(h16, sc[8 * j + 2 * m + hq]));
+            }
+        }
+    const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)da)),
+                                                             _mm_loadu_si128((const __m128i *)db), 1));
+    const __m512i s4 = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 2));   // S - 4 M
+    return _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s4), acc);
+}
+
 INLINE IL_T void IL(il16k_q3_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
                                   float *yb, const int pf) {
     const size_t bytes = il8k_bytes(LLMB_TYPE_Q3_K), tail = (size_t)il8k_tail(LLMB_TYPE_Q3_K);
-    const __m512i k03 = _mm512_set1_epi8(0x03), k07 = _mm512_set1_epi8(0x07), k04 = _mm512_set1_epi8(0x04);
-    const __m512i k32 = _mm512_set1_epi16(32);
-    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, tail, 0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, tail, 0, pf, 1);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *va = ga + (size_t)i * bytes, *vb = gb + (size_t)i * bytes;
-        il8_prefetch_next(&pa), il8_prefetch_next(&pb);
-        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-        // il8k_head: byte b of a[w] is scale 4 w + b plus 32; M against the pairs of bsums
-        const __m512i s0 = IL(il16_load2)(va + 24 * 32, vb + 24 * 32), s1 = IL(il16_load2)(va + 25 * 32, vb + 25 * 32);
-        const __m512i s2 = IL(il16_load2)(va + 26 * 32, vb + 26 * 32);
-        IL8K_Q3_SCALES(512, s0, s1, s2, a);
-        __m512i sc[16], M = _mm512_setzero_si512(), S = _mm512_setzero_si512();
-        for (int w = 0; w < 4; w++) {
-            for (int b = 0; b < 4; b++) sc[4 * w + b] = _mm512_sub_epi16(IL(il16k_pick)(a[w], b, b, 0), k32);
-            for (int b = 0; b < 4; b += 2) {
-                int32_t p;
-                memcpy(&p, xb->bsums + 2 * (2 * w + b / 2), 4);
-                M = _mm512_add_epi32(M, _mm512_madd_epi16(_mm512_sub_epi16(IL(il16k_pick)(a[w], b, b + 1, 0), k32),
-                                                          _mm512_set1_epi32(p)));
-            }
-        }
-        // il8k_part's values: words 12 j + 3 p .. + 2 hold those of t = 2 p, 2 p + 1 (value 128 j + 32 m + 4 t of
-        // the super-block: sub-block 8 j + 2 m + t / 4); sub-block by sub-block, il8k_sums' run of 4
-        for (int j = 0; j < 2; j++)
-            for (int hq = 0; hq < 2; hq++) {   // t = 4 hq .. 4 hq + 3
-                __m512i q[4][4];               // q[m][t % 4]
-                for (int pp = 0; pp < 2; pp++) {
-                    const size_t o = 32 * (12 * j + 3 * (2 * hq + pp));
-                    const __m512i av = IL(il16_load2)(va + o, vb + o), bv = IL(il16_load2)(va + o + 32, vb + o + 32);
-                    const __m512i cv = IL(il16_load2)(va + o + 64, vb + o + 64);
-                    const int k0 = 2 * pp, k1 = 2 * pp + 1;   // t % 4 of t = 2 p, 2 p + 1
-                    q[0][k0] = _mm512_and_si512(av, k07);
-                    q[1][k0] = _mm512_and_si512(_mm512_srli_epi16(av, 3), k07);
-                    q[2][k0] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(av, 6), k03),
-                                               _mm512_and_si512(_mm512_srli_epi16(cv, 4), k04));
-                    q[3][k0] = _mm512_and_si512(cv, k07);
-                    q[0][k1] = _mm512_and_si512(bv, k07);
-                    q[1][k1] = _mm512_and_si512(_mm512_srli_epi16(bv, 3), k07);
-                    q[2][k1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(bv, 6), k03),
-                                               _mm512_and_si512(_mm512_srli_epi16(cv, 5), k04));
-                    q[3][k1] = _mm512_and_si512(_mm512_srli_epi16(cv, 3), k07);
-                }
-                for (int m = 0; m < 4; m++) {
-                    __m512i h16 = _mm512_setzero_si512();
-                    for (int k = 0; k < 4; k++) {
-                        int32_t xa;
-                        memcpy(&xa, xb->qs + 128 * j + 32 * m + 4 * (4 * hq + k), 4);
-                        h16 = _mm512_add_epi16(h16, _mm512_maddubs_epi16(q[m][k], _mm512_set1_epi32(xa)));
-                        IL16_KEEP(h16);
-                    }
-                    S = _mm512_add_epi32(S, _mm512_madd_epi16(h16, sc[8 * j + 2 * m + hq]));
-                }
-            }
-        const __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(ga + (size_t)nb * bytes + (size_t)i * tail))),
-            _mm_loadu_si128((const __m128i *)(gb + (size_t)nb * bytes + (size_t)i * tail)), 1));
-        const __m512i s4 = _mm512_sub_epi32(S, _mm512_slli_epi32(M, 2));   // S - 4 M
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(s4), acc);
-    }
-    IL(il16_store2)(ya, yb, acc);
+    IL16_ONE_FRAME(bytes, tail,
+                   acc = IL(il16k_q3_sb)(va, vb, ga + (size_t)nb * bytes + (size_t)i * tail,
+                                         gb + (size_t)nb * bytes + (size_t)i * tail, xb, acc));
 }
 
 // Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here (IL16_GROUPS), the rest (small batches, a group left
@@ -1587,39 +1598,35 @@ INLINE IL_T void IL(il16x_tile)(const il16x_dec *dec, int64_t i0, int64_t bn, co
     for (int c = 0; c < NC; c++) IL(il16_store_y)(ya + c * ldy, yb + c * ldy, acc[c]);
 }
 
-// One token over the groups at ga and gb (nb super-blocks each) into ya (ga's 8 rows) and yb, decoded in registers:
+// IQ4_XS's one token over two groups (il16x_one: IL16_ONE_FRAME), super-block i's term decoded in registers:
 // il16x_decode's values (u = v + 128), il16x_tile's exact s_j and float steps, so il8x_tile's bits. il8x_tile's one
 // token on 256 bits was bound by its arithmetic (1 thread: 35 GB/s from L2 as from DRAM;
 // docs/engine-measurements.md#il16x-one)
+INLINE IL_T __m512 IL(il16x_sb)(const uint8_t *va, const uint8_t *vb, const llmb_block_q8_K *xb, __m512 acc) {
+    const __m512i kv = _mm512_broadcast_i64x4(IL(il8n_table)(128)), m4 = _mm512_set1_epi8(0x0F);
+    __m256 da, db, la[8], lb[8];
+    IL(il8x_head)(va, &da, la);
+    IL(il8x_head)(vb, &db, lb);
+    const __m512 dd = _mm512_mul_ps(IL(il16_joinf)(da, db), _mm512_set1_ps(xb->d));   // d4d8 = d_w d_x
+    for (int j = 0; j < 8; j++) {
+        __m512i sj = _mm512_set1_epi32(-128 * (xb->bsums[2 * j] + xb->bsums[2 * j + 1]));
+        for (int k = 0; k < 4; k++) {   // word k's low nibbles against x values 32 j + 4 k .., its high 16 on
+            const __m512i raw = IL(il16_load2)(va + 32 * (2 + 4 * j + k), vb + 32 * (2 + 4 * j + k));
+            int32_t a0, a1;
+            memcpy(&a0, xb->qs + 32 * j + 4 * k, 4);
+            memcpy(&a1, xb->qs + 32 * j + 4 * k + 16, 4);
+            sj = _mm512_dpbusd_epi32(sj, _mm512_shuffle_epi8(kv, _mm512_and_si512(raw, m4)), _mm512_set1_epi32(a0));
+            sj = _mm512_dpbusd_epi32(sj, _mm512_shuffle_epi8(kv, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4)),
+                                     _mm512_set1_epi32(a1));
+        }
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(dd, IL(il16_joinf)(la[j], lb[j])), _mm512_cvtepi32_ps(sj)));
+    }
+    return acc;
+}
+
 INLINE IL_T void IL(il16x_one)(const uint8_t *ga, const uint8_t *gb, int64_t nb, const uint8_t *x, float *ya,
                                float *yb, const int pf) {
-    const size_t bytes = sizeof(llmb_il8_iq4_xs);
-    const __m512i kv = _mm512_broadcast_i64x4(IL(il8n_table)(128)), m4 = _mm512_set1_epi8(0x0F);
-    il8_pfs pa = il8_prefetch_from(ga, nb, bytes, 0, 0, pf, 1), pb = il8_prefetch_from(gb, nb, bytes, 0, 0, pf, 1);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *va = ga + (size_t)i * bytes, *vb = gb + (size_t)i * bytes;
-        il8_prefetch_next(&pa), il8_prefetch_next(&pb);
-        const llmb_block_q8_K *xb = (const llmb_block_q8_K *)x + i;
-        __m256 da, db, la[8], lb[8];
-        IL(il8x_head)(va, &da, la);
-        IL(il8x_head)(vb, &db, lb);
-        const __m512 dd = _mm512_mul_ps(IL(il16_joinf)(da, db), _mm512_set1_ps(xb->d));   // d4d8 = d_w d_x
-        for (int j = 0; j < 8; j++) {
-            __m512i sj = _mm512_set1_epi32(-128 * (xb->bsums[2 * j] + xb->bsums[2 * j + 1]));
-            for (int k = 0; k < 4; k++) {   // word k's low nibbles against x values 32 j + 4 k .., its high 16 on
-                const __m512i raw = IL(il16_load2)(va + 32 * (2 + 4 * j + k), vb + 32 * (2 + 4 * j + k));
-                int32_t a0, a1;
-                memcpy(&a0, xb->qs + 32 * j + 4 * k, 4);
-                memcpy(&a1, xb->qs + 32 * j + 4 * k + 16, 4);
-                sj = _mm512_dpbusd_epi32(sj, _mm512_shuffle_epi8(kv, _mm512_and_si512(raw, m4)), _mm512_set1_epi32(a0));
-                sj = _mm512_dpbusd_epi32(sj, _mm512_shuffle_epi8(kv, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4)),
-                                         _mm512_set1_epi32(a1));
-            }
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(dd, IL(il16_joinf)(la[j], lb[j])), _mm512_cvtepi32_ps(sj)));
-        }
-    }
-    IL(il16_store2)(ya, yb, acc);
+    IL16_ONE_FRAME(sizeof(llmb_il8_iq4_xs), 0, acc = IL(il16x_sb)(va, vb, xb, acc));
 }
 
 // The groups at ga and gb (nb super-blocks each) x nc tokens on 512 bits into ya and yb (pf: il8_pf). Out of line, so

@@ -4,10 +4,10 @@
 // A repacked matrix is a run of groups of G rows. For each block i of its rows, a group holds the G
 // blocks' whole 32-bit words as a words x G matrix: word k of row r at word[k][r], so one vector load
 // brings word k of every row of the group, one row per lane. After all its blocks come the blocks'
-// trailing bytes (type_size % 4: the d of Q8_0, Q6_K, Q3_K), block after block, row after row; Q4_0's, Q5_0's and
-// IQ4_NL's d in groups of 8, and Q8_0's in groups of 16, follow each block's words instead (llmb_il_inline_tail). Some types' blocks are
-// first recoded (vecdot.c) so that the kernels find whole values in reading order and the d where it is a tail:
-// llmb_rc_* below. Q4_1, Q4_K keep their plain block.
+// trailing bytes (type_size % 4: the d of Q8_0, Q6_K, Q3_K), block after block, row after row; Q4_0's, Q5_0's
+// and IQ4_NL's d in groups of 8, and Q8_0's in groups of 16, follow each block's words instead
+// (llmb_il_inline_tail). Some types' blocks are first recoded (vecdot.c) so that the kernels find whole values in
+// reading order and the d where it is a tail: llmb_rc_* below. Q4_1, Q4_K keep their plain block.
 #ifndef LLMB_VECDOT_LAYOUT_H
 #define LLMB_VECDOT_LAYOUT_H
 
