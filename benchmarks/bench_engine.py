@@ -4,11 +4,15 @@ a warmup, with the decode bandwidth achieved as a fraction of this machine's rea
 prompt phase as a fraction of its arithmetic peak, both measured in the same run (llmbench.perf.membw,
 llmbench.perf.peak): before the first row and again after every row, each row using the best figures
 seen by its end, so one busy moment on a shared host does not lower a limit (fractions above 100% are
-flagged: cache-resident weights, or limits only measured in busier moments than the row ran in).
+flagged: cache-resident weights, or limits only measured in busier moments than the row ran in). With
+--near N each row also runs N tg tests between probes of the read bandwidth in its own process, each against
+the mean of the two around it: on a host whose bandwidth swings within minutes, that fraction is the one a
+run had, where the best probe of the whole run is only a floor for it.
 
     python benchmarks/bench_engine.py --presets llama-125m --types F16 Q8_0 Q4_K_M --threads 1 2
     python benchmarks/bench_engine.py --model path/to/model.gguf --pp 512 --tg 128 --reps 5
     python benchmarks/bench_engine.py --presets llama-125m --types F16 F16@bf16   # LLM(activations="bf16")
+    python benchmarks/bench_engine.py --model llama-1b-Q4_0.gguf --threads 2 --reps 1 --near 6
 
 A model (or type) ending in @q8, @f32 or @bf16 runs with that LLM(activations=...); the default is q8.
 
@@ -34,6 +38,20 @@ from llmbench.llm import ACTIVATIONS
 from llmbench.perf import membw, peak
 from llmbench.perf.bench import peak_kinds, prefill_ops, tg_step_bytes
 from llmbench.perf.metrics import cache_note, fits_in_cache, prefill_compute
+
+
+def near_fractions(llm: LLM, tg: int, threads: int, runs: int) -> list[float]:
+    """Decode GB/s of `runs` tg runs, each against the mean of the read bandwidth probes taken just before and
+    just after it in this process (membw.measure): on a host whose bandwidth swings between two levels within
+    minutes, the best probe of the whole run is not what a given run had."""
+    step = tg_step_bytes(llm, tg)
+    probes = [membw.measure(256 << 20, 3, threads)["read"]]
+    out = []
+    for r in range(runs):
+        gbs = step * tg / run_once(llm, 1, tg, 200 + r) / 1e9
+        probes.append(membw.measure(256 << 20, 3, threads)["read"])
+        out.append(gbs / ((probes[-2] + probes[-1]) / 2))
+    return out
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -82,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tg", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--near", type=int, default=0, metavar="N",
+                    help="also N tg runs per row, each between two bandwidth probes: its decode against their mean")
     ap.add_argument("--json", help="write all results here")
     a = ap.parse_args(argv)
     models = a.model or [f"{p}:{t}" for p in a.presets for t in a.types]
@@ -125,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             if over:
                 print("  ! above 100%: the weights fit in the caches (a small model), or the limits were only measured "
                       "in busier moments than this row ran in (a shared host: rerun when it is quiet)", flush=True)
+            if a.near:
+                r["near_fractions"] = near = near_fractions(llm, a.tg, t, a.near)
+                print(f"  near: decode at {statistics.median(near):.0%} ({min(near):.0%}-{max(near):.0%}) of the probes "
+                      f"around each of {a.near} tg{a.tg} runs", flush=True)
             solo = llm.engine.stats()["solo_steps"]
             if solo:
                 print(f"  contended: {solo} steps ran on one thread, other processes wanted the cores (rerun when "

@@ -145,3 +145,21 @@ def test_ik_bench_missing_binary(tmp_path, stories_path):
     fake.chmod(0o755)
     with pytest.raises(RuntimeError, match="failed to load model"):
         cmp.measure_ik(str(fake), [str(stories_path), "1", "16", "4", "1"])
+
+
+def test_bench_engine_near_fractions(stories_path, tmp_path, capsys):
+    """bench_engine --near N: N tg runs a row, each between two bandwidth probes in the process, recorded
+    as fractions of the probes around them and printed as their median and range."""
+    import json
+
+    import bench_engine
+
+    out = tmp_path / "rows.json"
+    assert bench_engine.main(["--model", str(stories_path), "--threads", "1", "--pp", "16", "--tg", "4", "--reps", "1",
+                              "--warmup", "0", "--near", "2", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert len(row["near_fractions"]) == 2 and all(0 < f < 1e3 for f in row["near_fractions"])
+    assert "of the probes around each of 2 tg4 runs" in capsys.readouterr().out
+    bench_engine.main(["--model", str(stories_path), "--threads", "1", "--pp", "16", "--tg", "4", "--reps", "1",
+                       "--warmup", "0", "--json", str(out)])
+    assert "near_fractions" not in json.loads(out.read_text())[0]
