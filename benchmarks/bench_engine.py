@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also N tg runs per row, each between two bandwidth probes: its decode against their mean")
     ap.add_argument("--json", help="write all results here")
     a = ap.parse_args(argv)
+    if a.near < 0:
+        ap.error(f"--near takes a number of runs, 0 or more (got {a.near})")
     models = a.model or [f"{p}:{t}" for p in a.presets for t in a.types]
     bw, peaks, best_bw, best_peaks = {}, {}, {}, {}
     kinds = peak_kinds([split_spec(m)[1] for m in models])

@@ -163,3 +163,11 @@ def test_bench_engine_near_fractions(stories_path, tmp_path, capsys):
     bench_engine.main(["--model", str(stories_path), "--threads", "1", "--pp", "16", "--tg", "4", "--reps", "1",
                        "--warmup", "0", "--json", str(out)])
     assert "near_fractions" not in json.loads(out.read_text())[0]
+
+
+def test_bench_engine_near_refuses_a_negative_count(capsys):
+    import bench_engine
+
+    with pytest.raises(SystemExit):
+        bench_engine.main(["--near", "-1"])
+    assert "--near takes a number of runs, 0 or more (got -1)" in capsys.readouterr().err
