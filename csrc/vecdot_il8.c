@@ -1319,12 +1319,10 @@ INLINE IL_T void IL(il16k_q3_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
 // Q2_K, Q3_K at the VNNI level: prefill's pairs of groups here (IL16_GROUPS), the rest (small batches, a group left
 // alone) by the AVX2 kernel `avx2`; one token in il16k_q2_one / il16k_q3_one, two groups at a time (IL16_HALVES), a
 // middle group left alone by the AVX2 kernel
-#define IL16K_Q2_ONE(a, b, pf)                                                                                      \
-    IL(il16k_q2_one)((const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
-                     n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, pf)
-#define IL16K_Q3_ONE(a, b, pf)                                                                                      \
-    IL(il16k_q3_one)((const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, \
-                     n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, pf)
+#define IL16K_ONE(a, b, pf)                                                                                         \
+    (type == LLMB_TYPE_Q2_K ? IL(il16k_q2_one) : IL(il16k_q3_one))(                                                 \
+        (const uint8_t *)w + (size_t)((a) * IL8_G) * ws, (const uint8_t *)w + (size_t)((b) * IL8_G) * ws,             \
+        n / LLMB_QK_K, x, y + (a) * IL8_G, y + (b) * IL8_G, pf)
 #define IL16K_PAIR(a, b, pf)                                                                                        \
     IL(il16k_pair)(type, (const uint8_t *)w + (size_t)((a) * IL8_G) * ws,                                              \
                    (const uint8_t *)w + (size_t)((b) * IL8_G) * ws, n / LLMB_QK_K, x, xs, nc, y + (a) * IL8_G,         \
@@ -1338,10 +1336,7 @@ INLINE IL_T void IL(il16k_q3_one)(const uint8_t *ga, const uint8_t *gb, int64_t 
     IL_T static void IL(name##_il16)(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs, int nc,  \
                                      float *y, int64_t ldy, int stream) {                                           \
         const int type = T;                                                                                         \
-        if (type == LLMB_TYPE_Q2_K && nc == 1)                                                                      \
-            IL16_HALVES(nr / IL8_G, il8_pf(stream), IL16K_Q2_ONE, ALONE);                                          \
-        else if (type == LLMB_TYPE_Q3_K && nc == 1)                                                                 \
-            IL16_HALVES(nr / IL8_G, il8_pf(stream), IL16K_Q3_ONE, ALONE);                                          \
+        if (nc == 1) IL16_HALVES(nr / IL8_G, il8_pf(stream), IL16K_ONE, ALONE);                                    \
         else if (nc > IL8_NC) IL16_GROUPS(nr / IL8_G, nc, stream, IL16K_PAIR, ALONE);                               \
         else name##_il8_avx2(n, w, ws, nr, x, xs, nc, y, ldy, stream);                                              \
     }
@@ -1352,8 +1347,7 @@ IL16K_KERNEL(q3_K, LLMB_TYPE_Q3_K, IL16K_Q3_ALONE)
 #undef IL16K_Q2_ALONE
 #undef IL16K_ALONE
 #undef IL16K_PAIR
-#undef IL16K_Q3_ONE
-#undef IL16K_Q2_ONE
+#undef IL16K_ONE
 #endif
 
 
