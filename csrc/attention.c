@@ -690,22 +690,23 @@ LLMB_A512 LLMB_INLINE void pv_rows(const float *sc, size_t ldsc, const uint8_t *
         for (int c = 0; c < ND; c++) _mm512_storeu_ps(acc + (size_t)i * hd + d0 + 16 * c, a[i][c]);
 }
 
-// scores_body over the 64 keys from j0 of an F16 cache in blocks of 16, each a whole block from slot 0, read
-// straight from the blocks: lane t of block c's row d is kt's element (d, 16 c + t) as keys16 makes it (the same
-// conversion), so the same chains and bits without the transposed chunk's stores and loads
+// scores_body over the 64 keys from j0 of an F16 cache whose block size is a multiple of 16, j0's slot too, read
+// straight from the blocks: lane t of the 16 keys from j0 + 16 c in row d is kt's element (d, 16 c + t) as keys16
+// makes it (the same conversion), so the same chains and bits without the transposed chunk's stores and loads
 LLMB_A512 LLMB_INLINE void scores_f16_blocks(const float *const *q, const llmb_kv_head *h, int j0, int hd, float scale,
                                              float *sc, size_t ldsc, const int NQ) {
+    const size_t B = (size_t)h->block_size;
     const llmb_half *kb[4];
     for (int c = 0; c < 4; c++) {
         int s;
-        kb[c] = (const llmb_half *)k_block(h, j0 + 16 * c, &s);
+        kb[c] = (const llmb_half *)k_block(h, j0 + 16 * c, &s) + s;
     }
     __m512 acc[LLMB_ATT_Q][4];
     for (int i = 0; i < NQ; i++)
         for (int c = 0; c < 4; c++) acc[i][c] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d++) {
         __m512 k[4];
-        for (int c = 0; c < 4; c++) k[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kb[c] + 16 * d)));
+        for (int c = 0; c < 4; c++) k[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kb[c] + B * d)));
         for (int i = 0; i < NQ; i++) {
             const __m512 qb = _mm512_set1_ps(q[i][d]);
             for (int c = 0; c < 4; c++) acc[i][c] = _mm512_fmadd_ps(qb, k[c], acc[i][c]);
@@ -717,12 +718,14 @@ LLMB_A512 LLMB_INLINE void scores_f16_blocks(const float *const *q, const llmb_k
 }
 
 // the scores of chunks k0 <= k < k1 (keys jp / 64 * 64 + LLMB_ATT_CHUNK k on), through ktc; whole chunks of an F16
-// cache in blocks of 16 straight from the blocks (scores_f16_blocks), their next chunk's blocks asked for first
+// cache whose groups of 16 keys lie in one block each straight from the blocks (scores_f16_blocks), the next
+// chunk's keys asked for first
 LLMB_A512 static void paged_scores_avx512(int nq, const float *const *q, const llmb_kv_head *h, int hd, float scale,
                                           float *sc, size_t ldsc, float *ktc, int jp, int nmax, int k0, int k1) {
     for (int c0 = jp / 64 * 64 + k0 * LLMB_ATT_CHUNK; c0 < nmax && k0 < k1; c0 += LLMB_ATT_CHUNK, k0++) {
         const int c1 = nmax - c0 < LLMB_ATT_CHUNK ? nmax : c0 + LLMB_ATT_CHUNK;   // attend_avx512's 64-key bodies
-        if (h->type == LLMB_TYPE_F16 && h->block_size == 16 && c1 - c0 == LLMB_ATT_CHUNK && (c0 + h->first) % 16 == 0) {
+        if (h->type == LLMB_TYPE_F16 && h->block_size % 16 == 0 && c1 - c0 == LLMB_ATT_CHUNK &&
+            (c0 + h->first) % 16 == 0) {
             for (int g = c1; g < c1 + LLMB_ATT_CHUNK; g += 16) prefetch_keys(h, g, nmax, hd);
             BY_NQ(scores_f16_blocks, q, h, c0, hd, scale, sc + c0, ldsc);
             continue;

@@ -639,7 +639,7 @@ int main(void) {
                     if (gtypes[a] == LLMB_TYPE_Q8_0 && phds[b] % LLMB_QK) continue;
                     test_paged(gtypes[a], phds[b], pkeys[c], c % 3 == 0 ? 5 : c % 3 == 1 ? 16 : 64, c % 2 ? 0 : 64);
                 }
-        // F16 blocks of 16 read straight into whole chunks' scores (scores_f16_blocks): from slot 0 after a
+        // F16 blocks read straight into whole chunks' scores (scores_f16_blocks; blocks of 64 above): from slot 0 after a
         // first key on a block's start, and not where it starts mid-block
         const int firsts[] = {0, 16, 48, 8, 5};
         for (size_t b = 0; b < 4; b++)
