@@ -15,6 +15,14 @@ two must share the extension's Python API (any two builds of nearby commits do).
 while its build is the module llmbench.llm and llmbench.models.gguf call. Kernel mode also checks that the two
 builds give the same bits. LLMBENCH_PREFETCH=MODE (page, lines, far) sets both builds' decode prefetch, and
 LLMBENCH_SIMD=LEVEL both builds' SIMD level, as they set the imported build's.
+
+Kernel mode places every weight copy on a page (2 MiB from 2 MiB up), as the engine places its repacked
+weights, and times each round over at least 20 ms of passes. --by-bandwidth probes the read bandwidth
+between rounds and adds the ratio of the rounds at each level of it (a shared host's bandwidth can jump
+between levels within seconds, and a change to how weights stream may gain at one level only):
+
+    python benchmarks/ab_builds.py A.so B.so --kernel Q6_K --interleaved --shapes 8192x2048 --tokens 1 --copies 30 \
+        --threads 2 --rounds 40 --by-bandwidth
 """
 
 from __future__ import annotations
@@ -74,20 +82,39 @@ def make_llm(build, model: str, threads: int) -> LLM:
         llmbench.llm._core, llmbench.models.gguf._core = saved
 
 
-def alternate(fns, rounds: int) -> list[list[float]]:
-    """rates[i][r]: fns[i]() in round r; even rounds run A first, odd rounds B first."""
-    rates = [[], []]
+def alternate(fns, rounds: int, probe=None) -> list[list[float]]:
+    """rates[i][r]: fns[i]() in round r; even rounds run A first, odd rounds B first. With probe (a
+    function giving the read bandwidth in GB/s), rates[2][r]: the mean of the probes just before and just
+    after round r."""
+    rates = [[], [], []]
+    before = probe() if probe else None
     for r in range(rounds):
         for i in ((0, 1) if r % 2 == 0 else (1, 0)):
             rates[i].append(fns[i]())
+        if probe:
+            after = probe()
+            rates[2].append((before + after) / 2)
+            before = after
     return rates
 
 
 def summary(label: str, rates: list[list[float]], unit: str) -> str:
-    ratios = sorted(b / a for a, b in zip(*rates))
-    return (f"{label}: A {statistics.median(rates[0]):.1f} B {statistics.median(rates[1]):.1f} {unit}, "
-            f"B/A median {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, max {ratios[-1]:.3f}, "
-            f"{len(ratios)} rounds)")
+    """The medians and the B/A ratio over all rounds; where the rounds were probed (alternate's rates[2]),
+    the ratio again for the rounds at each read bandwidth (10 GB/s bins): on a host whose bandwidth sits
+    at one of two levels, a change to how a kernel streams its weights can gain at one and not the other."""
+    def line(head: str, a: list[float], b: list[float]) -> str:
+        ratios = sorted(y / x for x, y in zip(a, b))
+        return (f"{head}: A {statistics.median(a):.1f} B {statistics.median(b):.1f} {unit}, "
+                f"B/A median {statistics.median(ratios):.3f} (min {ratios[0]:.3f}, max {ratios[-1]:.3f}, "
+                f"{len(ratios)} rounds)")
+
+    out = [line(label, rates[0], rates[1])]
+    bins: dict[int, list[int]] = {}
+    for r, gbs in enumerate(rates[2] if len(rates) > 2 else []):
+        bins.setdefault(int(gbs // 10) * 10, []).append(r)
+    for lo, rs in sorted(bins.items()):
+        out.append(line(f"  read {lo}-{lo + 10} GB/s", [rates[0][r] for r in rs], [rates[1][r] for r in rs]))
+    return "\n".join(out)
 
 
 def engine_ab(builds, a: argparse.Namespace) -> str:
@@ -98,14 +125,24 @@ def engine_ab(builds, a: argparse.Namespace) -> str:
     if a.mode == "decode":
         for llm in llms:
             decode_rate(llm, a)   # warmup
-        rates = alternate([lambda llm=llm: decode_rate(llm, a) for llm in llms], a.rounds)
+        rates = alternate([lambda llm=llm: decode_rate(llm, a) for llm in llms], a.rounds, probe(a))
         return summary(f"{a.model} decode of {a.batch} x tg{a.tg} at depth {a.depth}, {a.threads} thread(s)", rates,
                        "t/s")
     n_prompt, n_gen, n = (a.pp, 1, a.pp) if a.mode == "pp" else (1, a.tg, a.tg)
     for llm in llms:
         run_once(llm, n_prompt, n_gen, 100)   # warmup
-    rates = alternate([lambda llm=llm: n / run_once(llm, n_prompt, n_gen, 0) for llm in llms], a.rounds)
+    rates = alternate([lambda llm=llm: n / run_once(llm, n_prompt, n_gen, 0) for llm in llms], a.rounds, probe(a))
     return summary(f"{a.model} {a.mode}{n}, {a.threads} thread(s)", rates, "t/s")
+
+
+def probe(a: argparse.Namespace):
+    """--by-bandwidth: a function measuring the read bandwidth at a.threads (llmbench.perf.membw, 2 passes
+    over 256 MiB, well under a second), else None"""
+    if not a.by_bandwidth:
+        return None
+    from llmbench.perf import membw
+
+    return lambda: membw.measure(256 << 20, 2, a.threads)["read"]
 
 
 def decode_rate(llm: LLM, a: argparse.Namespace) -> float:
@@ -122,23 +159,40 @@ def decode_rate(llm: LLM, a: argparse.Namespace) -> float:
                                                                   before["backend_decode_ns"]) / 1e9)
 
 
-def product_rate(build, tid: int, ws, x, threads: int, ops: float, group: int) -> float:
-    """GOP/s of one matrix product on `build` per weight copy in `ws`, the copies run one after another."""
-    t0 = time.perf_counter_ns()
-    for w in ws:
-        build.vec_dot(tid, w, x, threads, interleave=group)
-    return ops * len(ws) / (time.perf_counter_ns() - t0)
+def product_rate(build, tid: int, ws, x, threads: int, ops: float, group: int, min_ns: int = 20_000_000) -> float:
+    """GOP/s of one matrix product on `build` per weight copy in `ws`, the copies run one after another, in
+    passes over them until min_ns have gone by: one product of a small matrix takes microseconds, which
+    the timer's resolution and one preemption would swamp."""
+    passes, t0 = 0, time.perf_counter_ns()
+    while True:
+        for w in ws:
+            build.vec_dot(tid, w, x, threads, interleave=group)
+        passes += 1
+        if (dt := time.perf_counter_ns() - t0) >= min_ns:
+            return ops * len(ws) * passes / dt
+
+
+def page_aligned(w: np.ndarray) -> np.ndarray:
+    """A copy of w starting on a page (2 MiB for 2 MiB or more, as the engine places its repacked weights:
+    llmb_alloc_stream). NumPy's buffers start 16 bytes into a line or anywhere else, and a 64-byte vector
+    load that straddles two lines moved one build's GOP/s against the other's by up to 1.5x."""
+    align = 2 << 20 if w.nbytes >= 2 << 20 else 4096
+    buf = np.empty(w.nbytes + align, np.uint8)
+    off = -buf.ctypes.data % align
+    out = buf[off:off + w.nbytes].view(w.dtype).reshape(w.shape)
+    out[...] = w
+    return out
 
 
 def weight_copies(build, tid: int, w, a: argparse.Namespace) -> tuple[list, int]:
-    """`a.copies` copies of w for `build`, in its interleaved layout where --interleaved asks (and the rows of
-    each group per layout, 0 for plain rows)"""
+    """`a.copies` page-aligned copies of w for `build`, in its interleaved layout where --interleaved asks (and
+    the rows of each group per layout, 0 for plain rows)"""
     group = 0
     if a.interleaved:
         if not build.vec_dot_interleave(tid):
             raise SystemExit(f"ab_builds: --interleaved {a.kernel}: this SIMD level has no interleaved layout for it")
         w, group = build.vec_dot_repack(tid, w)
-    return [w] + [w.copy() for _ in range(a.copies - 1)], group
+    return [page_aligned(w) for _ in range(a.copies)], group
 
 
 def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
@@ -159,7 +213,7 @@ def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
 
         ops = 2.0 * rows * cols * a.tokens
         rates = alternate([lambda b=b, c=c, o=ops: product_rate(b, tid, c[0], x, a.threads, o, c[1])
-                           for b, c in zip(builds, copies)], a.rounds)
+                           for b, c in zip(builds, copies)], a.rounds, probe(a))
         where = f", {a.copies} copies ({a.copies * w.nbytes >> 20} MiB)" if a.copies > 1 else ""
         layout = " interleaved" if a.interleaved else ""
         lines.append(summary(f"{a.kernel}{layout} {shape} x {a.tokens} tokens, {a.threads} thread(s){where}", rates,
@@ -185,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--copies", type=int, default=1,
                     help="kernel mode: time a pass over this many copies of the weights (enough to exceed the "
                          "last-level cache times a product from memory, as decode reads its weights)")
+    ap.add_argument("--by-bandwidth", action="store_true",
+                    help="probe the read bandwidth around every round and give the ratio per 10 GB/s of it too")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=10)
     a = ap.parse_args(argv)

@@ -9,6 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import llmbench._core
@@ -89,3 +90,32 @@ def test_bad_input(builds, tmp_path):
     for args in (["--shapes", "768"], ["--shapes", "0x16"], ["--rounds", "0"], ["--copies", "0"]):
         with pytest.raises(SystemExit):
             ab_builds.main([*builds, "--kernel", "F16", *args])
+
+
+def test_weight_copies_start_on_pages():
+    # NumPy's buffers start anywhere past a line boundary; a vector load straddling two lines moved one
+    # build's GOP/s against the other's by up to 1.5x, so each copy starts where the engine's would
+    rng = np.random.default_rng(0)
+    for nbytes, align in ((3000, 4096), (3 << 20, 2 << 20)):
+        w = rng.integers(0, 256, (nbytes // 6, 6), dtype=np.uint8)
+        c = ab_builds.page_aligned(w)
+        assert c.ctypes.data % align == 0 and c.flags.c_contiguous
+        assert c.shape == w.shape and c.dtype == w.dtype and np.array_equal(c, w)
+
+
+def test_rounds_split_by_the_bandwidth_around_them():
+    rates = [[100.0, 100.0, 100.0, 100.0, 100.0], [110.0, 120.0, 90.0, 95.0, 130.0], [45.0, 48.5, 82.0, 85.0, 41.0]]
+    lines = ab_builds.summary("x", rates, "GOP/s").splitlines()
+    assert lines[0].startswith("x: A 100.0 B 110.0 GOP/s, B/A median 1.100 (min 0.900, max 1.300, 5 rounds)")
+    assert lines[1] == "  read 40-50 GB/s: A 100.0 B 120.0 GOP/s, B/A median 1.200 (min 1.100, max 1.300, 3 rounds)"
+    assert lines[2] == "  read 80-90 GB/s: A 100.0 B 92.5 GOP/s, B/A median 0.925 (min 0.900, max 0.950, 2 rounds)"
+    assert len(lines) == 3
+    assert ab_builds.summary("x", rates[:2] + [[]], "t/s").count("\n") == 0   # not probed: one line
+
+
+def test_by_bandwidth_probes_every_round(builds, capsys):
+    assert ab_builds.main([*builds, "--kernel", "Q4_K", "--shapes", "20x512", "--tokens", "1", "--rounds", "3",
+                           "--by-bandwidth"]) == 0
+    out = capsys.readouterr().out
+    bins = re.findall(r"read \d+-\d+ GB/s: .* B/A median [0-9.]+ \(min [0-9.]+, max [0-9.]+, (\d) rounds\)", out)
+    assert LINE.search(out) and bins and sum(int(n) for n in bins) == 3, out
