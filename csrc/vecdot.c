@@ -713,8 +713,9 @@ static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
 
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
-// of them, the blocks' trailing type_size % 4 bytes (Q6_K's d), block after block, row after row, or where
-// llmb_il_inline_tail (Q4_0, Q5_0, IQ4_NL in groups of 8, Q8_0 of 16) each block's G right after its words.
+// of them, the blocks' trailing type_size % 4 bytes (Q3_K's d), block after block, row after row, or where
+// llmb_il_inline_tail (Q4_0, Q5_0, IQ4_NL in groups of 8, Q8_0 and Q6_K of 16) each block's G inline, after its
+// words (Q6_K: after its own and its twin's; llmb_il_words_at, llmb_il_tail_at).
 // Q6_K's, Q3_K's, Q5_K's, Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode,
 // q3_K_recode, q5_K_recode, q8_0_recode, legacy_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {
@@ -722,13 +723,15 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
     assert(tt && n % tt->blck_size == 0 && G > 0 && nrows % G == 0);
     const int64_t nb = n / tt->blck_size, words = tt->type_size / 4, tail = tt->type_size % 4;
     const size_t row_bytes = (size_t)nb * (size_t)tt->type_size, wbytes = (size_t)words * 4 * G, bs = tt->type_size;
-    const int rec = recoded(wtype), inl = tail && llmb_il_inline_tail(wtype, G);
-    const size_t bstride = wbytes + (inl ? (size_t)G * (size_t)tail : 0);   // one block of a group to the next
+    const int rec = recoded(wtype), inl = tail ? llmb_il_inline_tail(wtype, G) : 0;
+    const size_t tbytes = (size_t)G * (size_t)tail;   // a block's tails in a group
     assert(!rec || bs <= sizeof(llmb_block_q6_K));   // the largest recoded block (blk below)
 #pragma omp parallel for schedule(static) if (nrows * nb >= 4096)
     for (int64_t g = 0; g < nrows / G; g++) {
         uint8_t *grp = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes;
-        for (int64_t i = 0; i < nb; i++)
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t *bw = grp + (inl ? llmb_il_words_at(i, wbytes, tbytes, inl) : (size_t)i * wbytes),
+                    *bt = grp + (inl ? llmb_il_tail_at(nb, i, wbytes, tbytes, inl) : (size_t)nb * wbytes + (size_t)i * tbytes);
             for (int r = 0; r < G; r++) {
                 uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * bs;
                 uint8_t blk[sizeof(llmb_block_q6_K)], *plain = rec ? blk : row;   // the recoded block in blk
@@ -737,12 +740,11 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
                     recode(wtype, row, blk, 1);
                 }
                 for (int64_t k = 0; k < words; k++) {
-                    uint8_t *il = grp + (size_t)i * bstride + ((size_t)k * G + r) * 4, *p = plain + (size_t)k * 4;
+                    uint8_t *il = bw + ((size_t)k * G + r) * 4, *p = plain + (size_t)k * 4;
                     memcpy(pack ? il : p, pack ? p : il, 4);
                 }
                 if (tail) {
-                    uint8_t *il = inl ? grp + (size_t)i * bstride + wbytes + (size_t)r * tail
-                                      : grp + (size_t)nb * wbytes + ((size_t)i * G + r) * tail,
+                    uint8_t *il = bt + (size_t)r * tail,
                             *p = plain + words * 4;
                     memcpy(pack ? il : p, pack ? p : il, tail);
                 }
@@ -751,6 +753,7 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
                     recode(wtype, blk, row, 0);
                 }
             }
+        }
     }
 }
 

@@ -474,10 +474,10 @@ INLINE VNNI512 void q6r_body(const q6r_dec *dec, int64_t nsb, const uint8_t *x, 
 #define Q6_K_BODY(k) q6r_body(dec, nsb, xc, xs, yc, ldy, rows, k)
 K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 
-// Interleaved Q6_K (groups of 16 rows): super-block i of a group is 52 vectors at 3328 i, lane r of
+// Interleaved Q6_K (groups of 16 rows): super-block i of a group is 52 vectors (q6i_words), lane r of
 // vector k = word k of row r's recoded block (vecdot.c, q6_K_recode: the values whole, in reading order,
-// vectors 0..47; the scales 48..51), and the group's 16 d of super-block i are the 16 halves at 3328 nsb
-// + 32 i. q6i_vals4 unpacks them (q6i_decode into the panel's table), q6r_sb runs the tokens: the panel's
+// vectors 0..47; the scales 48..51), and the group's 16 d of super-block i are 16 halves after the words of
+// super-blocks i and its twin (llmb_il_inline_tail: every two super-blocks 105 whole lines). q6i_vals4 unpacks them (q6i_decode into the panel's table), q6r_sb runs the tokens: the panel's
 // bits, the dot's. Each group is read from memory once, prefetched into L2 STREAM_PF_AHEAD bytes ahead:
 // with more token tiles than one, all its super-blocks are decoded once into a panel's table first (as
 // K_PANEL does; rows too long for it decode again per tile), else each super-block is decoded and run at
@@ -489,9 +489,16 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // (docs/engine-measurements.md#q6_pf_ahead).
 #define Q6_PF_AHEAD 65536
 
-// lane r: row r's d of super-block i of the group at g (the halves past the group's words)
+#define IL6_TAIL (IL16_G * 2)   // bytes of one super-block's d in a group
+#define IL6_RUN llmb_il_inline_tail(LLMB_TYPE_Q6_K, IL16_G)   // super-blocks whose d follow their words together
+
+// super-block i's words in the group at g
+INLINE const __m512i *q6i_words(const uint8_t *g, int64_t nsb, int64_t i) {
+    return (const __m512i *)(g + llmb_il_words_at(i, IL6_SB, IL6_TAIL, IL6_RUN));
+}
+// lane r: row r's d of super-block i of the group at g
 INLINE VNNI512 __m512 q6i_d(const uint8_t *g, int64_t nsb, int64_t i) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + nsb * IL6_SB + i * 32)));
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + llmb_il_tail_at(nsb, i, IL6_SB, IL6_TAIL, IL6_RUN))));
 }
 
 // bitwise select: the bits of x where m has ones, of y where it has zeros
@@ -511,7 +518,7 @@ INLINE VNNI512 void q6i_vals4(const __m512i *v, __m512i q[4]) {
 }
 
 INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf, const int l1, q6r_dec *o) {
-    const __m512i *v = (const __m512i *)(g + i * IL6_SB);
+    const __m512i *v = q6i_words(g, nsb, i);
     if (pf) prefetch_l2((const uint8_t *)v + STREAM_PF_AHEAD, IL6_SB);
     if (l1)
         for (size_t b = 0; b < IL6_SB; b += 64) pf_line((const uint8_t *)v + b, 1);
@@ -533,7 +540,7 @@ INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf,
 // S and fma
 INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, int pf,
                               const int lines, __m512 acc) {
-    const __m512i *v = (const __m512i *)(g + i * IL6_SB);
+    const __m512i *v = q6i_words(g, nsb, i);
     if (pf) prefetch_stream((const uint8_t *)v + Q6_PF_AHEAD, IL6_SB);
     __m512i ts[16], sw[4];
     for (int s = 0; s < 16; s++) ts[s] = _mm512_setzero_si512();
@@ -591,12 +598,6 @@ INLINE VNNI512 void q6i_one(const uint8_t *ga, const uint8_t *gb, int64_t nsb, c
     if (gb) _mm512_storeu_ps(yb, b);
 }
 
-// The d of the group after the one at g (past that group's words), where no prefetch of the stream reaches:
-// their loads missed the caches (docs/engine-measurements.md#q6i_prefetch_next_d)
-INLINE void q6i_prefetch_next_d(const uint8_t *g, size_t ws, int64_t nsb) {
-    prefetch_l2(g + IL16_G * ws + nsb * IL6_SB, (size_t)nsb * 32 + 63);
-}
-
 // NC tokens over one group, each super-block decoded as it comes
 INLINE VNNI512 void q6i_body(const uint8_t *g, int64_t nsb, const uint8_t *x, size_t xs, float *y, int64_t ldy,
                             const int pf, const int NC) {
@@ -626,15 +627,12 @@ VNNI512 static void q6_K_il_vnni512(int64_t n, const void *vw, size_t ws, int nr
         const int64_t ng = nr / IL16_G, h = (ng + 1) / 2;
         for (int64_t k = 0; k < h; k++) {
             const uint8_t *ga = w + (size_t)(k * IL16_G) * ws, *gb = k + h < ng ? w + (size_t)((k + h) * IL16_G) * ws : NULL;
-            if (k + 1 < h) q6i_prefetch_next_d(ga, ws, nsb);
-            if (k + h + 1 < ng) q6i_prefetch_next_d(gb, ws, nsb);
             q6i_one(ga, gb, nsb, x, y + k * IL16_G, y + (k + h) * IL16_G, pf1);
         }
         return;
     }
     for (int r0 = 0; r0 < nr; r0 += IL16_G) {
         const uint8_t *g = w + (size_t)r0 * ws;
-        if (r0 + IL16_G < nr) q6i_prefetch_next_d(g, ws, nsb);
         if (keep) {
             q6r_dec dec[PANEL_MAX_SB];
             for (int64_t i = 0; i < nsb; i++) q6i_decode(g, nsb, i, 1, nc <= BATCH_PF_TOKENS, &dec[i]);

@@ -96,13 +96,24 @@ static inline int llmb_il8_words(int type) {
     }
 }
 
-// 1 where a group of G rows keeps each block's trailing bytes right after that block's words, 0 where they follow
-// the group's last block: Q4_0, Q5_0 and IQ4_NL in groups of 8, Q8_0 in groups of 16. Read one token at a time
-// from DRAM, a group's d apart were a second stream, and Q4_0 read 0.82x of Q4_1's bytes/s
-// (docs/engine-measurements.md#il8-inline-d)
+// P > 0 where a group of G rows keeps its blocks' trailing bytes inline: after every P blocks' words (the last
+// run fewer where P does not divide the blocks), the G tails of each of them; 0 where they all follow the group's
+// last block. 1: Q4_0, Q5_0 and IQ4_NL in groups of 8, Q8_0 in groups of 16. 2: Q6_K in groups of 16, whose
+// 32 bytes of d then fill one line per two super-blocks and keep each one's 52 lines of words on line
+// boundaries. Read one token at a time from DRAM, a group's d apart were a second stream: Q4_0 read 0.82x
+// of Q4_1's bytes/s (docs/engine-measurements.md#il8-inline-d); Q6_K inline ran 1.07x (docs/engine-measurements.md#q6i-inline-d)
 static inline int llmb_il_inline_tail(int type, int G) {
     return G == 8 ? type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_IQ4_NL
-                  : G == 16 && type == LLMB_TYPE_Q8_0;
+                  : G == 16 ? (type == LLMB_TYPE_Q8_0) + 2 * (type == LLMB_TYPE_Q6_K) : 0;
+}
+// Offsets in a group (nb blocks of wbytes of words and tbytes of tails, inline in runs of P > 0) of block i's
+// words and of its tails
+static inline size_t llmb_il_words_at(int64_t i, size_t wbytes, size_t tbytes, int P) {
+    return (size_t)(i / P) * (size_t)P * (wbytes + tbytes) + (size_t)(i % P) * wbytes;
+}
+static inline size_t llmb_il_tail_at(int64_t nb, int64_t i, size_t wbytes, size_t tbytes, int P) {
+    const int64_t run = i / P * P, in_run = nb - run < P ? nb - run : P;
+    return (size_t)run * (wbytes + tbytes) + (size_t)in_run * wbytes + (size_t)(i % P) * tbytes;
 }
 // bytes from one block of a group of 8 to the next: its words, and its 8 d where they follow them
 static inline size_t llmb_il8_stride(int type) {

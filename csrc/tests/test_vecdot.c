@@ -580,6 +580,7 @@ int main(void) {
             check_small_long(t, 256 * 257);
             check_small_long(t, 256 * 513);
             check_interleaved(t, 256 * 3, 0);
+            check_interleaved(t, 256 * 8, 0);   // (Q6_K's d inline after every two super-blocks: even and odd counts)
             check_interleaved(t, 256 * 65, 0);
             check_interleaved(t, 256 * 3, 1);
         } else {
