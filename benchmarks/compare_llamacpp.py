@@ -34,7 +34,9 @@ round (on a shared host one timed run per process let a single slow moment move 
 --ik-bench PATH adds ik_llama.cpp beside them: its own llama-bench binary (built from its source with
 cmake, `cmake --build build --target llama-bench`), run with run-time repacking (-rtr 1) and its other
 defaults (flash attention on) on the same file, threads and sizes, one process per round after the
-other two engines. Its columns give its medians and llmbench's ratio to it.
+other two engines. Its columns give its medians and llmbench's ratio to it; beside the tg ratio, in brackets,
+the same at equal bandwidth (each engine's tg against the probes just before and after its own process: on
+a host whose read bandwidth jumps between levels, two processes a minute apart can run at different ones).
 
     python benchmarks/compare_llamacpp.py --models FILE.gguf --ik-bench ~/ik_llama.cpp/build/bin/llama-bench
 """
@@ -141,7 +143,10 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
     per round: the probes just before and after that engine's process, averaged), tg_of_near_bandwidth: the
     median over rounds of each round's tg against its own probes. On a shared host whose bandwidth moves with
     the neighbours' load (one Zen 5 VM read 38-53 GB/s within an hour, 70-72 at best the day before), the
-    best probe of the whole run is no limit for a round run in a busy minute; the adjacent probes saw it."""
+    best probe of the whole run is no limit for a round run in a busy minute; the adjacent probes saw it.
+    tg_ratio_near: the median over rounds of the ratio of the two engines' tg, each against its own probes
+    (the tg ratio at equal bandwidth: a round whose engines ran at different levels of it counts as if both
+    had run at one)."""
     def med(runs: list[dict], k: str) -> float:
         return statistics.median(v for r in runs for v in r[k])
 
@@ -160,6 +165,9 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
             name: statistics.median(ours[0]["step_bytes"] * statistics.median(r["tg"]) / 1e9 / g
                                     for r, g in zip(runs, near_gbs[name]))
             for name, runs in (("llmbench", ours), ("llama.cpp", theirs))}
+        out["tg_ratio_near"] = statistics.median(
+            statistics.median(a["tg"]) / ga / (statistics.median(b["tg"]) / gb)
+            for a, b, ga, gb in zip(ours, theirs, near_gbs["llmbench"], near_gbs["llama.cpp"]))
     return out
 
 
@@ -193,9 +201,10 @@ def with_types(models: list[str], types: list[str], tmpdir: str, split_spec) -> 
 
 
 def ik_cells(s: dict) -> str:
-    """The ik_llama.cpp columns of a row from summarize(ours, ik runs, ...), whose "llama.cpp" side is ik's."""
+    """The ik_llama.cpp columns of a row from summarize(ours, ik runs, ..., near_gbs), whose "llama.cpp" side is
+    ik's: its medians, the ratios (the tg ratio at equal bandwidth beside it), their range over rounds."""
     t, r, rr = s["llama.cpp"], s["ratio"], s["ratio_range"]
-    return (f" {t['pp']:.0f} / {t['tg']:.1f} | {r['pp']:.2f} / {r['tg']:.2f} | "
+    return (f" {t['pp']:.0f} / {t['tg']:.1f} | {r['pp']:.2f} / {r['tg']:.2f} ({s['tg_ratio_near']:.2f}) | "
             f"{rr['pp'][0]:.2f}–{rr['pp'][1]:.2f}; {rr['tg'][0]:.2f}–{rr['tg'][1]:.2f} |")
 
 
@@ -243,14 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| model | llmbench pp{a.pp} / tg{a.tg} | llama.cpp pp{a.pp} / tg{a.tg} | ratio pp / tg "
           f"| pp of peak llmbench / llama.cpp | pp ceiling | tg of bandwidth llmbench / llama.cpp | tg ceiling "
           f"| ratio by round pp; tg |" + (f" ik_llama.cpp -rtr pp{a.pp} / tg{a.tg} | ratio to ik pp / tg "
-                                          "| to ik by round pp; tg |" if a.ik_bench else ""))
+                                          "(at equal bandwidth) | to ik by round pp; tg |" if a.ik_bench else ""))
     print("|---" * (12 if a.ik_bench else 9) + "|")
     raw = []
     for m, path, (_, act) in zip(a.models, paths, specs):
         args = [path, str(a.threads), str(a.pp), str(a.tg), str(a.reps)]
         ours, theirs, ik = [], [], []
         probes = [membw.measure(threads=a.threads)]   # before and after every engine's process
-        near: dict[str, list[float]] = {"llmbench": [], "llama.cpp": []}
+        near: dict[str, list[float]] = {"llmbench": [], "llama.cpp": [], "ik_llama.cpp": []}
 
         def probe(name: str) -> None:
             probes.append(membw.measure(threads=a.threads))
@@ -263,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             probe("llama.cpp")
             if a.ik_bench:
                 ik.append(measure_ik(a.ik_bench, args))
-                probes.append(membw.measure(threads=a.threads))
+                probe("ik_llama.cpp")
         peaks = peak.best(a.threads, kinds, seen=peaks)
         for p in probes:
             bw = membw.better(bw, p)
@@ -278,11 +287,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['pp_ceiling']:.2f} | {fb['llmbench']:.0%} / {fb['llama.cpp']:.0%}{' †' if cached else ''} "
               f"(near {fn['llmbench']:.0%} / {fn['llama.cpp']:.0%}) | "
               f"{s['tg_ceiling']:.2f} | {rr['pp'][0]:.2f}–{rr['pp'][1]:.2f}; {rr['tg'][0]:.2f}–{rr['tg'][1]:.2f} |"
-              + (ik_cells(summarize(ours, ik, a.pp, {k: p["gops"] for k, p in peaks.items()})) if ik else ""),
+              + (ik_cells(summarize(ours, ik, a.pp, {k: p["gops"] for k, p in peaks.items()},
+                                    near_gbs={"llmbench": near["llmbench"], "llama.cpp": near["ik_llama.cpp"]}))
+                 if ik else ""),
               flush=True)
         raw.append({"model": m, "threads": a.threads, "llmbench": ours, "llama.cpp": theirs, "summary": s,
                     "peaks_gops": {k: p["gops"] for k, p in peaks.items()}, "read_gbs": bw["read"],
-                    "read_probes_gbs": [p["read"] for p in probes]}
+                    "read_probes_gbs": [p["read"] for p in probes], "near_gbs": near}
                    | ({"ik_llama.cpp": ik} if ik else {}))
     print(f"limits at {a.threads} thread(s), best of the measurements: "
           + ", ".join(f"{k} {p['gops']:.0f} GOP/s" for k, p in peaks.items()) + f", read {bw['read']:.1f} GB/s")

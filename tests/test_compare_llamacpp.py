@@ -73,6 +73,12 @@ def test_summary_by_hand():
     assert s["tg_of_near_bandwidth"]["llmbench"] == pytest.approx((2 * 11 / 40 + 2 * 11 / 20) / 2)
     assert s["tg_of_near_bandwidth"]["llama.cpp"] == pytest.approx(2 * 10 / 25)
     assert s["tg_of_bandwidth"]["llmbench"] == pytest.approx(2 * 11 / 40)   # the best probe's, as before
+    # the tg ratio at equal bandwidth: per round pair, each engine's tg against its own probes (one pair here)
+    assert s["tg_ratio_near"] == pytest.approx((11 / 40) / (10 / 25))
+    two = cmp.summarize(ours, theirs + [{"pp": [100.0], "tg": [5.0]}], 512, {"f32": 100.0, "int8": 400.0},
+                        near_gbs={"llmbench": [40.0, 20.0], "llama.cpp": [25.0, 50.0]})
+    assert two["tg_ratio_near"] == pytest.approx(((11 / 40) / (10 / 25) + (11 / 20) / (5 / 50)) / 2)
+    assert cmp.ik_cells(two) == " 65 / 9.5 | 1.69 / 1.16 (3.09) | 1.10–1.83; 1.10–2.20 |"
 
 
 def test_bad_arguments(capsys):
