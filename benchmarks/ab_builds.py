@@ -110,7 +110,7 @@ def summary(label: str, rates: list[list[float]], unit: str) -> str:
 
     out = [line(label, rates[0], rates[1])]
     bins: dict[int, list[int]] = {}
-    for r, gbs in enumerate(rates[2] if len(rates) > 2 else []):
+    for r, gbs in enumerate(rates[2]):
         bins.setdefault(int(gbs // 10) * 10, []).append(r)
     for lo, rs in sorted(bins.items()):
         out.append(line(f"  read {lo}-{lo + 10} GB/s", [rates[0][r] for r in rs], [rates[1][r] for r in rs]))

@@ -713,9 +713,9 @@ static void recode(int wtype, const uint8_t *from, uint8_t *to, int pack) {
 
 // Group g of the interleaved layout (G rows, nb blocks each): for block i, the G x words matrix of the
 // block's whole 32-bit words in the G rows, transposed (word k of row r at word k * G + r); after all nb
-// of them, the blocks' trailing type_size % 4 bytes (Q3_K's d), block after block, row after row, or where
-// llmb_il_inline_tail (Q4_0, Q5_0, IQ4_NL in groups of 8, Q8_0 and Q6_K of 16) each block's G inline, after its
-// words (Q6_K: after its own and its twin's; llmb_il_words_at, llmb_il_tail_at).
+// of them, the blocks' trailing type_size % 4 bytes (the d of Q3_K, Q6_K, Q8_0), block after block, row
+// after row, or where llmb_il_inline_tail (Q4_0, Q5_0, IQ4_NL in groups of 8, Q8_0 and Q6_K of 16) each
+// block's G inline after its words (Q6_K's after its own and its twin's: llmb_il_words_at, llmb_il_tail_at).
 // Q6_K's, Q3_K's, Q5_K's, Q8_0's, Q4_0's, IQ4_NL's and Q5_0 / Q5_1's blocks are recoded first (q6_K_recode,
 // q3_K_recode, q5_K_recode, q8_0_recode, legacy_recode).
 static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, int G, uint8_t *dst, int pack) {

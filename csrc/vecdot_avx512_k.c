@@ -477,8 +477,8 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 // Interleaved Q6_K (groups of 16 rows): super-block i of a group is 52 vectors (q6i_words), lane r of
 // vector k = word k of row r's recoded block (vecdot.c, q6_K_recode: the values whole, in reading order,
 // vectors 0..47; the scales 48..51), and the group's 16 d of super-block i are 16 halves after the words of
-// super-blocks i and its twin (llmb_il_inline_tail: every two super-blocks 105 whole lines). q6i_vals4 unpacks them (q6i_decode into the panel's table), q6r_sb runs the tokens: the panel's
-// bits, the dot's. Each group is read from memory once, prefetched into L2 STREAM_PF_AHEAD bytes ahead:
+// super-block i and its twin (llmb_il_inline_tail: two super-blocks in 105 whole lines). q6i_vals4 unpacks
+// them (q6i_decode into the panel's table), q6r_sb runs the tokens: the panel's bits, the dot's. Each group is read from memory once, prefetched into L2 STREAM_PF_AHEAD bytes ahead:
 // with more token tiles than one, all its super-blocks are decoded once into a panel's table first (as
 // K_PANEL does; rows too long for it decode again per tile), else each super-block is decoded and run at
 // once; one token (q6i_sb1) runs each 4 values as they are unpacked, nothing stored. Q6_K's unpacking
@@ -493,7 +493,7 @@ K_PANEL(q6_K, llmb_block_q6_K, q6r_dec, q6r_decode, Q6R_NC, Q6_K_BODY)
 #define IL6_RUN llmb_il_inline_tail(LLMB_TYPE_Q6_K, IL16_G)   // super-blocks whose d follow their words together
 
 // super-block i's words in the group at g
-INLINE const __m512i *q6i_words(const uint8_t *g, int64_t nsb, int64_t i) {
+INLINE const __m512i *q6i_words(const uint8_t *g, int64_t i) {
     return (const __m512i *)(g + llmb_il_words_at(i, IL6_SB, IL6_TAIL, IL6_RUN));
 }
 // lane r: row r's d of super-block i of the group at g
@@ -518,7 +518,7 @@ INLINE VNNI512 void q6i_vals4(const __m512i *v, __m512i q[4]) {
 }
 
 INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf, const int l1, q6r_dec *o) {
-    const __m512i *v = q6i_words(g, nsb, i);
+    const __m512i *v = q6i_words(g, i);
     if (pf) prefetch_l2((const uint8_t *)v + STREAM_PF_AHEAD, IL6_SB);
     if (l1)
         for (size_t b = 0; b < IL6_SB; b += 64) pf_line((const uint8_t *)v + b, 1);
@@ -540,7 +540,7 @@ INLINE VNNI512 void q6i_decode(const uint8_t *g, int64_t nsb, int64_t i, int pf,
 // S and fma
 INLINE VNNI512 __m512 q6i_sb1(const uint8_t *g, int64_t nsb, int64_t i, const llmb_block_q8_K *xb, int pf,
                               const int lines, __m512 acc) {
-    const __m512i *v = q6i_words(g, nsb, i);
+    const __m512i *v = q6i_words(g, i);
     if (pf) prefetch_stream((const uint8_t *)v + Q6_PF_AHEAD, IL6_SB);
     __m512i ts[16], sw[4];
     for (int s = 0; s < 16; s++) ts[s] = _mm512_setzero_si512();
