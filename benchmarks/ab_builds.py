@@ -172,18 +172,6 @@ def product_rate(build, tid: int, ws, x, threads: int, ops: float, group: int, m
             return ops * len(ws) * passes / dt
 
 
-def page_aligned(w: np.ndarray) -> np.ndarray:
-    """A copy of w starting on a page (2 MiB for 2 MiB or more, as the engine places its repacked weights:
-    llmb_alloc_stream). NumPy's buffers start 16 bytes into a line or anywhere else, and a 64-byte vector
-    load that straddles two lines moved one build's GOP/s against the other's by up to 1.5x."""
-    align = 2 << 20 if w.nbytes >= 2 << 20 else 4096
-    buf = np.empty(w.nbytes + align, np.uint8)
-    off = -buf.ctypes.data % align
-    out = buf[off:off + w.nbytes].view(w.dtype).reshape(w.shape)
-    out[...] = w
-    return out
-
-
 def weight_copies(build, tid: int, w, a: argparse.Namespace) -> tuple[list, int]:
     """`a.copies` page-aligned copies of w for `build`, in its interleaved layout where --interleaved asks (and
     the rows of each group per layout, 0 for plain rows)"""
@@ -192,6 +180,8 @@ def weight_copies(build, tid: int, w, a: argparse.Namespace) -> tuple[list, int]
         if not build.vec_dot_interleave(tid):
             raise SystemExit(f"ab_builds: --interleaved {a.kernel}: this SIMD level has no interleaved layout for it")
         w, group = build.vec_dot_repack(tid, w)
+    from llmbench.perf.membw import page_aligned
+
     return [page_aligned(w) for _ in range(a.copies)], group
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from llmbench import _core
 from llmbench.info import llc_bytes
 from llmbench.models.weight_types import quantize, type_id
+from llmbench.perf.membw import page_aligned
 
 TYPES = ["Q8_0", "Q4_K", "Q6_K", "Q4_0", "F16", "Q5_K", "Q5_0", "Q4_1", "Q5_1", "BF16", "F32"]
 
@@ -66,7 +67,7 @@ def bench_type(t: str, rows: int, cols: int, pool_bytes: int, reps: int, threads
     x = rng.standard_normal((1, cols), dtype=np.float32)
     out = []
     for name, wl, group in layouts:
-        copies = [wl.copy() for _ in range(ncopies)]
+        copies = [page_aligned(wl) for _ in range(ncopies)]   # where the engine's would start
         r: dict = {"type": name, "rows": rows, "cols": cols, "weight_bytes": w.nbytes, "copies": ncopies}
         for n in threads:
             r[f"matvec_{n}"] = samples(lambda k: _core.matvec(tid, copies[k], x, n, interleave=group, stream=stream),

@@ -9,7 +9,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import llmbench._core
@@ -90,17 +89,6 @@ def test_bad_input(builds, tmp_path):
     for args in (["--shapes", "768"], ["--shapes", "0x16"], ["--rounds", "0"], ["--copies", "0"]):
         with pytest.raises(SystemExit):
             ab_builds.main([*builds, "--kernel", "F16", *args])
-
-
-def test_weight_copies_start_on_pages():
-    # NumPy's buffers start anywhere past a line boundary; a vector load straddling two lines moved one
-    # build's GOP/s against the other's by up to 1.5x, so each copy starts where the engine's would
-    rng = np.random.default_rng(0)
-    for nbytes, align in ((3000, 4096), (3 << 20, 2 << 20)):
-        w = rng.integers(0, 256, (nbytes // 6, 6), dtype=np.uint8)
-        c = ab_builds.page_aligned(w)
-        assert c.ctypes.data % align == 0 and c.flags.c_contiguous
-        assert c.shape == w.shape and c.dtype == w.dtype and np.array_equal(c, w)
 
 
 def test_rounds_split_by_the_bandwidth_around_them():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from .. import _core
 
 
@@ -26,3 +28,16 @@ def best(threads: int, seen: dict | None = None, nbytes: int = 256 << 20, reps: 
     """``measure`` now and keep the better of it and ``seen`` (an earlier result): callers measure
     before and after their runs, as peak.best does for the arithmetic peaks."""
     return better(seen, measure(nbytes, reps, threads))
+
+
+def page_aligned(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` starting on a page (2 MiB for 2 MiB or more), as the engine places its repacked
+    weights (llmb_alloc_stream), for timing kernels on them. NumPy's buffers start 16 bytes into a line or
+    anywhere else, and a kernel whose 64-byte loads straddle two lines ran up to 1.5x slower than on the
+    same bytes aligned (docs/engine-measurements.md#q6i-inline-d)."""
+    align = 2 << 20 if a.nbytes >= 2 << 20 else 4096
+    buf = np.empty(a.nbytes + align, np.uint8)
+    off = -buf.ctypes.data % align
+    out = buf[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
