@@ -41,6 +41,7 @@ import numpy as np
 import llmbench.llm
 import llmbench.models.gguf
 from llmbench import LLM
+from llmbench.perf import membw
 
 
 def load_build(path: str):
@@ -140,8 +141,6 @@ def probe(a: argparse.Namespace):
     over 256 MiB, well under a second), else None"""
     if not a.by_bandwidth:
         return None
-    from llmbench.perf import membw
-
     return lambda: membw.measure(256 << 20, 2, a.threads)["read"]
 
 
@@ -180,9 +179,7 @@ def weight_copies(build, tid: int, w, a: argparse.Namespace) -> tuple[list, int]
         if not build.vec_dot_interleave(tid):
             raise SystemExit(f"ab_builds: --interleaved {a.kernel}: this SIMD level has no interleaved layout for it")
         w, group = build.vec_dot_repack(tid, w)
-    from llmbench.perf.membw import page_aligned
-
-    return [page_aligned(w) for _ in range(a.copies)], group
+    return [membw.page_aligned(w) for _ in range(a.copies)], group
 
 
 def kernel_ab(builds, a: argparse.Namespace) -> list[str]:
