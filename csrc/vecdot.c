@@ -730,8 +730,7 @@ static void interleave(int wtype, int64_t n, const uint8_t *src, int64_t nrows, 
     for (int64_t g = 0; g < nrows / G; g++) {
         uint8_t *grp = (pack ? dst : (uint8_t *)src) + (size_t)g * G * row_bytes;
         for (int64_t i = 0; i < nb; i++) {
-            uint8_t *bw = grp + (inl ? llmb_il_words_at(i, wbytes, tbytes, inl) : (size_t)i * wbytes),
-                    *bt = grp + (inl ? llmb_il_tail_at(nb, i, wbytes, tbytes, inl) : (size_t)nb * wbytes + (size_t)i * tbytes);
+            uint8_t *bw = grp + llmb_il_words_at(i, wbytes, tbytes, inl), *bt = grp + llmb_il_tail_at(nb, i, wbytes, tbytes, inl);
             for (int r = 0; r < G; r++) {
                 uint8_t *row = (pack ? (uint8_t *)src : dst) + ((size_t)g * G + r) * row_bytes + (size_t)i * bs;
                 uint8_t blk[sizeof(llmb_block_q6_K)], *plain = rec ? blk : row;   // the recoded block in blk

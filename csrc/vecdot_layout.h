@@ -106,12 +106,14 @@ static inline int llmb_il_inline_tail(int type, int G) {
     return G == 8 ? type == LLMB_TYPE_Q4_0 || type == LLMB_TYPE_Q5_0 || type == LLMB_TYPE_IQ4_NL
                   : G == 16 ? (type == LLMB_TYPE_Q8_0) + 2 * (type == LLMB_TYPE_Q6_K) : 0;
 }
-// Offsets in a group (nb blocks of wbytes of words and tbytes of tails, inline in runs of P > 0) of block i's
+// Offsets in a group (nb blocks of wbytes of words and tbytes of tails, P = llmb_il_inline_tail) of block i's
 // words and of its tails
 static inline size_t llmb_il_words_at(int64_t i, size_t wbytes, size_t tbytes, int P) {
+    if (!P) return (size_t)i * wbytes;
     return (size_t)(i / P) * (size_t)P * (wbytes + tbytes) + (size_t)(i % P) * wbytes;
 }
 static inline size_t llmb_il_tail_at(int64_t nb, int64_t i, size_t wbytes, size_t tbytes, int P) {
+    if (!P) return (size_t)nb * wbytes + (size_t)i * tbytes;
     const int64_t run = i / P * P, in_run = nb - run < P ? nb - run : P;
     return (size_t)run * (wbytes + tbytes) + (size_t)in_run * wbytes + (size_t)(i % P) * tbytes;
 }
