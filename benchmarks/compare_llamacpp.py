@@ -161,13 +161,10 @@ def summarize(ours: list[dict], theirs: list[dict], pp: int, peaks_gops: dict[st
         bw = {name: ours[0]["step_bytes"] * r["tg"] / 1e9 / read_gbs for name, r in (("llmbench", o), ("llama.cpp", t))}
         out.update(tg_of_bandwidth=bw, tg_ceiling=1.0 / bw["llama.cpp"])
     if near_gbs:
-        out["tg_of_near_bandwidth"] = {
-            name: statistics.median(ours[0]["step_bytes"] * statistics.median(r["tg"]) / 1e9 / g
-                                    for r, g in zip(runs, near_gbs[name]))
-            for name, runs in (("llmbench", ours), ("llama.cpp", theirs))}
-        out["tg_ratio_near"] = statistics.median(
-            statistics.median(a["tg"]) / ga / (statistics.median(b["tg"]) / gb)
-            for a, b, ga, gb in zip(ours, theirs, near_gbs["llmbench"], near_gbs["llama.cpp"]))
+        fr = {name: [ours[0]["step_bytes"] * statistics.median(r["tg"]) / 1e9 / g for r, g in zip(runs, near_gbs[name])]
+              for name, runs in (("llmbench", ours), ("llama.cpp", theirs))}
+        out["tg_of_near_bandwidth"] = {name: statistics.median(f) for name, f in fr.items()}
+        out["tg_ratio_near"] = statistics.median(a / b for a, b in zip(fr["llmbench"], fr["llama.cpp"]))
     return out
 
 
