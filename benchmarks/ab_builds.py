@@ -137,11 +137,8 @@ def engine_ab(builds, a: argparse.Namespace) -> str:
 
 
 def probe(a: argparse.Namespace):
-    """--by-bandwidth: a function measuring the read bandwidth at a.threads (llmbench.perf.membw, 2 passes
-    over 256 MiB, well under a second), else None"""
-    if not a.by_bandwidth:
-        return None
-    return lambda: membw.measure(256 << 20, 2, a.threads)["read"]
+    """--by-bandwidth: a function measuring the read bandwidth at a.threads (membw.read_now), else None"""
+    return (lambda: membw.read_now(a.threads)) if a.by_bandwidth else None
 
 
 def decode_rate(llm: LLM, a: argparse.Namespace) -> float:

@@ -42,14 +42,14 @@ from llmbench.perf.metrics import cache_note, fits_in_cache, prefill_compute
 
 def near_fractions(llm: LLM, tg: int, threads: int, runs: int) -> list[float]:
     """Decode GB/s of `runs` tg runs, each against the mean of the read bandwidth probes taken just before and
-    just after it in this process (membw.measure): on a host whose bandwidth swings between two levels within
+    just after it in this process (membw.read_now): on a host whose bandwidth swings between two levels within
     minutes, the best probe of the whole run is not what a given run had."""
     step = tg_step_bytes(llm, tg)
-    probes = [membw.measure(256 << 20, 3, threads)["read"]]
+    probes = [membw.read_now(threads)]
     out = []
     for r in range(runs):
         gbs = step * tg / run_once(llm, 1, tg, 200 + r) / 1e9
-        probes.append(membw.measure(256 << 20, 3, threads)["read"])
+        probes.append(membw.read_now(threads))
         out.append(gbs / ((probes[-2] + probes[-1]) / 2))
     return out
 

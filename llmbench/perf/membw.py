@@ -18,6 +18,12 @@ def measure(nbytes: int = 256 << 20, reps: int = 5, threads: int | None = None) 
     return {**_core.membw(nbytes, reps, threads), "threads": threads, "array_bytes": nbytes, "reps": reps}
 
 
+def read_now(threads: int, reps: int = 3) -> float:
+    """The read bandwidth in GB/s now, quickly (``reps`` passes over 256 MiB, well under a second): the probe
+    benchmarks take just before and after a run, on a host whose bandwidth moves between runs."""
+    return measure(256 << 20, reps, threads)["read"]
+
+
 def better(a: dict | None, b: dict) -> dict:
     """Of two results of ``measure`` (``a`` may be None), the one with the higher read figure: the
     bandwidth is a limit of the machine, and on a shared host one measurement can land in a busy moment."""
