@@ -825,6 +825,35 @@ INLINE IL_T void IL(il8k_head)(const int type, const uint8_t *g, int64_t nb, int
     for (int k = 0; k < 4; k++) o->mn[k] = IL(il8k_pick)(k < 2 ? mn_lo : mn_hi, 2 * k % 4, 2 * k % 4 + 1, 0);
 }
 
+// the 4 vectors of Q6_K values in a triple of words at w: values of m = 0, 1, 2 in bits 0-5 of the three, m = 3's in
+// their bits 6-7 (vecdot.c, q6_K_recode)
+INLINE IL_T void IL(il8k_q6_triple)(const uint8_t *w, __m256i *q) {
+    const __m256i k3f = _mm256_set1_epi8(0x3f);
+    const __m256i a = _mm256_loadu_si256((const __m256i *)w), b = _mm256_loadu_si256((const __m256i *)(w + 32));
+    const __m256i c = _mm256_loadu_si256((const __m256i *)(w + 64));
+    q[0] = _mm256_and_si256(a, k3f), q[1] = _mm256_and_si256(b, k3f), q[2] = _mm256_and_si256(c, k3f);
+    q[3] = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 6), _mm256_set1_epi8(0x03)),
+                                           _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0C))),
+                           _mm256_and_si256(_mm256_srli_epi16(c, 2), _mm256_set1_epi8(0x30)));
+}
+
+// Q4_K's and Q5_K's word k of chunk j (word 8 j + k of qs; Q5_K's fifth bits in qh' word 2 j + k / 4, vecdot.c
+// q5_K_recode) of the super-block's words at v: its low nibbles' values to *lo (sub-block 2 j), its high ones' to *hi
+INLINE IL_T void IL(il8k_q45_word)(const int type, const uint8_t *v, int j, int k, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (type == LLMB_TYPE_Q5_K) {
+        const __m256i b4 = _mm256_set1_epi8(0x10);
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * (12 + 8 * j + k)));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)(v + 32 * (4 + 2 * j + k / 4)));
+        *lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4 - k % 4), b4));
+        *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                              _mm256_and_si256(_mm256_srli_epi16(h, k % 4), b4));
+        return;
+    }
+    const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 128 + 32 * (8 * j + k)));
+    *lo = _mm256_and_si256(raw, m4), *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+}
+
 // the values of part j of super-block i into q: Q4_K, Q5_K chunk j of 4 (sub-blocks 2 j, 2 j + 1: words 8 j .. 8 j + 7
 // of qs, low then high nibbles), 16 vectors; the others half j of 2 (sub-blocks 8 j .. 8 j + 7), 32 vectors
 INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int j, __m256i *q) {
@@ -862,41 +891,16 @@ INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int 
         }
         return;
     }
-    if (type == LLMB_TYPE_Q6_K) {   // word 24 j + 3 t (+1, +2): values 128 j + 32 m + 4 t .. of m = 0, 1, 2, and m = 3
-        const __m256i k3f = _mm256_set1_epi8(0x3f);   // in bits 6-7 of the three (vecdot.c, q6_K_recode)
+    if (type == LLMB_TYPE_Q6_K) {   // word 24 j + 3 t (+1, +2): values 128 j + 32 m + 4 t .. of m = 0 .. 3
         for (int t = 0; t < 8; t++) {
-            const __m256i a = _mm256_loadu_si256((const __m256i *)(v + 32 * (24 * j + 3 * t)));
-            const __m256i b = _mm256_loadu_si256((const __m256i *)(v + 32 * (24 * j + 3 * t + 1)));
-            const __m256i c = _mm256_loadu_si256((const __m256i *)(v + 32 * (24 * j + 3 * t + 2)));
-            const __m256i v3 = _mm256_or_si256(
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 6), _mm256_set1_epi8(0x03)),
-                                _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0C))),
-                _mm256_and_si256(_mm256_srli_epi16(c, 2), _mm256_set1_epi8(0x30)));
+            __m256i m4[4];
+            IL(il8k_q6_triple)(v + 32 * (24 * j + 3 * t), m4);
             // value 32 m + 4 t of the half: sub-block 2 m + t / 4 of the half, vector t % 4
-            q[4 * (0 + t / 4) + t % 4] = _mm256_and_si256(a, k3f);
-            q[4 * (2 + t / 4) + t % 4] = _mm256_and_si256(b, k3f);
-            q[4 * (4 + t / 4) + t % 4] = _mm256_and_si256(c, k3f);
-            q[4 * (6 + t / 4) + t % 4] = v3;
+            for (int m = 0; m < 4; m++) q[4 * (2 * m + t / 4) + t % 4] = m4[m];
         }
         return;
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    if (type == LLMB_TYPE_Q5_K) {   // word 8 j + k of qs, its fifth bits in qh' word 2 j + k / 4 (vecdot.c, q5_K_recode)
-        const __m256i b4 = _mm256_set1_epi8(0x10);
-        for (int k = 0; k < 8; k++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 32 * (12 + 8 * j + k)));
-            const __m256i h = _mm256_loadu_si256((const __m256i *)(v + 32 * (4 + 2 * j + k / 4)));
-            q[k] = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4 - k % 4), b4));
-            q[8 + k] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
-                                       _mm256_and_si256(_mm256_srli_epi16(h, k % 4), b4));
-        }
-        return;
-    }
-    for (int k = 0; k < 8; k++) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(v + 128 + 32 * (8 * j + k)));
-        q[k] = _mm256_and_si256(raw, m4);
-        q[8 + k] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-    }
+    for (int k = 0; k < 8; k++) IL(il8k_q45_word)(type, v, j, k, &q[k], &q[8 + k]);
 }
 
 #if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_avx512_k.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
@@ -951,6 +955,61 @@ INLINE IL_T void IL(il8k_q2_half)(const uint8_t *g, int64_t i, int j, const __m2
     }
 }
 
+// Q6_K decoded in registers (one token and small batches): half j of super-block i's values straight into S, as
+// il8k_q2_half does Q2_K's, without il8k_part's 32 vectors staged on the stack (words 24 j + 3 t .. + 2 hold the
+// values 32 m + 4 t .. of m = 0 .. 3, sub-block 2 m + t / 4 of the half, vector t % 4; il8k_sums' runs of 2 maddubs
+// are the triples of t = 2 p and 2 p + 1). The int32 sums are exact, so the order of their adds leaves the bits.
+// ab_builds.py --kernel Q6_K --interleaved, 1 thread, AMD EPYC Zen 3 (AVX2), B/A: one token from L2 (512 x 2048)
+// 1.17, from DRAM on 2 threads (8192 x 2048, 32000 x 768) 1.13-1.20; 2 tokens 1.15, 3: 1.13-1.16, 4: 1.03-1.11.
+INLINE IL_T void IL(il8k_q6_half)(const uint8_t *g, int64_t i, int j, const __m256i *sc, const int8_t *const *xq,
+                                  __m256i *S, const int NC) {
+    const uint8_t *v = g + (size_t)i * il8k_bytes(LLMB_TYPE_Q6_K) + 32 * 24 * (size_t)j;
+    for (int p = 0; p < 4; p++) {
+        __m256i q[2][4];
+        for (int u = 0; u < 2; u++) IL(il8k_q6_triple)(v + 32 * 3 * (2 * p + u), q[u]);
+        for (int m = 0; m < 4; m++) {
+            __m256i h16[IL8_NC];
+            for (int c = 0; c < NC; c++) h16[c] = _mm256_setzero_si256();
+            for (int u = 0; u < 2; u++)
+                for (int c = 0; c < NC; c++) {
+                    int32_t a;
+                    memcpy(&a, xq[c] + 32 * m + 4 * (2 * p + u), 4);
+                    h16[c] = _mm256_add_epi16(h16[c], _mm256_maddubs_epi16(q[u][m], _mm256_set1_epi32(a)));
+                    IL8_KEEP(h16[c]);
+                }
+            for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[c], sc[2 * m + p / 2]));
+        }
+    }
+}
+
+// Q4_K and Q5_K decoded in registers (one token and small batches): chunk j of super-block i's values straight into
+// S (il8k_q45_word's words one at a time; il8k_sums' runs of 8 (Q4_K) or 4 (Q5_K) maddubs a sub-block, 2 j and 2 j + 1)
+#define IL8K_Q4F 2
+#define IL8K_Q5F 1
+INLINE IL_T void IL(il8k_q45_part)(const int type, const uint8_t *g, int64_t i, int j, const __m256i *sc,
+                                   const int8_t *const *xq, __m256i *S, const int NC) {
+    const uint8_t *v = g + (size_t)i * il8k_bytes(type);
+    const int run = type == LLMB_TYPE_Q4_K ? 8 : 4;
+    for (int r0 = 0; r0 < 8; r0 += run) {
+        __m256i h16[2][IL8_NC];
+        for (int e = 0; e < 2; e++)
+            for (int c = 0; c < NC; c++) h16[e][c] = _mm256_setzero_si256();
+        for (int k = r0; k < r0 + run; k++) {
+            __m256i q[2];
+            IL(il8k_q45_word)(type, v, j, k, &q[0], &q[1]);
+            for (int e = 0; e < 2; e++)
+                for (int c = 0; c < NC; c++) {
+                    int32_t a;
+                    memcpy(&a, xq[c] + 32 * e + 4 * k, 4);
+                    h16[e][c] = _mm256_add_epi16(h16[e][c], _mm256_maddubs_epi16(q[e], _mm256_set1_epi32(a)));
+                    IL8_KEEP(h16[e][c]);
+                }
+        }
+        for (int e = 0; e < 2; e++)
+            for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[e][c], sc[e]));
+    }
+}
+
 // One group x NC tokens over super-blocks i0 .. i0 + bn - 1 (of nb): from dec (decoded) or, where dec is NULL,
 // decoding from g as it goes; the sums start at 0 where first, else from y
 INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, const il8k_dec *dec, int64_t i0,
@@ -996,6 +1055,14 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
             for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + (k16 ? 128 : 64) * j;
             if (!dec && type == LLMB_TYPE_Q2_K && NC <= IL8K_Q2F) {
                 IL(il8k_q2_half)(g, i0 + i, j, o->sc + 8 * j, xq, S, NC);
+                continue;
+            }
+            if (!dec && (type == LLMB_TYPE_Q4_K ? NC <= IL8K_Q4F : type == LLMB_TYPE_Q5_K && NC <= IL8K_Q5F)) {
+                IL(il8k_q45_part)(type, g, i0 + i, j, o->sc + 2 * j, xq, S, NC);
+                continue;
+            }
+            if (!dec && type == LLMB_TYPE_Q6_K) {
+                IL(il8k_q6_half)(g, i0 + i, j, o->sc + 8 * j, xq, S, NC);
                 continue;
             }
             __m256i qv[32];
