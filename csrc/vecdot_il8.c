@@ -982,8 +982,10 @@ INLINE IL_T void IL(il8k_q6_half)(const uint8_t *g, int64_t i, int j, const __m2
     }
 }
 
-// Q4_K and Q5_K decoded in registers (one token and small batches): chunk j of super-block i's values straight into
-// S (il8k_q45_word's words one at a time; il8k_sums' runs of 8 (Q4_K) or 4 (Q5_K) maddubs a sub-block, 2 j and 2 j + 1)
+// Q4_K and Q5_K decoded in registers: chunk j of super-block i's values straight into S (il8k_q45_word's words one at
+// a time; il8k_sums' runs of 8 (Q4_K) or 4 (Q5_K) maddubs a sub-block, 2 j and 2 j + 1), for up to IL8K_Q4F / IL8K_Q5F
+// tokens. As il8k_q6_half, B/A: Q4_K one token 1.08 from L2, 1.05-1.10 from DRAM, 2 tokens 1.13; Q5_K one token
+// 1.04-1.05; more tokens lost (Q4_K 3-4: 0.73, Q5_K 2-4: 0.70-0.74: docs/engine-measurements.md#il8k-regs)
 #define IL8K_Q4F 2
 #define IL8K_Q5F 1
 INLINE IL_T void IL(il8k_q45_part)(const int type, const uint8_t *g, int64_t i, int j, const __m256i *sc,
