@@ -904,6 +904,20 @@ INLINE IL_T void IL(il8k_part)(const int type, const uint8_t *g, int64_t i, int 
 }
 
 #if !IL_VNNI   // (Q4_K, Q6_K at the VNNI level: vecdot_avx512_k.c, q4_K_il_vnni512 and q6_K_il_vnni512, groups of 16)
+// A run of maddubs summed in int16 (il8k_sums): one step, h16[c] += maddubs(q, token c's 4 activation bytes at
+// xq[c] + o), for NC tokens; and its end, S[c] += madd(h16[c], sc) with the sub-block's scale
+INLINE IL_T void IL(il8k_run_step)(const __m256i q, const int8_t *const *xq, const int o, __m256i *h16, const int NC) {
+    for (int c = 0; c < NC; c++) {
+        int32_t a;
+        memcpy(&a, xq[c] + o, 4);
+        h16[c] = _mm256_add_epi16(h16[c], _mm256_maddubs_epi16(q, _mm256_set1_epi32(a)));
+        IL8_KEEP(h16[c]);
+    }
+}
+INLINE IL_T void IL(il8k_run_end)(const __m256i *h16, const __m256i sc, __m256i *S, const int NC) {
+    for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[c], sc));
+}
+
 // S[c] += sc_s sum q x over the sub-blocks of a part (q: its vectors, sc: their scales) for NC tokens (xq[c]:
 // token c's values of the part's first sub-block)
 INLINE IL_T void IL(il8k_sums)(const int type, const __m256i *q, const __m256i *sc, const int8_t *const *xq,
@@ -915,14 +929,8 @@ INLINE IL_T void IL(il8k_sums)(const int type, const __m256i *q, const __m256i *
         for (int r0 = 0; r0 < vecs; r0 += run) {   // int16 sums of `run` maddubs, then a madd with the scale
             __m256i h16[IL8_NC];
             for (int c = 0; c < NC; c++) h16[c] = _mm256_setzero_si256();
-            for (int k = r0; k < r0 + run; k++)
-                for (int c = 0; c < NC; c++) {
-                    int32_t a;
-                    memcpy(&a, xq[c] + vecs * 4 * sb + 4 * k, 4);
-                    h16[c] = _mm256_add_epi16(h16[c], _mm256_maddubs_epi16(q[vecs * sb + k], _mm256_set1_epi32(a)));
-                    IL8_KEEP(h16[c]);
-                }
-            for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[c], sc[sb]));
+            for (int k = r0; k < r0 + run; k++) IL(il8k_run_step)(q[vecs * sb + k], xq, vecs * 4 * sb + 4 * k, h16, NC);
+            IL(il8k_run_end)(h16, sc[sb], S, NC);
         }
 }
 
@@ -943,14 +951,9 @@ INLINE IL_T void IL(il8k_q2_half)(const uint8_t *g, int64_t i, int j, const __m2
             for (int c = 0; c < NC; c++) h16[c] = _mm256_setzero_si256();
             for (int t = 0; t < 4; t++) {
                 const __m256i q = _mm256_and_si256(m ? _mm256_srli_epi16(raw[t], 2 * m) : raw[t], k03);
-                for (int c = 0; c < NC; c++) {
-                    int32_t a;
-                    memcpy(&a, xq[c] + 32 * m + 4 * (4 * h + t), 4);
-                    h16[c] = _mm256_add_epi16(h16[c], _mm256_maddubs_epi16(q, _mm256_set1_epi32(a)));
-                    IL8_KEEP(h16[c]);
-                }
+                IL(il8k_run_step)(q, xq, 32 * m + 4 * (4 * h + t), h16, NC);
             }
-            for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[c], sc[2 * m + h]));
+            IL(il8k_run_end)(h16, sc[2 * m + h], S, NC);
         }
     }
 }
@@ -970,14 +973,8 @@ INLINE IL_T void IL(il8k_q6_half)(const uint8_t *g, int64_t i, int j, const __m2
         for (int m = 0; m < 4; m++) {
             __m256i h16[IL8_NC];
             for (int c = 0; c < NC; c++) h16[c] = _mm256_setzero_si256();
-            for (int u = 0; u < 2; u++)
-                for (int c = 0; c < NC; c++) {
-                    int32_t a;
-                    memcpy(&a, xq[c] + 32 * m + 4 * (2 * p + u), 4);
-                    h16[c] = _mm256_add_epi16(h16[c], _mm256_maddubs_epi16(q[u][m], _mm256_set1_epi32(a)));
-                    IL8_KEEP(h16[c]);
-                }
-            for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[c], sc[2 * m + p / 2]));
+            for (int u = 0; u < 2; u++) IL(il8k_run_step)(q[u][m], xq, 32 * m + 4 * (2 * p + u), h16, NC);
+            IL(il8k_run_end)(h16, sc[2 * m + p / 2], S, NC);
         }
     }
 }
@@ -985,7 +982,7 @@ INLINE IL_T void IL(il8k_q6_half)(const uint8_t *g, int64_t i, int j, const __m2
 // Q4_K and Q5_K decoded in registers: chunk j of super-block i's values straight into S (il8k_q45_word's words one at
 // a time; il8k_sums' runs of 8 (Q4_K) or 4 (Q5_K) maddubs a sub-block, 2 j and 2 j + 1), for up to IL8K_Q4F / IL8K_Q5F
 // tokens. As il8k_q6_half, B/A: Q4_K one token 1.08 from L2, 1.05-1.10 from DRAM, 2 tokens 1.13; Q5_K one token
-// 1.04-1.05; more tokens lost (Q4_K 3-4: 0.73, Q5_K 2-4: 0.70-0.74: docs/engine-measurements.md#il8k-regs)
+// 1.04-1.05; more tokens lost (Q4_K 4 tokens 0.73, Q5_K 2 and 4 tokens 0.74, 0.70: docs/engine-measurements.md#il8k-regs)
 #define IL8K_Q4F 2
 #define IL8K_Q5F 1
 INLINE IL_T void IL(il8k_q45_part)(const int type, const uint8_t *g, int64_t i, int j, const __m256i *sc,
@@ -999,16 +996,9 @@ INLINE IL_T void IL(il8k_q45_part)(const int type, const uint8_t *g, int64_t i, 
         for (int k = r0; k < r0 + run; k++) {
             __m256i q[2];
             IL(il8k_q45_word)(type, v, j, k, &q[0], &q[1]);
-            for (int e = 0; e < 2; e++)
-                for (int c = 0; c < NC; c++) {
-                    int32_t a;
-                    memcpy(&a, xq[c] + 32 * e + 4 * k, 4);
-                    h16[e][c] = _mm256_add_epi16(h16[e][c], _mm256_maddubs_epi16(q[e], _mm256_set1_epi32(a)));
-                    IL8_KEEP(h16[e][c]);
-                }
+            for (int e = 0; e < 2; e++) IL(il8k_run_step)(q[e], xq, 32 * e + 4 * k, h16[e], NC);
         }
-        for (int e = 0; e < 2; e++)
-            for (int c = 0; c < NC; c++) S[c] = _mm256_add_epi32(S[c], _mm256_madd_epi16(h16[e][c], sc[e]));
+        for (int e = 0; e < 2; e++) IL(il8k_run_end)(h16[e], sc[e], S, NC);
     }
 }
 
