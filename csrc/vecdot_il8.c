@@ -132,47 +132,54 @@ typedef struct {
     int n;              // distances asked for: 0 (none), 1 or 2
 } il8_pfs;
 
+// distance a of s from block i0 of the group at g, `ahead` bytes ahead (il8_prefetch_from)
+INLINE void il8_prefetch_start(il8_pfs *s, il8_pf_at *a, const uint8_t *g, int64_t i0, const size_t ahead) {
+    const size_t gs = s->bq + s->bt;
+    a->q = g + (size_t)i0 * s->bytes + ahead;
+    if (!s->tail) return;
+    a->qend = g + s->bq;
+    while (a->q >= a->qend) a->q += s->bt, a->qend += gs;
+    a->t = g + s->bq + (size_t)(i0 + (int64_t)(ahead / s->bytes)) * s->tail, a->tend = g + gs;
+    while (a->t >= a->tend) a->t += s->bq, a->tend += gs;
+}
 // from block i0 of the group at g (nb blocks, only read where the blocks have a tail), pf distances (il8_pf; 0: none).
 // One token (one) of blocks with a tail rounds the L1 distance up to whole groups, so that each block and tail entry
 // asks for its twin in a later group: from DRAM Q3_K 8192 x 2048 1.11x, Q6_K (the AVX2 level) 1.11x, and Q4_0 1.08x
 // while its d were a tail, where longer distances that were not whole groups gained less or lost; batches keep
 // IL8_PF_AHEAD (Q5_0 8192 x 2048 x 8 tokens lost 0.95x with the twins; 2 threads, Zen 5:
-// docs/engine-measurements.md#il8-twin-pf)
+// docs/engine-measurements.md#il8-twin-pf). Each distance by name, not in a loop over s.at: a loop kept the fields on
+// the stack, each block's step a store and a reload (Q4_0 one token 1.04-1.15x, the K and IQ4 types 1.02-1.08x: Zen 3,
+// docs/engine-measurements.md#il8-pf-regs)
 INLINE il8_pfs il8_prefetch_from(const uint8_t *g, int64_t nb, size_t bytes, size_t tail, int64_t i0, const int pf,
                                   const int one) {
     il8_pfs s = {.bytes = bytes, .tail = tail, .bq = (size_t)nb * bytes, .bt = (size_t)nb * tail, .n = pf};
-    const size_t gs = s.bq + s.bt;
-    for (int k = 0; k < pf; k++) {
-        const size_t ahead = k ? IL8_FAR_AHEAD : tail && one ? (IL8_PF_AHEAD + s.bq - 1) / s.bq * s.bq : IL8_PF_AHEAD;
-        il8_pf_at *a = &s.at[k];
-        a->q = g + (size_t)i0 * bytes + ahead;
-        if (!tail) continue;
-        a->qend = g + s.bq;
-        while (a->q >= a->qend) a->q += s.bt, a->qend += gs;
-        a->t = g + s.bq + (size_t)(i0 + (int64_t)(ahead / bytes)) * tail, a->tend = g + gs;
-        while (a->t >= a->tend) a->t += s.bq, a->tend += gs;
-    }
+    if (pf > 0)
+        il8_prefetch_start(&s, &s.at[0], g, i0,
+                           tail && one ? (IL8_PF_AHEAD + s.bq - 1) / s.bq * s.bq : IL8_PF_AHEAD);
+    if (pf > 1) il8_prefetch_start(&s, &s.at[1], g, i0, IL8_FAR_AHEAD);
     return s;
 }
 INLINE void il8_prefetch_line(uintptr_t l, const int far) {
     if (far) _mm_prefetch((const char *)l, _MM_HINT_T1);
     else _mm_prefetch((const char *)l, _MM_HINT_T0);
 }
-// ask for the next block's lines (and its tail entry's) at each distance, and step on
-INLINE void il8_prefetch_next(il8_pfs *s) {
+// ask for the next block's lines (and its tail entry's) at distance a (far: into L2), and step on
+INLINE void il8_prefetch_at(const il8_pfs *s, il8_pf_at *a, const int far) {
+    for (uintptr_t l = ((uintptr_t)a->q + 63) & ~(uintptr_t)63; l < (uintptr_t)a->q + s->bytes; l += 64)
+        il8_prefetch_line(l, far);
+    a->q += s->bytes;
+    if (!s->tail) return;
     const size_t gs = s->bq + s->bt;
-    for (int k = 0; k < s->n; k++) {
-        il8_pf_at *a = &s->at[k];
-        for (uintptr_t l = ((uintptr_t)a->q + 63) & ~(uintptr_t)63; l < (uintptr_t)a->q + s->bytes; l += 64)
-            il8_prefetch_line(l, k);
-        a->q += s->bytes;
-        if (!s->tail) continue;
-        if (a->q >= a->qend) a->q += s->bt, a->qend += gs;
-        const uintptr_t lt = ((uintptr_t)a->t + 63) & ~(uintptr_t)63;
-        if (lt < (uintptr_t)a->t + s->tail) il8_prefetch_line(lt, k);
-        a->t += s->tail;
-        if (a->t >= a->tend) a->t += s->bq, a->tend += gs;
-    }
+    if (a->q >= a->qend) a->q += s->bt, a->qend += gs;
+    const uintptr_t lt = ((uintptr_t)a->t + 63) & ~(uintptr_t)63;
+    if (lt < (uintptr_t)a->t + s->tail) il8_prefetch_line(lt, far);
+    a->t += s->tail;
+    if (a->t >= a->tend) a->t += s->bq, a->tend += gs;
+}
+// il8_prefetch_at at each distance (il8_prefetch_from: why by name)
+INLINE void il8_prefetch_next(il8_pfs *s) {
+    if (s->n > 0) il8_prefetch_at(s, &s->at[0], 0);
+    if (s->n > 1) il8_prefetch_at(s, &s->at[1], 1);
 }
 
 #define LLMB_IL8_BODY
