@@ -970,7 +970,7 @@ INLINE IL_T void IL(il8k_q2_half)(const uint8_t *g, int64_t i, int j, const __m2
 // values 32 m + 4 t .. of m = 0 .. 3, sub-block 2 m + t / 4 of the half, vector t % 4; il8k_sums' runs of 2 maddubs
 // are the triples of t = 2 p and 2 p + 1). The int32 sums are exact, so the order of their adds leaves the bits.
 // ab_builds.py --kernel Q6_K --interleaved, 1 thread, AMD EPYC Zen 3 (AVX2), B/A: one token from L2 (512 x 2048)
-// 1.17, from DRAM on 2 threads (8192 x 2048, 32000 x 768) 1.13-1.20; 2 tokens 1.15, 3: 1.13-1.16, 4: 1.03-1.11.
+// 1.17-1.27, from DRAM on 2 threads (8192 x 2048, 32000 x 768) 1.13-1.20; 2 tokens 1.15, 3: 1.13-1.16, 4: 1.03-1.11.
 INLINE IL_T void IL(il8k_q6_half)(const uint8_t *g, int64_t i, int j, const __m256i *sc, const int8_t *const *xq,
                                   __m256i *S, const int NC) {
     const uint8_t *v = g + (size_t)i * il8k_bytes(LLMB_TYPE_Q6_K) + 32 * 24 * (size_t)j;
@@ -1007,6 +1007,20 @@ INLINE IL_T void IL(il8k_q45_part)(const int type, const uint8_t *g, int64_t i, 
         }
         for (int e = 0; e < 2; e++) IL(il8k_run_end)(h16[e], sc[e], S, NC);
     }
+}
+
+// 1 where part j of a super-block for NC tokens goes from its words straight into the sums (il8k_part_regs), 0
+// where il8k_part stages it for il8k_sums (Q3_K; Q4_K, Q5_K past IL8K_Q4F / IL8K_Q5F tokens; Q2_K past IL8K_Q2F)
+INLINE int il8k_regs(const int type, const int NC) {
+    return type == LLMB_TYPE_Q6_K || (type == LLMB_TYPE_Q2_K && NC <= IL8K_Q2F) ||
+           (type == LLMB_TYPE_Q4_K && NC <= IL8K_Q4F) || (type == LLMB_TYPE_Q5_K && NC <= IL8K_Q5F);
+}
+// part j of super-block i in registers, sc the part's scales (il8k_regs says for which types and token counts)
+INLINE IL_T void IL(il8k_part_regs)(const int type, const uint8_t *g, int64_t i, int j, const __m256i *sc,
+                                    const int8_t *const *xq, __m256i *S, const int NC) {
+    if (type == LLMB_TYPE_Q2_K) IL(il8k_q2_half)(g, i, j, sc, xq, S, NC);
+    else if (type == LLMB_TYPE_Q6_K) IL(il8k_q6_half)(g, i, j, sc, xq, S, NC);
+    else IL(il8k_q45_part)(type, g, i, j, sc, xq, S, NC);
 }
 
 // One group x NC tokens over super-blocks i0 .. i0 + bn - 1 (of nb): from dec (decoded) or, where dec is NULL,
@@ -1052,16 +1066,8 @@ INLINE IL_T void IL(il8k_tile)(const int type, const uint8_t *g, int64_t nb, con
         for (int j = 0; j < parts; j++) {
             const int8_t *xq[IL8_NC];
             for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + (k16 ? 128 : 64) * j;
-            if (!dec && type == LLMB_TYPE_Q2_K && NC <= IL8K_Q2F) {
-                IL(il8k_q2_half)(g, i0 + i, j, o->sc + 8 * j, xq, S, NC);
-                continue;
-            }
-            if (!dec && (type == LLMB_TYPE_Q4_K ? NC <= IL8K_Q4F : type == LLMB_TYPE_Q5_K && NC <= IL8K_Q5F)) {
-                IL(il8k_q45_part)(type, g, i0 + i, j, o->sc + 2 * j, xq, S, NC);
-                continue;
-            }
-            if (!dec && type == LLMB_TYPE_Q6_K) {
-                IL(il8k_q6_half)(g, i0 + i, j, o->sc + 8 * j, xq, S, NC);
+            if (!dec && il8k_regs(type, NC)) {
+                IL(il8k_part_regs)(type, g, i0 + i, j, o->sc + (k16 ? 8 : 2) * j, xq, S, NC);
                 continue;
             }
             __m256i qv[32];
