@@ -54,6 +54,7 @@
 #define IL8_NC 4    // tokens a register tile, 256- and 512-bit (the fastest of 2 to 4 and of 3, 4, 6:
                     // docs/engine-measurements.md#il8, #il16)
 #define IL8_DEC 64  // blocks of a group decoded at a time for prefill (64 x 320 bytes: L1)
+#define IL8N_DEC 32  // IQ4_NL's (32 x 544 bytes)
 #ifndef LLMB_IL8_TOKS   // (token, block) entries of the Q4_0 / Q5_0 activation sums on the stack (the C tests:
 #define LLMB_IL8_TOKS 4096   // 256, so that tokens and blocks run several chunks and short rows' chunks run the
                              // prefill tiles)
@@ -1444,17 +1445,17 @@ IL16K_KERNEL(q3_K, LLMB_TYPE_Q3_K, IL16K_Q3_ALONE)
 _Static_assert(LLMB_IL8_AX >= IL8_DEC && LLMB_IL8_AX >= 8, "a chunk holds a token's range");
 
 // s[c], lane r: the exact sum v x of row r's 32 values (v: Q4_0's order) against token c's (xq[c]): one token with
-// its |x| at ax maddubs(|x|, v sign(x)), else maddubs(|v|, x sign(v)); each pair of products below 2^15 in
-// magnitude (2 x 127 x 127), summed in int32
-INLINE IL_T void IL(il8n_isums)(const __m256i *v, const int8_t *const *xq, const uint8_t *ax, __m256i *s,
-                                const int NC) {
+// its |x| at ax maddubs(|x|, v sign(x)), else maddubs(|v|, x sign(v)) (|v| from va where it is not NULL); each pair
+// of products below 2^15 in magnitude (2 x 127 x 127), summed in int32
+INLINE IL_T void IL(il8n_isums)(const __m256i *v, const __m256i *va, const int8_t *const *xq, const uint8_t *ax,
+                                __m256i *s, const int NC) {
 #if !IL_VNNI
     const __m256i one = _mm256_set1_epi16(1);
 #endif
     const int ux = NC == 1 && ax;
     __m256i q[8];
     if (!ux)
-        for (int k = 0; k < 8; k++) q[k] = _mm256_abs_epi8(v[k]);
+        for (int k = 0; k < 8; k++) q[k] = va ? va[k] : _mm256_abs_epi8(v[k]);
     for (int c = 0; c < NC; c++) s[c] = _mm256_setzero_si256();
     for (int k = 0; k < 8; k++)
         for (int c = 0; c < NC; c++) {   // v[k] against x 4 (k / 2) + 16 (k % 2) ..
@@ -1485,25 +1486,53 @@ INLINE IL_T void IL(il8n_abs)(const int8_t *xq, size_t bs, int64_t cnt, uint8_t 
                             _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(xq + (size_t)e * bs))));
 }
 
-// IQ4_NL: one group x NC tokens over blocks i0 .. i0 + bn - 1 (of nb), decoding each from g as it goes; token c's
-// d_x of block i0 + i at dx[c bn + i] and (one token, ax not NULL) |x| at ax + 32 i; the sums start at 0 where first, else from y
-INLINE IL_T void IL(il8n_tile)(const uint8_t *g, int64_t nb, int64_t i0, int64_t bn, const uint8_t *x, size_t xs,
-                               const uint8_t *ax, const float *dx, float *y, int64_t ldy, const int first,
-                               const int pf, const int NC) {
+// A group's IQ4_NL block or IQ4_XS super-block decoded once for all token tiles of a chunk, where each tile decoded it
+// again for its 4 tokens (IQ4_XS's scales and values: about 9 of 45 vector instructions a token and sub-block; 512
+// tokens, 2 threads, Zen 3: 1.12-1.18x, IQ4_NL 1.01-1.08x: docs/engine-measurements.md#iq4-dec): 32 values of 8 rows
+// as il8n_values' o, and their magnitudes
+#if !IL_VNNI   // (defined once)
+typedef struct {
+    __m256i v[8], a[8];
+} il8n_dec;
+typedef struct {   // IQ4_NL (544 bytes)
+    __m256 d;
+    il8n_dec q;
+} il8nl_dec;
+typedef struct {   // IQ4_XS (4.4 KB): d and ls as il8x_head's, sub-block j at q[j]
+    __m256 d, ls[8];
+    il8n_dec q[8];
+} il8x_dec;
+#endif
+
+INLINE IL_T void IL(il8n_decode)(const uint8_t *v, il8n_dec *o) {
+    IL(il8n_values)(v, IL(il8n_table)(0), o->v);
+    for (int k = 0; k < 8; k++) o->a[k] = _mm256_abs_epi8(o->v[k]);
+}
+
+// IQ4_NL: one group x NC tokens over blocks i0 .. i0 + bn - 1 (of nb): from dec (those blocks decoded) or, where dec
+// is NULL, decoding each from g as it goes; token c's d_x of block i0 + i at dx[c bn + i] and (one token, ax not NULL)
+// |x| at ax + 32 i; the sums start at 0 where first, else from y
+INLINE IL_T void IL(il8n_tile)(const uint8_t *g, const il8nl_dec *dec, int64_t nb, int64_t i0, int64_t bn,
+                               const uint8_t *x, size_t xs, const uint8_t *ax, const float *dx, float *y, int64_t ldy,
+                               const int first, const int pf, const int NC) {
     const size_t bytes = llmb_il8_stride(LLMB_TYPE_IQ4_NL);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8_tail(LLMB_TYPE_IQ4_NL), i0, pf, NC == 1);
+    il8_pfs ps = il8_prefetch_from(g, nb, bytes, il8_tail(LLMB_TYPE_IQ4_NL), i0, dec ? 0 : pf, NC == 1);
     for (int64_t i = 0; i < bn; i++) {
-        const uint8_t *v = g + (size_t)(i0 + i) * bytes;
-        if (pf) il8_prefetch_next(&ps);
         __m256i q[8];
-        IL(il8n_values)(v, IL(il8n_table)(0), q);
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)il8_d(LLMB_TYPE_IQ4_NL, g, nb, i0 + i)));
+        __m256 d;
+        if (dec) {
+            d = dec[i].d;
+        } else {
+            if (pf) il8_prefetch_next(&ps);
+            IL(il8n_values)(g + (size_t)(i0 + i) * bytes, IL(il8n_table)(0), q);
+            d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)il8_d(LLMB_TYPE_IQ4_NL, g, nb, i0 + i)));
+        }
         const int8_t *xq[IL8_NC];
         __m256i s[IL8_NC];
         for (int c = 0; c < NC; c++) xq[c] = (const int8_t *)(x + c * xs + (size_t)(i0 + i) * sizeof(llmb_block_q8_0) + 2);
-        IL(il8n_isums)(q, xq, ax ? ax + 32 * i : NULL, s, NC);
+        IL(il8n_isums)(dec ? dec[i].q.v : q, dec ? dec[i].q.a : NULL, xq, ax ? ax + 32 * i : NULL, s, NC);
         for (int c = 0; c < NC; c++)   // (d_x d_w) s
             acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_cvtepi32_ps(s[c]),
                                                          _mm256_mul_ps(d, _mm256_set1_ps(dx[c * bn + i]))));
@@ -1523,11 +1552,14 @@ IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, co
     }
 #endif
     const int pf = il8_pf(stream);
-    // ranges of blocks (one token: as many as |x| holds, one stream a group), chunks of tokens whose d_x fit dx
-    const int64_t nb = n / LLMB_QK, br = nb < (nc == 1 ? LLMB_IL8_AX : IL8_DEC) ? nb : nc == 1 ? LLMB_IL8_AX : IL8_DEC;
+    // ranges of blocks (one token: as many as |x| holds, one stream a group; several tiles: IL8N_DEC, decoded once for
+    // a chunk's tiles), chunks of tokens whose d_x fit dx
+    const int64_t rmax = nc == 1 ? LLMB_IL8_AX : nc <= IL8_NC ? IL8_DEC : IL8N_DEC;
+    const int64_t nb = n / LLMB_QK, br = nb < rmax ? nb : rmax;
     const int tc = (int)(LLMB_IL8_AX / br);
     _Alignas(32) uint8_t ax[LLMB_IL8_AX * 32];
     float dx[LLMB_IL8_AX];
+    il8nl_dec dec[IL8N_DEC];
     for (int64_t i0 = 0; i0 < nb; i0 += br) {
         const int64_t bn = nb - i0 < br ? nb - i0 : br;
         for (int c0 = 0; c0 < nc; c0 += tc) {
@@ -1542,20 +1574,34 @@ IL_T static void IL(iq4_nl_il8)(int64_t n, const void *vw, size_t ws, int nr, co
                 }
                 if (nc == 1) IL(il8n_abs)(b->qs, sizeof *b, bn, ax);
             }
-            for (int r0 = 0; r0 < nr; r0 += IL8_G)
+            for (int r0 = 0; r0 < nr; r0 += IL8_G) {
+                const uint8_t *g = w + (size_t)r0 * ws;
+                const il8nl_dec *d = NULL;
+                if (cn > IL8_NC) {   // (bn <= IL8N_DEC: nc > IL8_NC)
+                    il8_pfs ps = il8_prefetch_from(g, nb, llmb_il8_stride(LLMB_TYPE_IQ4_NL), il8_tail(LLMB_TYPE_IQ4_NL),
+                                                   i0, il8_pf_batch(pf, cn), 0);
+                    for (int64_t i = 0; i < bn; i++) {
+                        il8_prefetch_next(&ps);
+                        IL(il8n_decode)(g + (size_t)(i0 + i) * llmb_il8_stride(LLMB_TYPE_IQ4_NL), &dec[i].q);
+                        dec[i].d = _mm256_cvtph_ps(
+                            _mm_loadu_si128((const __m128i *)il8_d(LLMB_TYPE_IQ4_NL, g, nb, i0 + i)));
+                    }
+                    d = dec;
+                }
                 for (int t0 = 0; t0 < cn; t0 += IL8_NC) {
-                    const uint8_t *g = w + (size_t)r0 * ws;
-// (|x| or NULL as a constant in each call, so that each inlined tile has one kind of sums)
-#define IL8N_CALL(AX, NC)                                                                                           \
-    IL(il8n_tile)(g, nb, i0, bn, xc + t0 * xs, xs, AX, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0,         \
+// (|x| or NULL, and dec or NULL, as constants in each call, so that each inlined tile has one kind of sums)
+#define IL8N_CALL(D, AX, NC)                                                                                        \
+    IL(il8n_tile)(g, D, nb, i0, bn, xc + t0 * xs, xs, AX, dx + t0 * bn, y + (c0 + t0) * ldy + r0, ldy, i0 == 0,      \
                   t0 == 0 ? pf : 0, NC)
 #define IL8N_RUN(NC)                                                                                                \
-    if (nc == 1) IL8N_CALL(ax, 1);                                                                                  \
-    else IL8N_CALL(NULL, NC)
+    if (nc == 1) IL8N_CALL(NULL, ax, 1);                                                                            \
+    else if (d) IL8N_CALL(d, NULL, NC);                                                                             \
+    else IL8N_CALL(NULL, NULL, NC)
                     IL8_TILES(cn - t0, IL8N_RUN)
 #undef IL8N_RUN
 #undef IL8N_CALL
                 }
+            }
         }
     }
 }
@@ -1573,31 +1619,44 @@ INLINE IL_T void IL(il8x_head)(const uint8_t *v, __m256 *d, __m256 *ls) {
     }
 }
 
-// IQ4_XS: one group x NC tokens over super-blocks i0 .. i0 + bn - 1, decoding each from g as it goes; (one token)
-// |x| of super-block i0 + i at ax + 256 i (ax not NULL); the sums start at 0 where first, else from y
-INLINE IL_T void IL(il8x_tile)(const uint8_t *g, int64_t i0, int64_t bn, const uint8_t *x, size_t xs, const uint8_t *ax,
-                               float *y, int64_t ldy, const int first, const int pf, const int NC) {
+INLINE IL_T void IL(il8x_decode)(const uint8_t *v, il8x_dec *o) {
+    IL(il8x_head)(v, &o->d, o->ls);
+    for (int j = 0; j < 8; j++) IL(il8n_decode)(v + 32 * (2 + 4 * j), &o->q[j]);
+}
+
+// IQ4_XS: one group x NC tokens over super-blocks i0 .. i0 + bn - 1: from dec (those super-blocks decoded) or, where
+// dec is NULL, decoding each from g as it goes; (one token) |x| of super-block i0 + i at ax + 256 i (ax not NULL);
+// the sums start at 0 where first, else from y
+INLINE IL_T void IL(il8x_tile)(const uint8_t *g, const il8x_dec *dec, int64_t i0, int64_t bn, const uint8_t *x,
+                               size_t xs, const uint8_t *ax, float *y, int64_t ldy, const int first, const int pf,
+                               const int NC) {
     const size_t bytes = sizeof(llmb_il8_iq4_xs);
     __m256 acc[IL8_NC];
     for (int c = 0; c < NC; c++) acc[c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + c * ldy);
-    il8_pfs ps = il8_prefetch_from(g, 0, bytes, 0, i0, pf, NC == 1);
+    il8_pfs ps = il8_prefetch_from(g, 0, bytes, 0, i0, dec ? 0 : pf, NC == 1);
     for (int64_t i = 0; i < bn; i++) {
         const uint8_t *v = g + (size_t)(i0 + i) * bytes;
-        if (pf) il8_prefetch_next(&ps);
-        __m256 d, ls[8], dd[IL8_NC];
-        IL(il8x_head)(v, &d, ls);
+        __m256 dh, lsh[8], dd[IL8_NC];
+        const __m256 *ls = dec ? dec[i].ls : lsh;
+        if (dec) {
+            dh = dec[i].d;
+        } else {
+            if (pf) il8_prefetch_next(&ps);
+            IL(il8x_head)(v, &dh, lsh);
+        }
         const llmb_block_q8_K *xb[IL8_NC];
         for (int c = 0; c < NC; c++) {   // d4d8 = d_w d_x
             xb[c] = (const llmb_block_q8_K *)(x + c * xs) + i0 + i;
-            dd[c] = _mm256_mul_ps(d, _mm256_set1_ps(xb[c]->d));
+            dd[c] = _mm256_mul_ps(dh, _mm256_set1_ps(xb[c]->d));
         }
         for (int j = 0; j < 8; j++) {
-            __m256i q[8];
-            IL(il8n_values)(v + 32 * (2 + 4 * j), IL(il8n_table)(0), q);
+            __m256i ql[8];
+            if (!dec) IL(il8n_values)(v + 32 * (2 + 4 * j), IL(il8n_table)(0), ql);
             const int8_t *xq[IL8_NC];
             __m256i s[IL8_NC];
             for (int c = 0; c < NC; c++) xq[c] = xb[c]->qs + 32 * j;
-            IL(il8n_isums)(q, xq, ax ? ax + 256 * i + 32 * j : NULL, s, NC);
+            IL(il8n_isums)(dec ? dec[i].q[j].v : ql, dec ? dec[i].q[j].a : NULL, xq, ax ? ax + 256 * i + 32 * j : NULL,
+                           s, NC);
             for (int c = 0; c < NC; c++)
                 acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(_mm256_mul_ps(dd[c], ls[j]), _mm256_cvtepi32_ps(s[c])));
         }
@@ -1713,15 +1772,17 @@ __attribute__((noinline)) static IL_T void IL(il16x_pair)(const uint8_t *ga, con
 // tokens a chunk of IQ4_XS prefill: their activations (n = 768: 28 KB) stay in L1 while all groups run over them
 // (3072 x 768 x 512 tokens, 1 thread, Zen 3: 93 GOP/s all tokens at once, 105 / 104 / 104 chunks of 16 / 32 / 64)
 #define IL8X_TC 32
+#define IL8X_DEC 4   // super-blocks of a group decoded at a time for several token tiles (4 x 4.4 KB: L1)
 // IQ4_XS in groups of 8 rows (the AVX2 level, and the VNNI level's one token, small batches and a middle group)
 INLINE IL_T void IL(iq4_xs_groups)(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nc,
                                    float *y, int64_t ldy, int stream) {
     const int pf = il8_pf(stream);
-    // ranges of super-blocks: one token's |x| in ax; several tiles: few, so that a group's stay in L1 while the
-    // tiles run over them; otherwise all (one stream a group)
+    // ranges of super-blocks: one token's |x| in ax; several tiles: IL8X_DEC, decoded once for a chunk's tiles;
+    // otherwise all (one stream a group)
     const int64_t nb = n / LLMB_QK_K, ra = LLMB_IL8_AX / 8;
-    const int64_t br = nc == 1 ? (nb < ra ? nb : ra) : nc <= IL8_NC || nb < IL8K_DEC ? nb : IL8K_DEC;
+    const int64_t br = nc == 1 ? (nb < ra ? nb : ra) : nc <= IL8_NC || nb < IL8X_DEC ? nb : IL8X_DEC;
     _Alignas(32) uint8_t ax[LLMB_IL8_AX * 32];
+    il8x_dec dec[IL8X_DEC];
     for (int64_t i0 = 0; i0 < nb; i0 += br) {
         const int64_t bn = nb - i0 < br ? nb - i0 : br;
         if (nc == 1)
@@ -1729,13 +1790,24 @@ INLINE IL_T void IL(iq4_xs_groups)(int64_t n, const uint8_t *w, size_t ws, int n
         for (int c0 = 0; c0 < nc; c0 += IL8X_TC)
             for (int r0 = 0; r0 < nr; r0 += IL8_G) {
                 const int cn = nc - c0 < IL8X_TC ? nc - c0 : IL8X_TC;
+                const uint8_t *g = w + (size_t)r0 * ws;
+                const il8x_dec *d = NULL;
+                if (cn > IL8_NC) {   // (bn <= IL8X_DEC: nc > IL8_NC)
+                    il8_pfs ps = il8_prefetch_from(g, 0, sizeof(llmb_il8_iq4_xs), 0, i0, il8_pf_batch(pf, cn), 0);
+                    for (int64_t i = 0; i < bn; i++) {
+                        il8_prefetch_next(&ps);
+                        IL(il8x_decode)(g + (size_t)(i0 + i) * sizeof(llmb_il8_iq4_xs), &dec[i]);
+                    }
+                    d = dec;
+                }
                 for (int t0 = c0; t0 < c0 + cn; t0 += IL8_NC) {
-                    const uint8_t *g = w + (size_t)r0 * ws;
-#define IL8X_CALL(AX, NC)                                                                                           \
-    IL(il8x_tile)(g, i0, bn, x + t0 * xs, xs, AX, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0 ? pf : 0, NC)
+// (dec or NULL as a constant in each call, so that neither inlined tile carries the other's branches)
+#define IL8X_CALL(D, AX, NC)                                                                                        \
+    IL(il8x_tile)(g, D, i0, bn, x + t0 * xs, xs, AX, y + t0 * ldy + r0, ldy, i0 == 0, t0 == c0 ? pf : 0, NC)
 #define IL8X_RUN(NC)                                                                                                \
-    if (nc == 1) IL8X_CALL(ax, 1);                                                                                  \
-    else IL8X_CALL(NULL, NC)
+    if (nc == 1) IL8X_CALL(NULL, ax, 1);                                                                            \
+    else if (d) IL8X_CALL(d, NULL, NC);                                                                             \
+    else IL8X_CALL(NULL, NULL, NC)
                     IL8_TILES(c0 + cn - t0, IL8X_RUN)
 #undef IL8X_RUN
 #undef IL8X_CALL
