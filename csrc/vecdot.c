@@ -773,6 +773,13 @@ static int panel_tokens(size_t x_stride) {
     return tb;
 }
 
+// groups g0 .. g1 - 1 (of il rows each) of an interleaved product for nc tokens from token t0
+static void il_groups(llmb_gemm_il_fn kil, int64_t n, const void *w, size_t w_stride, int il, int64_t g0, int64_t g1,
+                      const void *xq, size_t x_stride, int t0, int nc, float *y, int64_t ldy, int stream) {
+    kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il), (const char *)xq + t0 * x_stride,
+        x_stride, nc, y + t0 * ldy + g0 * il, ldy, stream);
+}
+
 // This thread's share (id of nt) of one matrix product: a contiguous range of row panels (from
 // LLMB_PANEL_MIN_TOKENS tokens, where the level has a panel kernel) or of 4-row tiles.
 static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, const void *w, size_t w_stride,
@@ -786,9 +793,7 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
         // the groups inside (each kernel runs its groups one after the other, its token tiles in each)
         const int tb = ntok <= LLMB_SMALL_TOKENS ? ntok : panel_tokens(x_stride);
         for (int t0 = 0; t0 < ntok; t0 += tb)
-            kil(n, (const char *)w + g0 * il * w_stride, w_stride, (int)((g1 - g0) * il),
-                (const char *)xq + t0 * x_stride, x_stride, ntok - t0 < tb ? ntok - t0 : tb, y + t0 * ldy + g0 * il,
-                ldy, stream);
+            il_groups(kil, n, w, w_stride, il, g0, g1, xq, x_stride, t0, ntok - t0 < tb ? ntok - t0 : tb, y, ldy, stream);
         return;
     }
     if (ntok >= 2 && ntok <= LLMB_SMALL_TOKENS && k->small) {   // batched decode: this thread's rows, streamed once
@@ -842,6 +847,42 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
     }
 }
 
+// Prefill of repacked weights dealt in chunks of groups for one block of tokens each, taken in turn by whichever thread
+// is free (an atomic count over the items, every part's token blocks in order, its chunks inside each): a thread the
+// host slows takes fewer, where equal shares left the other waiting at the end of every product (pp512 on 2 threads,
+// Zen 3: llama-1b 1.05-1.17x, SmolLM2-135M 1.07-1.10x: docs/engine-measurements.md#dealt). Each group's arithmetic is
+// the same whichever thread and call run it (the kernels' bits do not depend on the range), so the same bits.
+#define DEAL_PARTS 4   // at most this many parts dealt (ops.c fuses up to LLMB_MATMUL_MAX_N, 4)
+static int dealt(const llmb_matmul_part *parts, int nparts, int ntok) {
+    if (ntok <= LLMB_SMALL_TOKENS || nparts > DEAL_PARTS) return 0;
+    for (int i = 0; i < nparts; i++)
+        if (!parts[i].il) return 0;
+    return 1;
+}
+static void parts_dealt(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq, size_t x_stride, int ntok,
+                        int nt, int *next) {
+    const int tb = panel_tokens(x_stride), nblk = (ntok + tb - 1) / tb;
+    int64_t chunk[DEAL_PARTS], nch[DEAL_PARTS], total = 0;
+    for (int i = 0; i < nparts; i++) {   // ~8 chunks a thread and token block of an even count of groups (pairs), 2 or more
+        const int64_t ng = parts[i].nrows / parts[i].il;
+        chunk[i] = ng / (8 * nt) & ~(int64_t)1;
+        if (chunk[i] < 2) chunk[i] = 2;
+        nch[i] = (ng + chunk[i] - 1) / chunk[i];
+        total += nblk * nch[i];
+    }
+    for (;;) {
+        int64_t it = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+        if (it >= total) return;
+        int i = 0;
+        while (it >= nblk * nch[i]) it -= nblk * nch[i++];
+        const llmb_matmul_part *p = &parts[i];
+        const int64_t g0 = it % nch[i] * chunk[i], ng = p->nrows / p->il, g1 = g0 + chunk[i] < ng ? g0 + chunk[i] : ng;
+        const int t0 = (int)(it / nch[i]) * tb;
+        il_groups(il_kernel(kernels(p->wtype), p->wtype, p->il), n, p->w, p->w_stride, p->il, g0, g1, xq, x_stride, t0,
+                  ntok - t0 < tb ? ntok - t0 : tb, p->y, p->ldy, p->stream);
+    }
+}
+
 // thread id's share (of nt) of every part
 static void parts_share(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq, size_t x_stride, int ntok,
                         int id, int nt) {
@@ -861,8 +902,13 @@ void llmb_vec_dot_matmul_parts(int64_t n, const llmb_matmul_part *parts, int npa
 #ifdef _OPENMP
     if (nthreads <= 0) nthreads = omp_get_max_threads();
     if (nthreads > 1) {   // one thread runs here: libgomp allocates a team for every region, a one-thread one too
+        int next = 0;
+        const int deal = dealt(parts, nparts, ntok);
 #pragma omp parallel num_threads(nthreads)
-        parts_share(n, parts, nparts, xq, x_stride, ntok, omp_get_thread_num(), omp_get_num_threads());
+        {
+            if (deal) parts_dealt(n, parts, nparts, xq, x_stride, ntok, omp_get_num_threads(), &next);
+            else parts_share(n, parts, nparts, xq, x_stride, ntok, omp_get_thread_num(), omp_get_num_threads());
+        }
         return;
     }
 #endif

@@ -357,19 +357,24 @@ static void check_interleaved(int t, int64_t n, int maxed) {
         llmb_vec_dot_fn dot = llmb_vec_dot_get(t);
         for (int c = 0; c < PT; c++)
             for (int r = 0; r < IR; r++) dot(n, &one[c * IR + r], w + r * ws, xq + c * xs);
-        for (int nt = 1; nt <= 2; nt++)
-            for (int st = 0; st <= 1; st++)   // weights from DRAM or not: how far one token prefetches, same bits
-                for (int ntok = 1; ntok <= PT; ntok += ntok == 12 ? PT - 13 : 1) {   // 1..12, 261, 262
-                    const llmb_matmul_part parts[2] = {{t, wi, ws, IR, y, IR, G, st}, {t, w, ws, IR, y2, IR, 0, st}};
-                    memset(y, 0xFF, sizeof(float) * IR * PT), memset(y2, 0xFF, sizeof(float) * IR * PT);   // (NaN:
-                    // an output a kernel leaves unwritten fails, whatever an earlier call left there)
-                    llmb_vec_dot_matmul_parts(n, parts, 2, xq, xs, ntok, nt);
-                    CHECK(memcmp(y, one, sizeof(float) * IR * ntok) == 0 &&
-                              memcmp(y2, one, sizeof(float) * IR * ntok) == 0,
-                          "%s %s n=%lld%s: interleaved matmul of %d x %d on %d threads (stream %d) differs from the "
-                          "single dot", llmb_simd_name(levels[k]), tname(t), (long long)n, maxed ? " (largest values)" : "",
-                          IR, ntok, nt, st);
-                }
+        // beside plain rows (each thread its share), alone and twice (prefill: chunks dealt to whichever thread is
+        // free, vecdot.c parts_dealt)
+        for (int cfg = 0; cfg < 3; cfg++)
+            for (int nt = 1; nt <= 2; nt++)
+                for (int st = 0; st <= 1; st++)   // weights from DRAM or not: how far one token prefetches, same bits
+                    for (int ntok = 1; ntok <= PT; ntok += ntok == 12 ? PT - 13 : 1) {   // 1..12, 261, 262
+                        const llmb_matmul_part parts[2] = {{t, wi, ws, IR, y, IR, G, st},
+                                                           {t, cfg == 2 ? wi : w, ws, IR, y2, IR, cfg == 2 ? G : 0, st}};
+                        memset(y, 0xFF, sizeof(float) * IR * PT), memset(y2, 0xFF, sizeof(float) * IR * PT);   // (NaN:
+                        // an output a kernel leaves unwritten fails, whatever an earlier call left there)
+                        llmb_vec_dot_matmul_parts(n, parts, cfg == 1 ? 1 : 2, xq, xs, ntok, nt);
+                        CHECK(memcmp(y, one, sizeof(float) * IR * ntok) == 0 &&
+                                  (cfg == 1 || memcmp(y2, one, sizeof(float) * IR * ntok) == 0),
+                              "%s %s n=%lld%s: interleaved matmul of %d x %d on %d threads (stream %d, %s) differs from "
+                              "the single dot", llmb_simd_name(levels[k]), tname(t), (long long)n,
+                              maxed ? " (largest values)" : "", IR, ntok, nt, st,
+                              cfg == 0 ? "beside plain rows" : cfg == 1 ? "alone" : "twice");
+                    }
     }
     llmb_simd_set(llmb_simd_detected());
     free(w), free(wi), free(back), free(xq), free(x), free(one), free(y), free(y2);
