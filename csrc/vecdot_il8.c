@@ -54,7 +54,7 @@
 #define IL8_NC 4    // tokens a register tile, 256- and 512-bit (the fastest of 2 to 4 and of 3, 4, 6:
                     // docs/engine-measurements.md#il8, #il16)
 #define IL8_DEC 64  // blocks of a group decoded at a time for prefill (64 x 320 bytes: L1)
-#define IL8N_DEC 32  // IQ4_NL's (32 x 544 bytes)
+#define IL8N_DEC 32  // IQ4_NL's blocks of a group decoded at a time for several token tiles (32 x 544 bytes: L1)
 #ifndef LLMB_IL8_TOKS   // (token, block) entries of the Q4_0 / Q5_0 activation sums on the stack (the C tests:
 #define LLMB_IL8_TOKS 4096   // 256, so that tokens and blocks run several chunks and short rows' chunks run the
                              // prefill tiles)
