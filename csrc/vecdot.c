@@ -852,6 +852,7 @@ static void matmul_share(const llmb_vec_dot_kernels *k, int wtype, int64_t n, co
 // host slows takes fewer, where equal shares left the other waiting at the end of every product (pp512 on 2 threads,
 // Zen 3: llama-1b 1.05-1.17x, SmolLM2-135M 1.07-1.10x: docs/engine-measurements.md#dealt). Each group's arithmetic is
 // the same whichever thread and call run it (the kernels' bits do not depend on the range), so the same bits.
+#ifdef _OPENMP   // (threads come from OpenMP: without it there is nothing to deal)
 #define DEAL_PARTS 4   // at most this many parts dealt (ops.c fuses up to LLMB_MATMUL_MAX_N, 4)
 static int dealt(const llmb_matmul_part *parts, int nparts, int ntok) {
     if (ntok <= LLMB_SMALL_TOKENS || nparts > DEAL_PARTS) return 0;
@@ -882,6 +883,7 @@ static void parts_dealt(int64_t n, const llmb_matmul_part *parts, int nparts, co
                   ntok - t0 < tb ? ntok - t0 : tb, p->y, p->ldy, p->stream);
     }
 }
+#endif
 
 // thread id's share (of nt) of every part
 static void parts_share(int64_t n, const llmb_matmul_part *parts, int nparts, const void *xq, size_t x_stride, int ntok,
